@@ -1,0 +1,193 @@
+"""The importable API: the pipeline of passes, run on a file.
+
+load → upgrade → filter → splits → shapes (→ memory → schedule → liveness → plan →
+verify → render).  The CLI is a thin layer over :func:`analyze`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .errors import CaffememError, Location
+from .graph import Shape, ShapedGraph
+from .layers.registry import SpecTable
+from .passes.filter import filter_net, make_state, phase_name
+from .passes.load import NetSource, SolverSource, load
+from .passes.memory import DTYPE_BYTES, MemoryReport, simulate
+from .passes.solver import ProcessFootprint, solver_footprint
+from .passes.shapes import infer_shapes
+from .passes.splits import insert_splits
+from .passes.upgrade import upgrade_net, upgrade_solver
+from .schema import caffe_pb2
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user chose for a run (the CLI flags, as values)."""
+
+    phase: str | None = None  # None: TRAIN for a net with a loss, else TEST
+    stages: tuple[str, ...] = ()
+    level: int | None = None
+    inputs: Mapping[str, Shape] = field(default_factory=dict)
+    layers_file: str | None = None
+    lenient: bool = False
+    dtype: str = "float32"
+    batch: int | None = None  # rescale the batch axis of every data layer's tops
+    engine: str = "caffe"  # "cudnn": a GPU build's default engine
+
+
+@dataclass(frozen=True)
+class NetAnalysis:
+    """One net of a file, built for one NetState, with every shape known."""
+
+    role: str  # "net", "train" or "test" (a solver's nets)
+    index: int  # which test net, for a solver; 0 otherwise
+    file: str
+    shaped: ShapedGraph
+    memory: MemoryReport
+    notes: tuple[str, ...] = ()
+
+    @property
+    def phase(self) -> str:
+        return self.shaped.graph.phase
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything caffemem learned from one input file."""
+
+    path: str
+    kind: str  # "net" or "solver"
+    nets: tuple[NetAnalysis, ...]
+    notes: tuple[str, ...] = ()
+    process: ProcessFootprint | None = None  # a solver's train + test nets, while all are alive
+
+
+def spec_table(options: Options) -> SpecTable:
+    """Built-in layer specs plus the user's declared ones."""
+    if options.layers_file is None:
+        return SpecTable()
+    from .layers.declarative import load_declarations
+
+    return SpecTable(load_declarations(options.layers_file))
+
+
+def analyze(path: str, options: Options = Options()) -> Analysis:
+    """Load a net or solver and infer the shapes of every net it defines."""
+    specs = spec_table(options)
+    source = load(path, lenient=options.lenient)
+    if isinstance(source, SolverSource):
+        return _analyze_solver(source, options, specs)
+    upgraded, notes = upgrade_net(source.proto, source.file)
+    phase = options.phase or default_phase(upgraded, specs)
+    state = make_state(phase, options.stages, options.level, base=upgraded.state)
+    net = build_net(source, upgraded, state, options, specs)
+    memory = simulate(net, specs, options.dtype, options.engine)
+    return Analysis(path, "net", (NetAnalysis("net", 0, source.file, net, memory, tuple(source.notes) + tuple(notes)),))
+
+
+def build_net(
+    source: NetSource,
+    upgraded: caffe_pb2.NetParameter,
+    state: caffe_pb2.NetState,
+    options: Options,
+    specs: SpecTable,
+    role: str | None = None,
+) -> ShapedGraph:
+    """filter → splits → shapes for one upgraded net and one NetState (`role`: a solver's
+    "train" or "testK")."""
+    file = source.file
+    filtered = filter_net(upgraded, state, file, line_of=source.line_of)
+    if not len(filtered.layer):
+        raise CaffememError(f"no layer is left in phase {phase_name(state)} (check include/exclude rules and --stage)", Location(file=file))
+    graph = insert_splits(
+        filtered,
+        file=file,
+        phase=phase_name(state),
+        line_of=source.line_of,
+        auto_tops=lambda layer_type: _auto_top_count(specs, layer_type),
+    )
+    return infer_shapes(graph, specs, inputs_for(options.inputs, role, file), source.stored_params, batch=options.batch)
+
+
+def inputs_for(inputs: Mapping[str, Shape], role: str | None, file: str) -> dict[str, Shape]:
+    """The --input shapes one net gets: plain names go to every net; a solver's nets also
+    take `train:NAME`, `test:NAME` and `testK:NAME` (K = the test net's index)."""
+    chosen: dict[str, Shape] = {}
+    for key, shape in sorted(inputs.items(), key=lambda item: ":" in item[0]):
+        prefix, sep, name = key.rpartition(":")
+        if not sep:
+            chosen[key] = shape
+        elif role is None:
+            raise CaffememError(f"--input {key}: a '{prefix}:' prefix only applies to a solver's nets", Location(file=file))
+        elif prefix in (role.rstrip("0123456789"), role):
+            chosen[name] = shape
+        elif not re.fullmatch(r"train|test\d*", prefix):
+            raise CaffememError(f"--input {key}: the prefix must be train:, test: or testK:", Location(file=file))
+    return chosen
+
+
+def _auto_top_count(specs: SpecTable, layer_type: str) -> int:
+    spec = specs.get(layer_type)
+    if spec is None or not spec.auto_top:
+        return 0
+    return max(spec.tops.min, spec.tops.max or 0) if spec.tops.max == spec.tops.min else spec.tops.min
+
+
+def default_phase(net: caffe_pb2.NetParameter, specs: SpecTable) -> str:
+    """TRAIN for a net that can train (a loss layer or a TRAIN rule), else TEST."""
+    for layer in net.layer:
+        spec = specs.get(layer.type)
+        if (spec is not None and spec.auto_top) or any(w for w in layer.loss_weight):
+            return "TRAIN"
+        if any(rule.HasField("phase") and rule.phase == caffe_pb2.TRAIN for rule in list(layer.include) + list(layer.exclude)):
+            return "TRAIN"
+    return "TEST"
+
+
+def _analyze_solver(source: SolverSource, options: Options, specs: SpecTable) -> Analysis:
+    """The train net (TRAIN + train_state) and each test net (TEST + its test_state)."""
+    solver, solver_notes = upgrade_solver(source.proto, source.file)
+    nets: list[NetAnalysis] = []
+    wanted = {options.phase} if options.phase else {"TRAIN", "TEST"}
+    if "TRAIN" in wanted:
+        nets.append(_solver_net("train", 0, source.train, source.train_state, options, specs))
+    if "TEST" in wanted:
+        nets.extend(_solver_net("test", i, test.net, test.state, options, specs) for i, test in enumerate(source.tests))
+    process = None
+    if "TRAIN" in wanted:
+        train, tests = nets[0], [n for n in nets if n.role == "test"]
+        process = solver_footprint(solver, (train.shaped, train.memory), [(t.shaped, t.memory) for t in tests], DTYPE_BYTES[options.dtype])
+    return Analysis(source.file, "solver", tuple(nets), tuple(source.notes) + tuple(solver_notes), process)
+
+
+def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState, options: Options, specs: SpecTable) -> NetAnalysis:
+    upgraded, notes = upgrade_net(net.proto, net.file)
+    run_state = caffe_pb2.NetState()
+    run_state.CopyFrom(state)
+    run_state.stage.extend(options.stages)
+    if options.level is not None:
+        run_state.level = options.level
+    shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
+    memory = simulate(shaped, specs, options.dtype, options.engine)
+    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes))
+
+
+def parse_inputs(values: Sequence[str]) -> dict[str, Shape]:
+    """`NAME=d0,d1,...` strings (the --input flag) as a name → shape mapping."""
+    inputs: dict[str, Shape] = {}
+    for value in values:
+        name, sep, dims = value.partition("=")
+        name = name.strip()
+        try:
+            shape = tuple(int(d) for d in dims.split(",") if d.strip() != "") if sep else None
+        except ValueError:
+            shape = None
+        if not name or shape is None or any(d < 0 for d in shape):
+            raise CaffememError(f"--input '{value}': expected NAME=d0,d1,... with whole numbers >= 0, e.g. data=1,3,224,224")
+        if name in inputs:
+            raise CaffememError(f"--input {name} is given twice")
+        inputs[name] = shape
+    return inputs

@@ -1,0 +1,60 @@
+"""One error type for every problem a user's input can have.
+
+The CLI turns a :class:`CaffememError` into one line on stderr and exit code 2; anything
+else escaping is a bug in caffemem.  Every pass raises this with as much location as it
+knows (file, line, column, layer) so the message tells the user where to look.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in the user's files a problem is: any part may be unknown."""
+
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    layer: str | None = None
+    layer_type: str | None = None
+
+    def describe(self) -> str:
+        """`file:line:col: layer 'name' (Type)` with the unknown parts left out."""
+        parts: list[str] = []
+        position = self.file or ""
+        if self.line is not None:
+            position += f":{self.line}"
+            if self.column is not None:
+                position += f":{self.column}"
+        if position:
+            parts.append(position)
+        if self.layer is not None:
+            kind = f" ({self.layer_type})" if self.layer_type else ""
+            parts.append(f"layer '{self.layer}'{kind}")
+        return ": ".join(parts)
+
+
+@dataclass
+class CaffememError(Exception):
+    """A problem with the user's input, worded for the user."""
+
+    message: str
+    where: Location = field(default_factory=Location)
+
+    def __str__(self) -> str:
+        prefix = self.where.describe()
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+    def at(self, **location: object) -> "CaffememError":
+        """The same error with more location filled in (known parts are kept)."""
+        merged = {k: getattr(self.where, k) for k in Location.__dataclass_fields__}
+        for key, value in location.items():
+            if merged.get(key) is None:
+                merged[key] = value
+        return CaffememError(self.message, Location(**merged))  # type: ignore[arg-type]
+
+
+class Warnings(list):
+    """Messages a pass wants the user to see without failing (e.g. --lenient skips)."""

@@ -1,0 +1,143 @@
+"""The vocabulary a layer spec uses to say what memory it touches, and when.
+
+Caffe allocates lazily: a Blob's data or diff (each one SyncedMemory) gets its bytes on
+the first touch, a Blob's shape buffer on Reshape, and ShareData/ShareDiff swap one
+SyncedMemory for another.  A layer's memory rule lists those events for its SetUp, its
+Forward and its Backward; the memory pass replays them to count bytes exactly, and the
+liveness pass reads the same lists to know what each step reads and writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from ..graph import Layer, Shape
+
+Part = Literal["data", "diff"]
+Elem = Literal["float", "int"]  # int covers Caffe's Blob<int> and Blob<unsigned int>: 4 bytes
+
+
+@dataclass(frozen=True)
+class BlobId:
+    """One Caffe Blob: a net blob, a parameter blob or a layer's own buffer."""
+
+    kind: Literal["blob", "param", "buffer"]
+    name: str  # blob name; "layer#j" for parameter j; "layer/buffer" for a buffer
+
+
+@dataclass(frozen=True)
+class Touch:
+    """cpu_data/mutable_cpu_data (or the diff): allocates on first touch."""
+
+    blob: BlobId
+    part: Part
+    write: bool
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """Blob::Reshape: the shape buffer (4 bytes an axis) and, on growth, new data/diff."""
+
+    blob: BlobId
+    shape: Shape
+    elem: Elem = "float"
+
+
+@dataclass(frozen=True)
+class Share:
+    """dst.ShareData(src) or dst.ShareDiff(src): dst's own storage is dropped."""
+
+    dst: BlobId
+    src: BlobId
+    part: Part
+
+
+Action = Touch | Reshape | Share
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """What a layer does to memory in SetUp (beyond the generic part), Forward, Backward."""
+
+    setup: tuple[Action, ...] = ()
+    forward: tuple[Action, ...] = ()
+    backward: tuple[Action, ...] = ()
+    verified: bool = True  # False: a generic guess, reported as such
+    # A prefetching data layer's batches (BasePrefetchingDataLayer): real memory, but
+    # outside the measured heap; its tops then point into a batch instead of owning data.
+    prefetch: tuple[Action, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemoryQuery:
+    """What a memory rule may look at: shapes and the backward flags Net::Init derived."""
+
+    layer: Layer
+    bottoms: tuple[Shape, ...]
+    tops: tuple[Shape, ...]
+    params: tuple[Shape, ...]
+    phase: str
+    need_backward: bool
+    propagate_down: tuple[bool, ...]  # per bottom: Caffe's bottom_need_backward_
+    param_propagate_down: tuple[bool, ...]  # per parameter: lr_mult != 0 (or force_backward)
+    engine: str = "caffe"  # the build's default engine: "caffe" or "cudnn" (a layer's own engine: wins)
+
+    @property
+    def proto(self):  # caffe_pb2.LayerParameter
+        return self.layer.proto
+
+    def top(self, i: int) -> BlobId:
+        return BlobId("blob", self.layer.tops[i])
+
+    def bottom(self, i: int) -> BlobId:
+        return BlobId("blob", self.layer.bottoms[i])
+
+    def param(self, j: int) -> BlobId:
+        return BlobId("param", f"{self.layer.name}#{j}")
+
+    def buffer(self, name: str) -> BlobId:
+        return BlobId("buffer", f"{self.layer.name}/{name}")
+
+    def in_place(self, i: int = 0) -> bool:
+        """Is top i the same blob as bottom i?"""
+        return i < len(self.layer.bottoms) and i < len(self.layer.tops) and self.layer.bottoms[i] == self.layer.tops[i]
+
+
+def read(blob: BlobId, part: Part = "data") -> Touch:
+    return Touch(blob, part, False)
+
+
+def write(blob: BlobId, part: Part = "data") -> Touch:
+    return Touch(blob, part, True)
+
+
+def buffer_setup(blob: BlobId, shape: Shape, elem: Elem = "float", filled: bool = False) -> tuple[Action, ...]:
+    """A buffer reshaped in SetUp/Reshape, and written there when ``filled`` (a multiplier)."""
+    actions: tuple[Action, ...] = (Reshape(blob, shape, elem),)
+    return actions + ((write(blob),) if filled else ())
+
+
+MemoryRule = Callable[[MemoryQuery], LayerMemory]
+
+
+def elementwise_memory(q: MemoryQuery) -> LayerMemory:
+    """The common case (most neuron layers): Forward reads the bottom and writes the top;
+    Backward, when the bottom needs it, reads the top's diff and writes the bottom's."""
+    forward = (read(q.bottom(0)), write(q.top(0)))
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down and q.propagate_down[0]:
+        backward = (read(q.top(0), "diff"), read(q.bottom(0)), write(q.bottom(0), "diff"))
+    return LayerMemory(forward=forward, backward=backward)
+
+
+def generic_memory(q: MemoryQuery) -> LayerMemory:
+    """A guess for a layer whose rule is unknown: reads every bottom and parameter, writes
+    every top; Backward reads every top diff and writes the diffs it is asked for."""
+    forward = tuple(read(q.bottom(i)) for i in range(len(q.bottoms))) + tuple(read(q.param(j)) for j in range(len(q.params)))
+    forward += tuple(write(q.top(i)) for i in range(len(q.tops)))
+    backward = tuple(read(q.top(i), "diff") for i in range(len(q.tops))) + tuple(read(q.bottom(i)) for i in range(len(q.bottoms)))
+    backward += tuple(write(q.param(j), "diff") for j, on in enumerate(q.param_propagate_down) if on)
+    backward += tuple(write(q.bottom(i), "diff") for i, on in enumerate(q.propagate_down) if on)
+    return LayerMemory(forward=forward, backward=backward, verified=False)
+

@@ -1,0 +1,79 @@
+"""Caffe's ``Blob`` shape arithmetic, with the CHECKs that guard it (include/caffe/blob.hpp, src/caffe/blob.cpp).
+
+Many layers' rules are a line or two of shape code calling ``CanonicalAxisIndex``,
+``count(start, end)``, the legacy ``num()/channels()/height()/width()`` accessors or
+``Reshape``; each of those CHECKs its arguments, and a net that violates one is refused by
+Caffe.  Keeping them here lets every family reproduce both the arithmetic and the refusal.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..graph import Shape, count as element_count
+from .registry import ShapeQuery
+
+MAX_BLOB_AXES = 32  # kMaxBlobAxes in blob.hpp
+INT_MAX = 2**31 - 1
+
+
+def axis_index(q: ShapeQuery, shape: Shape, axis: int, what: str = "axis") -> int:
+    """Blob::CanonicalAxisIndex: ``axis`` in [-n, n) for an n-axis blob, negatives from the end."""
+    n = len(shape)
+    q.check(-n <= axis < n, f"{what} {axis} out of range for {n}-D blob with shape {format_shape(shape)}")
+    return axis + n if axis < 0 else axis
+
+
+def dim(q: ShapeQuery, shape: Shape, index: int) -> int:
+    """Blob::shape(index): one dimension, through CanonicalAxisIndex."""
+    return shape[axis_index(q, shape, index)]
+
+
+def count(q: ShapeQuery, shape: Shape, start: int = 0, end: int | None = None) -> int:
+    """Blob::count(start, end): product of dims in [start, end), CHECKing the range."""
+    stop = len(shape) if end is None else end
+    q.check(
+        0 <= start <= stop <= len(shape),
+        f"axis range [{start}, {stop}) is invalid for {len(shape)}-D blob with shape {format_shape(shape)}",
+    )
+    total = 1
+    for d in shape[start:stop]:
+        total *= d
+    return total
+
+
+def legacy_dim(q: ShapeQuery, shape: Shape, index: int) -> int:
+    """Blob::LegacyShape (num/channels/height/width): missing axes of a <=4-D blob read as 1."""
+    q.check(len(shape) <= 4, f"cannot use legacy accessors (num/channels/height/width) on blob {format_shape(shape)} with more than 4 axes")
+    if index >= len(shape) or index < -len(shape):
+        return 1
+    return shape[index]
+
+
+def legacy4(q: ShapeQuery, shape: Shape) -> Shape:
+    """(num, channels, height, width) of a blob, as a layer that calls Reshape(n, c, h, w) sees it."""
+    return tuple(legacy_dim(q, shape, i) for i in range(4))
+
+
+def reshaped(q: ShapeQuery, dims: Iterable[int], blob: str = "top") -> Shape:
+    """Blob::Reshape: at most 32 axes, no negative dim, count within INT_MAX."""
+    shape = tuple(int(d) for d in dims)
+    q.check(len(shape) <= MAX_BLOB_AXES, f"{blob} blob would have {len(shape)} axes; Caffe allows at most {MAX_BLOB_AXES}")
+    total = 1
+    for d in shape:
+        q.check(d >= 0, f"{blob} blob shape {format_shape(shape)} has a negative dimension")
+        if total != 0:
+            q.check(d <= INT_MAX // total, f"{blob} blob shape {format_shape(shape)} exceeds INT_MAX elements")
+        total *= d
+    return shape
+
+
+def format_shape(shape: Shape) -> str:
+    """Caffe's shape_string: ``2 3 4 (24)``."""
+    return " ".join(str(d) for d in shape) + f" ({element_count(shape)})"
+
+
+def int32(value: int) -> int:
+    """A uint32/int64 proto field as Caffe's ``int`` variable holding it sees it (two's complement)."""
+    value &= 0xFFFFFFFF
+    return value - 2**32 if value >= 2**31 else value

@@ -1,0 +1,204 @@
+"""Data layers of BVLC Caffe: layers with no bottoms whose tops come from outside the net.
+
+Caffe sizes a data layer's tops in its (Data)LayerSetUp, usually from the first record it
+reads (a datum in an LMDB, an image on disk, a row of an HDF5 file) passed through
+``DataTransformer::InferBlobShape`` (data_transformer.cpp), which replaces height and width
+by ``crop_size`` when one is set.  caffemem reads no data, so every rule here:
+
+1. gives a top named in ``--input`` (``q.inputs``) exactly that shape;
+2. otherwise derives the top from the layer's parameters wherever Caffe's own formula
+   depends on parameters only (batch sizes, crop sizes, new_height/new_width, colour);
+3. otherwise raises :class:`NeedsInput` naming the tops it cannot size, with a template of
+   the ``--input NAME=d0,d1,...`` value that shows the dimensions already known.
+
+The helpers below are shared with the data layers of Caffe forks (``forks.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..graph import LayerShapes, Shape
+from .blob import int32, reshaped
+from .registry import Arity, NeedsInput, ShapeQuery, layer
+
+# A top's dimensions as far as the parameters tell: an int is known, a str names an
+# unknown dimension in the --input template (e.g. "C" for channels stored in a database).
+Dim = int | str
+Template = tuple[Dim, ...]
+
+# Templates for tops the parameters say nothing about (Python, Input without shape).
+ANY_SHAPE: Template = ("d0", "...")
+# ReadImageToCVMat decodes colour images to 3 channels, grey ones to 1 (io.cpp).
+COLOR_CHANNELS = 3
+GRAY_CHANNELS = 1
+NONE = Arity.exactly(0)
+
+
+def resolve_tops(q: ShapeQuery, templates: Sequence[Template], why: str) -> LayerShapes:
+    """Apply the precedence --input > parameters > NeedsInput to each top, in top order."""
+    shapes: list[Shape] = []
+    missing: list[tuple[str, Template]] = []
+    for name, template in zip(q.layer.tops, templates):
+        if name in q.inputs:
+            shapes.append(tuple(q.inputs[name]))
+        elif all(isinstance(d, int) for d in template):
+            shapes.append(reshaped(q, template, f"top '{name}'"))  # type: ignore[arg-type]
+        else:
+            missing.append((name, template))
+    if missing:
+        flags = " ".join(f"--input {name}={','.join(str(d) for d in template)}" for name, template in missing)
+        raise NeedsInput([name for name, _ in missing], f"{why}; pass {flags}")
+    return LayerShapes(tops=tuple(shapes))
+
+
+def positive_batch(q: ShapeQuery, batch_size: int, field: str) -> int:
+    """Prefetching data layers CHECK a non-empty batch (CHECK_GT / CHECK(data_.count()))."""
+    batch = int32(batch_size)
+    q.check(batch > 0, f"{field} must be positive (got {batch})")
+    return batch
+
+
+def both_or_neither(q: ShapeQuery, height: int, width: int, what: str) -> None:
+    """Image layers' CHECK: ``new_height``/``new_width`` (or crops) are set together."""
+    h, w = int32(height), int32(width)
+    q.check((h == 0 and w == 0) or (h > 0 and w > 0), f"{what}_height and {what}_width must be set at the same time")
+
+
+def image_size(q: ShapeQuery, new_height: int, new_width: int, crop_size: int) -> tuple[Dim, Dim]:
+    """Height, width of an image after ReadImageToCVMat's resize and InferBlobShape's crop.
+
+    Unknown (``"H"``, ``"W"``) when neither a resize nor a crop fixes it: the image's own size.
+    """
+    new_h, new_w, crop = int32(new_height), int32(new_width), int32(crop_size)
+    if crop:
+        if new_h > 0 and new_w > 0:
+            # InferBlobShape: CHECK_GE(img_height, crop_size), CHECK_GE(img_width, crop_size).
+            q.check(new_h >= crop and new_w >= crop, f"crop_size {crop} exceeds the resized image {new_h}x{new_w}")
+        return crop, crop
+    if new_h > 0 and new_w > 0:
+        return new_h, new_w
+    return "H", "W"
+
+
+def follow_data(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
+    """Height, width of a label map read with the data image: taken from a --input data top."""
+    given = q.inputs.get(q.layer.tops[0])
+    if all(isinstance(d, int) for d in size) or given is None or len(given) != 4:
+        return size
+    return given[2], given[3]
+
+
+def color_channels(is_color: bool) -> int:
+    """Channels of an image decoded by OpenCV in colour or greyscale mode."""
+    return COLOR_CHANNELS if is_color else GRAY_CHANNELS
+
+
+@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp")
+def _input(q: ShapeQuery) -> LayerShapes:
+    """input_param.shape: none (the caller reshapes the tops), one for all tops, or one per top."""
+    shapes = q.proto.input_param.shape
+    tops = len(q.layer.tops)
+    q.check(
+        len(shapes) in (0, 1, tops),
+        f"must specify 'shape' once, once per top blob, or not at all: {tops} tops vs. {len(shapes)} shapes",
+    )
+    if not shapes:
+        templates: list[Template] = [ANY_SHAPE] * tops
+    else:
+        templates = [tuple(int32(d) for d in shapes[0 if len(shapes) == 1 else i].dim) for i in range(tops)]
+    return resolve_tops(q, templates, "an Input layer without input_param.shape is shaped by its caller")
+
+
+@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp")
+def _dummy_data(q: ShapeQuery) -> LayerShapes:
+    """Shapes from dummy_data_param: ``shape`` (once or per top) or legacy num/channels/height/width."""
+    param = q.proto.dummy_data_param
+    tops = len(q.layer.tops)
+    fillers = len(param.data_filler)
+    q.check(
+        fillers in (0, 1, tops),
+        f"number of data fillers must be 0, 1 or equal to the number of tops: {tops}; you specified {fillers} data fillers",
+    )
+    legacy = {"num": param.num, "channels": param.channels, "height": param.height, "width": param.width}
+    if any(len(values) for values in legacy.values()):
+        q.check(len(param.shape) == 0, "both shape and legacy fields were specified")
+        for field, values in legacy.items():
+            q.check(
+                len(values) in (1, tops),
+                f"must specify '{field}' once, or once per top blob ({tops}); specified {len(values)}",
+            )
+        templates: list[Template] = [
+            tuple(int32(values[0 if len(values) == 1 else i]) for values in legacy.values()) for i in range(tops)
+        ]
+    else:
+        q.check(
+            len(param.shape) in (1, tops),
+            f"must specify 'shape' once, or once per top blob ({tops}); specified {len(param.shape)}",
+        )
+        templates = [tuple(int32(d) for d in param.shape[0 if len(param.shape) == 1 else i].dim) for i in range(tops)]
+    return resolve_tops(q, templates, "")
+
+
+@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp")
+def _memory_data(q: ShapeQuery) -> LayerShapes:
+    """data [batch, channels, height, width] and label [batch] from memory_data_param."""
+    param = q.proto.memory_data_param
+    batch, channels, height, width = (int32(v) for v in (param.batch_size, param.channels, param.height, param.width))
+    q.check(
+        int32(batch * channels * height * width) > 0,
+        "batch_size, channels, height, and width must be specified and positive in memory_data_param",
+    )
+    return resolve_tops(q, [(batch, channels, height, width), (batch,)], "")
+
+
+@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp")
+def _data(q: ShapeQuery) -> LayerShapes:
+    """data [batch, C, H, W] with C, H, W from the first datum (crop_size fixes H, W); label [batch]."""
+    batch = positive_batch(q, q.proto.data_param.batch_size, "data_param.batch_size")
+    crop = int32(q.proto.transform_param.crop_size)
+    size: tuple[Dim, Dim] = (crop, crop) if crop else ("H", "W")
+    templates: list[Template] = [(batch, "C") + size, (batch,)]
+    return resolve_tops(q, templates, "a Data layer's channels (and height, width without crop_size) are stored in its database")
+
+
+@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp")
+def _image_data(q: ShapeQuery) -> LayerShapes:
+    """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width or crop_size; label [batch]."""
+    param = q.proto.image_data_param
+    both_or_neither(q, param.new_height, param.new_width, "new")
+    size = image_size(q, param.new_height, param.new_width, q.proto.transform_param.crop_size)
+    batch = positive_batch(q, param.batch_size, "image_data_param.batch_size")
+    templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch,)]
+    return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageData layer takes the first image's size")
+
+
+@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp")
+def _window_data(q: ShapeQuery) -> LayerShapes:
+    """data [batch, 3, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
+
+    Caffe takes the channel count from the window file's image records; R-CNN window files
+    list colour images, so 3 is assumed (pass --input to override).
+    """
+    crop = int32(q.proto.transform_param.crop_size)
+    q.check(crop > 0, "WindowData needs transform_param.crop_size > 0")
+    batch = int32(q.proto.window_data_param.batch_size)
+    return resolve_tops(q, [(batch, COLOR_CHANNELS, crop, crop), (batch,)], "")
+
+
+@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp")
+def _hdf5_data(q: ShapeQuery) -> LayerShapes:
+    """Each top is [batch_size, dims of the HDF5 dataset of that name...]: only the batch is known."""
+    q.check(not q.proto.HasField("transform_param"), "HDF5Data does not transform data (remove transform_param)")
+    batch = int32(q.proto.hdf5_data_param.batch_size)
+    templates: list[Template] = [(batch, "...")] * len(q.layer.tops)
+    return resolve_tops(q, templates, "an HDF5Data layer's trailing dimensions are those of the datasets in its files")
+
+
+@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, source="caffe master layers/python_layer.hpp")
+def _python(q: ShapeQuery) -> LayerShapes:
+    """A Python layer shapes its tops in Python code (its reshape()), which caffemem does not run."""
+    param = q.proto.python_param
+    where = f" ({param.module}.{param.layer})" if param.module or param.layer else ""
+    return resolve_tops(q, [ANY_SHAPE] * len(q.layer.tops), f"a Python layer{where} computes its top shapes in Python code")
+

@@ -1,0 +1,236 @@
+"""Custom layer types declared in a small TOML file (`--layers FILE`), no Python needed.
+
+A fork's layer that caffemem does not know can be described by its shape rule::
+
+    [layer.MyUpsample]                      # the Caffe type string
+    bottoms = 1                             # a count, or [min, max]
+    tops = 1
+    top = ["like bottom 0 with axis 2 = b0[2] * 2, axis 3 = b0[3] * 2"]
+    params = ["b0[1], 1, 3, 3"]             # optional: parameter blob shapes
+    data = false                            # true: tops come from outside (--input)
+
+A shape is ``like bottom K`` (optionally ``with axis A = EXPR, ...``), ``scalar``, or a
+comma-separated list of expressions.  An expression uses whole numbers, ``+ - * // %``,
+``min``/``max``, ``bK[A]`` (axis A of bottom K, negative counts from the end),
+``bK.count`` and ``bK.axes``, and fields of the layer's own parameters such as
+``convolution_param.num_output`` (first value of a repeated field, or ``…[i]``).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+import tomllib
+from dataclasses import dataclass
+
+from ..errors import CaffememError, Location
+from ..graph import LayerShapes, Shape
+from .registry import Arity, LayerSpec, NeedsInput, ShapeQuery
+
+_LIKE = re.compile(r"^\s*like\s+bottom\s+(\d+)\s*(?:with\s+(.*))?$", re.IGNORECASE)
+_AXIS = re.compile(r"^\s*axis\s+(-?\d+)\s*=\s*(.+)$", re.IGNORECASE)
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_FUNCTIONS = {"min": min, "max": max}
+
+
+@dataclass(frozen=True)
+class ShapeTemplate:
+    """One declared shape, kept as text and checked for syntax when the file is read."""
+
+    text: str
+
+    def evaluate(self, query: ShapeQuery) -> Shape:
+        like = _LIKE.match(self.text)
+        if like:
+            base = list(_bottom(query, int(like.group(1))))
+            for clause in _split_top_level(like.group(2) or ""):
+                axis_match = _AXIS.match(clause)
+                if not axis_match:
+                    raise query.fail(f"declared shape '{self.text}': expected 'axis A = EXPR', got '{clause}'")
+                axis = int(axis_match.group(1))
+                if not -len(base) <= axis < len(base):
+                    raise query.fail(f"declared shape '{self.text}': axis {axis} is outside bottom {like.group(1)} of {len(base)} axes")
+                base[axis] = _evaluate(axis_match.group(2), query, self.text)
+            return tuple(base)
+        if self.text.strip().lower() == "scalar":
+            return ()
+        return tuple(_evaluate(part, query, self.text) for part in _split_top_level(self.text.strip().strip("[]")))
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets or parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current)
+    return [p for p in (p.strip() for p in parts) if p]
+
+
+def _bottom(query: ShapeQuery, index: int) -> Shape:
+    if index >= len(query.bottoms):
+        raise query.fail(f"declared shape refers to bottom {index}, but the layer has {len(query.bottoms)} bottoms")
+    return query.bottoms[index]
+
+
+def _evaluate(expression: str, query: ShapeQuery, context: str) -> int:
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        raise query.fail(f"declared shape '{context}': cannot read expression '{expression.strip()}'") from None
+    return _Evaluator(query, context).visit(tree.body)
+
+
+class _Evaluator(ast.NodeVisitor):
+    """Evaluates the small, safe expression language (nothing else is reachable)."""
+
+    def __init__(self, query: ShapeQuery, context: str) -> None:
+        self.query, self.context = query, context
+
+    def fail(self, what: str) -> CaffememError:
+        return self.query.fail(f"declared shape '{self.context}': {what}")
+
+    def generic_visit(self, node: ast.AST):
+        raise self.fail(f"'{ast.unparse(node)}' is not allowed in a shape expression")
+
+    def visit_Constant(self, node: ast.Constant) -> int:
+        if isinstance(node.value, bool) or not isinstance(node.value, int):
+            raise self.fail(f"'{node.value!r}' is not a whole number")
+        return node.value
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> int:
+        if isinstance(node.op, ast.USub):
+            return -self.visit(node.operand)
+        return self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> int:
+        op = _BINARY.get(type(node.op))
+        if op is None:
+            return self.generic_visit(node)
+        left, right = self.visit(node.left), self.visit(node.right)
+        if op in (operator.floordiv, operator.mod) and right == 0:
+            raise self.fail("division by zero")
+        return op(left, right)
+
+    def visit_Call(self, node: ast.Call) -> int:
+        if isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and node.args and not node.keywords:
+            return _FUNCTIONS[node.func.id](self.visit(arg) for arg in node.args)
+        return self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> int:
+        index = self.visit(node.slice)
+        if isinstance(node.value, ast.Name) and re.fullmatch(r"b\d+", node.value.id):
+            shape = _bottom(self.query, int(node.value.id[1:]))
+            if not -len(shape) <= index < len(shape):
+                raise self.fail(f"axis {index} is outside {node.value.id} of {len(shape)} axes")
+            return shape[index]
+        values = self._field(node.value)
+        if not hasattr(values, "__len__") or not -len(values) <= index < len(values):
+            raise self.fail(f"'{ast.unparse(node)}' has no value at index {index}")
+        return int(values[index])
+
+    def visit_Attribute(self, node: ast.Attribute) -> int:
+        if isinstance(node.value, ast.Name) and re.fullmatch(r"b\d+", node.value.id) and node.attr in ("count", "axes"):
+            shape = _bottom(self.query, int(node.value.id[1:]))
+            if node.attr == "axes":
+                return len(shape)
+            total = 1
+            for d in shape:
+                total *= d
+            return total
+        value = self._field(node)
+        if hasattr(value, "__len__") and not isinstance(value, str):
+            if not len(value):
+                raise self.fail(f"'{ast.unparse(node)}' is empty in this layer")
+            value = value[0]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(f"'{ast.unparse(node)}' is not a number")
+        return int(value)
+
+    def _field(self, node: ast.AST):
+        """A field of the layer's proto, by dotted path (message.field)."""
+        path: list[str] = []
+        while isinstance(node, ast.Attribute):
+            path.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            raise self.fail(f"'{ast.unparse(node)}' is not a field of the layer")
+        path.append(node.id)
+        value = self.query.proto
+        for name in reversed(path):
+            descriptor = getattr(value, "DESCRIPTOR", None)
+            if descriptor is None or name not in descriptor.fields_by_name:
+                raise self.fail(f"the layer has no field '{'.'.join(reversed(path))}'")
+            value = getattr(value, name)
+        return value
+
+
+def _arity(value, what: str, where: Location) -> Arity:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return Arity.exactly(value)
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v >= 0 for v in value) and value[0] <= value[1]:
+        return Arity(value[0], value[1])
+    raise CaffememError(f"'{what}' must be a count or [min, max], got {value!r}", where)
+
+
+def _shapes(value, what: str, where: Location) -> tuple[ShapeTemplate, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CaffememError(f"'{what}' must be a list of shape strings", where)
+    return tuple(ShapeTemplate(v) for v in value)
+
+
+def _spec(type_name: str, table: dict, file: str) -> LayerSpec:
+    where = Location(file=file, layer_type=type_name)
+    known = {"bottoms", "tops", "top", "params", "data"}
+    extra = set(table) - known
+    if extra:
+        raise CaffememError(f"[layer.{type_name}]: unknown key(s) {', '.join(sorted(extra))} (known: {', '.join(sorted(known))})", where)
+    is_data = bool(table.get("data", False))
+    tops = _shapes(table.get("top"), "top", where)
+    params = _shapes(table.get("params"), "params", where)
+    bottoms = _arity(table.get("bottoms", 0 if is_data else 1), "bottoms", where)
+    top_count = _arity(table.get("tops", len(tops) or 1), "tops", where)
+    if not is_data and not tops:
+        raise CaffememError(f"[layer.{type_name}]: 'top' must give each top's shape (or set data = true)", where)
+
+    def rule(query: ShapeQuery) -> LayerShapes:
+        if is_data:
+            missing = [t for t in query.layer.tops if t not in query.inputs]
+            if missing and not tops:
+                raise NeedsInput(missing, f"{type_name} is declared as a data layer")
+            if not missing:
+                return LayerShapes(tuple(query.inputs[t] for t in query.layer.tops), tuple(p.evaluate(query) for p in params))
+        if len(tops) < len(query.layer.tops):
+            raise query.fail(f"the declaration of {type_name} gives {len(tops)} top shape(s) for {len(query.layer.tops)} tops")
+        return LayerShapes(tuple(t.evaluate(query) for t in tops[: len(query.layer.tops)]), tuple(p.evaluate(query) for p in params))
+
+    return LayerSpec(type=type_name, shape=rule, family="declared", bottoms=bottoms, tops=top_count, is_data=is_data, source=file)
+
+
+def load_declarations(file: str) -> dict[str, LayerSpec]:
+    """Read a --layers file into specs (errors name the file and the declaration)."""
+    try:
+        with open(file, "rb") as handle:
+            document = tomllib.load(handle)
+    except FileNotFoundError:
+        raise CaffememError("--layers file not found", Location(file=file)) from None
+    except OSError as error:
+        raise CaffememError(f"cannot read --layers file: {error.strerror or error}", Location(file=file)) from None
+    except tomllib.TOMLDecodeError as error:
+        line = re.search(r"line (\d+)", str(error))
+        raise CaffememError(f"not valid TOML: {error}", Location(file=file, line=int(line.group(1)) if line else None)) from None
+    layers = document.get("layer")
+    if not isinstance(layers, dict) or not layers or set(document) - {"layer"}:
+        raise CaffememError("expected one or more [layer.TYPE] tables and nothing else", Location(file=file))
+    return {name: _spec(name, table if isinstance(table, dict) else {}, file) for name, table in layers.items()}

@@ -1,0 +1,139 @@
+"""The registry of layer specs: everything caffemem knows about one layer type.
+
+Like Caffe's own ``layers/`` folder (or MXNet's operator attributes), a layer type's
+knowledge lives in one :class:`LayerSpec`, registered by the module of its family.  The
+passes never test a type name; they ask the spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from ..errors import CaffememError, Location
+from ..graph import Layer, LayerShapes, Shape
+from .access import MemoryRule
+
+
+class NeedsInput(Exception):
+    """A data layer whose top shapes the file cannot tell: the user must pass --input."""
+
+    def __init__(self, blobs: list[str], hint: str = "") -> None:
+        super().__init__(", ".join(blobs))
+        self.blobs = blobs
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class ShapeQuery:
+    """What a shape rule may look at: the layer, its bottoms' shapes, the run's settings."""
+
+    layer: Layer
+    bottoms: tuple[Shape, ...]
+    phase: str
+    inputs: Mapping[str, Shape]  # --input NAME=shape given by the user
+
+    @property
+    def proto(self):  # caffe_pb2.LayerParameter
+        return self.layer.proto
+
+    def fail(self, message: str) -> CaffememError:
+        """An error about this layer, located at its line (raise the result)."""
+        return CaffememError(message, Location(line=self.layer.line, layer=self.layer.name, layer_type=self.layer.type))
+
+    def check(self, condition: bool, message: str) -> None:
+        """Caffe's CHECK in a layer's Reshape: a false condition is the user's error."""
+        if not condition:
+            raise self.fail(message)
+
+
+ShapeRule = Callable[[ShapeQuery], LayerShapes]
+
+
+@dataclass(frozen=True)
+class Arity:
+    """How many blobs a layer takes or gives (Caffe's ExactNum/MinNum/MaxNum...Blobs)."""
+
+    min: int = 0
+    max: int | None = None
+
+    @staticmethod
+    def exactly(n: int) -> "Arity":
+        return Arity(n, n)
+
+    def accepts(self, n: int) -> bool:
+        return n >= self.min and (self.max is None or n <= self.max)
+
+    def describe(self) -> str:
+        if self.max == self.min:
+            return f"exactly {self.min}"
+        if self.max is None:
+            return f"at least {self.min}"
+        return f"{self.min} to {self.max}"
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """All caffemem knows about one Caffe layer type."""
+
+    type: str
+    shape: ShapeRule
+    family: str
+    bottoms: Arity = Arity()
+    tops: Arity = Arity()
+    # Caffe's AutoTopBlobs(): true exactly for LossLayer subclasses, which also get a
+    # default loss_weight of 1 on top 0 when the file gives none.
+    auto_top: bool = False
+    is_data: bool = False  # tops come from outside the net (files, memory, the user)
+    source: str = ""  # where the rule was checked: "caffe master layers/foo.cpp" or a fork
+    # What it does to memory in SetUp/Forward/Backward (see access.py); None: unknown,
+    # the memory pass then uses a generic guess and says so.
+    memory: "MemoryRule | None" = None
+    # Bottoms that force_backward must not give a gradient (Layer::AllowForceBackward),
+    # e.g. the label of a loss layer.
+    no_force_backward: tuple[int, ...] = ()
+
+
+_REGISTRY: dict[str, LayerSpec] = {}
+
+
+def register(spec: LayerSpec) -> LayerSpec:
+    """Add a spec; a second spec for one type is a programming error."""
+    if spec.type in _REGISTRY:
+        raise ValueError(f"layer type {spec.type!r} registered twice")
+    _REGISTRY[spec.type] = spec
+    return spec
+
+
+def layer(type: str, family: str, **options) -> Callable[[ShapeRule], ShapeRule]:
+    """Decorator form: ``@layer("ReLU", "neuron", bottoms=Arity.exactly(1))``."""
+
+    def wrap(rule: ShapeRule) -> ShapeRule:
+        register(LayerSpec(type=type, shape=rule, family=family, **options))
+        return rule
+
+    return wrap
+
+
+def builtin_specs() -> Mapping[str, LayerSpec]:
+    """Every built-in spec, keyed by Caffe type string (families imported on first use)."""
+    from . import families  # noqa: F401  (importing registers them)
+
+    return _REGISTRY
+
+
+class SpecTable:
+    """The specs one run uses: built-ins plus any declared with --layers."""
+
+    def __init__(self, extra: Mapping[str, LayerSpec] | None = None) -> None:
+        self._specs = dict(builtin_specs())
+        self._specs.update(extra or {})
+
+    def get(self, type: str) -> LayerSpec | None:
+        return self._specs.get(type)
+
+    def __contains__(self, type: str) -> bool:
+        return type in self._specs
+
+    def types(self) -> list[str]:
+        return sorted(self._specs)

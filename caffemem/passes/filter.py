@@ -1,0 +1,73 @@
+"""Pass 3, filter: keep the layers a NetState selects, exactly as Caffe's Net::FilterNet.
+
+Entry point: :func:`filter_net`.  A layer with include rules is kept when any rule is
+met; a layer with exclude rules is dropped when any rule is met; a layer with neither is
+kept; a layer with both is an error (Caffe refuses it too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from ..errors import CaffememError, Location
+from ..schema import caffe_pb2
+
+PHASES = {"TRAIN": caffe_pb2.TRAIN, "TEST": caffe_pb2.TEST}
+
+
+def make_state(phase: str, stages: Iterable[str] = (), level: int | None = None, base: caffe_pb2.NetState | None = None) -> caffe_pb2.NetState:
+    """The NetState a run uses: the file's own state, with the phase set and stages added."""
+    state = caffe_pb2.NetState()
+    if base is not None:
+        state.CopyFrom(base)
+    state.phase = PHASES[phase]
+    state.stage.extend(stages)
+    if level is not None:
+        state.level = level
+    return state
+
+
+def phase_name(state: caffe_pb2.NetState) -> str:
+    return caffe_pb2.Phase.Name(state.phase)
+
+
+def state_meets_rule(state: caffe_pb2.NetState, rule: caffe_pb2.NetStateRule) -> bool:
+    """Caffe's Net::StateMeetsRule."""
+    if rule.HasField("phase") and rule.phase != state.phase:
+        return False
+    if rule.HasField("min_level") and state.level < rule.min_level:
+        return False
+    if rule.HasField("max_level") and state.level > rule.max_level:
+        return False
+    if any(stage not in state.stage for stage in rule.stage):
+        return False
+    if any(stage in state.stage for stage in rule.not_stage):
+        return False
+    return True
+
+
+def filter_net(
+    net: caffe_pb2.NetParameter,
+    state: caffe_pb2.NetState,
+    file: str | None = None,
+    line_of: Callable[[str], int | None] = lambda name: None,
+) -> caffe_pb2.NetParameter:
+    """A copy of an upgraded (V2) net holding only the layers the state selects."""
+    filtered = caffe_pb2.NetParameter()
+    filtered.CopyFrom(net)
+    del filtered.layer[:]
+    filtered.state.CopyFrom(state)
+    for layer in net.layer:
+        if len(layer.include) and len(layer.exclude):
+            raise CaffememError(
+                "specify either include rules or exclude rules, not both",
+                Location(file=file, line=line_of(layer.name), layer=layer.name, layer_type=layer.type),
+            )
+        included = len(layer.include) == 0
+        if any(state_meets_rule(state, rule) for rule in layer.exclude):
+            included = False
+        if any(state_meets_rule(state, rule) for rule in layer.include):
+            included = True
+        if included:
+            filtered.layer.add().CopyFrom(layer)
+    return filtered

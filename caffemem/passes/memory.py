@@ -1,0 +1,427 @@
+"""Pass 6, memory: the bytes real Caffe allocates, replayed event by event.
+
+Entry point: :func:`simulate`.  It derives what Net::Init derives (loss weights,
+need_backward, propagate_down, parameter sharing), then replays every layer's SetUp,
+Forward (in order) and Backward (in reverse, for the layers that need it) over a model
+of Caffe's SyncedMemory: a Blob's data and diff get their bytes on first touch, its
+shape buffer on Reshape, ShareData/ShareDiff drop storage.  Each layer's events come
+from its spec's memory rule (layers/access.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..errors import CaffememError, Location
+from ..graph import Layer, ShapedGraph, count
+from ..layers.access import (
+    Action,
+    BlobId,
+    LayerMemory,
+    MemoryQuery,
+    Reshape,
+    Share,
+    Touch,
+    generic_memory,
+    write,
+)
+from ..layers.registry import SpecTable
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8}
+INT_BYTES = 4
+
+CATEGORIES = ("parameters", "parameter_gradients", "activations", "activation_gradients", "layer_buffers")
+
+
+# ----------------------------------------------------------------------------- Net::Init flags
+
+
+@dataclass(frozen=True)
+class LayerFlags:
+    """Net::Init's verdict for one layer."""
+
+    need_backward: bool
+    propagate_down: tuple[bool, ...]  # bottom_need_backward_
+    param_propagate_down: tuple[bool, ...]
+    loss_weights: tuple[float, ...]  # per top; 0 where the top is not a loss
+
+
+def loss_weights(layer: Layer, is_loss: bool, file: str) -> tuple[float, ...]:
+    """Layer::SetLossWeights, with LossLayer's default of 1 on top 0."""
+    weights = list(layer.proto.loss_weight)
+    if not weights and is_loss:
+        weights = [1.0]
+    if weights and len(weights) != len(layer.tops):
+        raise CaffememError(
+            f"loss_weight must be unspecified or given once per top ({len(layer.tops)} tops, {len(weights)} loss_weight)",
+            Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type),
+        )
+    return tuple(weights) if weights else (0.0,) * len(layer.tops)
+
+
+def backward_flags(shaped: ShapedGraph, specs: SpecTable) -> tuple[LayerFlags, ...]:
+    """need_backward / propagate_down exactly as Net::Init computes them."""
+    graph = shaped.graph
+    file = graph.source
+    blob_needs: dict[str, bool] = {}
+    need: list[bool] = []
+    bottom_need: list[list[bool]] = []
+    param_down: list[list[bool]] = []
+    weights: list[tuple[float, ...]] = []
+    for layer in graph.layers:
+        spec = specs.get(layer.type)
+        where = Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type)
+        proto = layer.proto
+        if len(proto.propagate_down) and len(proto.propagate_down) != len(layer.bottoms):
+            raise CaffememError("propagate_down must be given either 0 or once per bottom", where)
+        layer_need = False
+        flags = []
+        for i, bottom in enumerate(layer.bottoms):
+            flags.append(bool(proto.propagate_down[i]) if len(proto.propagate_down) else blob_needs.get(bottom, False))
+            layer_need |= blob_needs.get(bottom, False)
+        n_params = len(shaped.layer_shapes[layer.index].params)
+        if len(proto.param) > n_params:
+            raise CaffememError(f"{len(proto.param)} param {{}} blocks given, but the layer has {n_params} parameter blobs", where)
+        pdown = [(proto.param[j].lr_mult if j < len(proto.param) else 1.0) != 0 for j in range(n_params)]
+        layer_need |= any(pdown)
+        for top in layer.tops:
+            blob_needs.setdefault(top, False)
+            if layer_need:
+                blob_needs[top] = True
+        need.append(layer_need)
+        bottom_need.append(flags)
+        param_down.append(pdown)
+        weights.append(loss_weights(layer, bool(spec and spec.auto_top), file))
+
+    under_loss: set[str] = set()
+    skip: set[str] = set()
+    for layer in reversed(graph.layers):
+        i = layer.index
+        contributes = any(weights[i][j] or top in under_loss for j, top in enumerate(layer.tops))
+        skip_down = all(top in skip for top in layer.tops)
+        if need[i] and skip_down:
+            need[i] = False
+            bottom_need[i] = [False] * len(layer.bottoms)
+        if not contributes:
+            need[i] = False
+        for j, bottom in enumerate(layer.bottoms):
+            if contributes:
+                under_loss.add(bottom)
+            else:
+                bottom_need[i][j] = False
+            if not bottom_need[i][j]:
+                skip.add(bottom)
+
+    if graph.force_backward:
+        for layer in graph.layers:
+            spec = specs.get(layer.type)
+            barred = spec.no_force_backward if spec else ()
+            i = layer.index
+            need[i] = True
+            bottom_need[i] = [flag or j not in barred for j, flag in enumerate(bottom_need[i])]
+            param_down[i] = [True] * len(param_down[i])
+    return tuple(LayerFlags(need[i], tuple(bottom_need[i]), tuple(param_down[i]), weights[i]) for i in range(len(graph.layers)))
+
+
+# ----------------------------------------------------------------------------- SyncedMemory model
+
+
+@dataclass
+class _Storage:
+    """One SyncedMemory: its size, whether it holds bytes, and who points at it."""
+
+    bytes: int
+    category: str
+    allocated: bool = False
+    refs: int = 1
+
+
+@dataclass
+class _Blob:
+    elem_bytes: int
+    category: str  # of its data; its diff is the matching gradient category
+    shape_bytes: int = 0  # size of shape_data_ (None-equivalent: 0 and never written)
+    has_shape: bool = False
+    capacity: int = 0
+    data: _Storage | None = None
+    diff: _Storage | None = None
+
+
+GRADIENT_OF = {"parameters": "parameter_gradients", "activations": "activation_gradients", "layer_buffers": "layer_buffers"}
+
+
+class Heap:
+    """Caffe's allocations as events; bytes are charged to the bucket that is current."""
+
+    def __init__(self, dtype_bytes: int) -> None:
+        self.dtype_bytes = dtype_bytes
+        self.blobs: dict[BlobId, _Blob] = {}
+        self.bucket: object = "init"
+        self.charged: dict[object, int] = {}
+        self.charged_by_category: dict[tuple[object, str], int] = {}
+        self.by_blob: dict[BlobId, int] = {}
+
+    def _charge(self, blob_id: BlobId, category: str, amount: int) -> None:
+        self.charged[self.bucket] = self.charged.get(self.bucket, 0) + amount
+        key = (self.bucket, category)
+        self.charged_by_category[key] = self.charged_by_category.get(key, 0) + amount
+        self.by_blob[blob_id] = self.by_blob.get(blob_id, 0) + amount
+
+    def category_total(self, category: str, buckets=None) -> int:
+        """Bytes of one category charged to the given buckets (all buckets: None)."""
+        return sum(n for (bucket, cat), n in self.charged_by_category.items() if cat == category and (buckets is None or bucket in buckets))
+
+    def blob(self, blob_id: BlobId, elem: str = "float") -> _Blob:
+        found = self.blobs.get(blob_id)
+        if found is None:
+            category = {"blob": "activations", "param": "parameters", "buffer": "layer_buffers"}[blob_id.kind]
+            found = _Blob(INT_BYTES if elem == "int" else self.dtype_bytes, category)
+            self.blobs[blob_id] = found
+        return found
+
+    def reshape(self, blob_id: BlobId, shape, elem: str = "float") -> None:
+        blob = self.blob(blob_id, elem)
+        needed = INT_BYTES * len(shape)
+        if not blob.has_shape or blob.shape_bytes < needed:
+            blob.has_shape, blob.shape_bytes = True, needed
+            self._charge(blob_id, blob.category, needed)  # written at once in Reshape
+        elements = count(shape)
+        if elements > blob.capacity:
+            blob.capacity = elements
+            for part in ("data", "diff"):
+                self._drop(blob_id, blob, part)
+                category = blob.category if part == "data" else GRADIENT_OF[blob.category]
+                setattr(blob, part, _Storage(elements * blob.elem_bytes, category))
+
+    def touch(self, blob_id: BlobId, part: str) -> None:
+        storage = getattr(self.blob(blob_id), part)
+        if storage is not None and not storage.allocated:
+            storage.allocated = True
+            self._charge(blob_id, storage.category, storage.bytes)
+
+    def share(self, dst: BlobId, src: BlobId, part: str) -> None:
+        target, source = self.blob(dst), self.blob(src)
+        storage = getattr(source, part)
+        if storage is getattr(target, part):
+            return
+        self._drop(dst, target, part)
+        if storage is not None:
+            storage.refs += 1
+        setattr(target, part, storage)
+
+    def _drop(self, blob_id: BlobId, blob: _Blob, part: str) -> None:
+        storage = getattr(blob, part)
+        if storage is None:
+            return
+        storage.refs -= 1
+        if storage.refs == 0 and storage.allocated:
+            self._charge(blob_id, storage.category, -storage.bytes)
+        setattr(blob, part, None)
+
+    def apply(self, actions: Iterable[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Touch):
+                self.touch(action.blob, action.part)
+            elif isinstance(action, Reshape):
+                self.reshape(action.blob, action.shape, action.elem)
+            elif isinstance(action, Share):
+                self.share(action.dst, action.src, action.part)
+
+
+# ----------------------------------------------------------------------------- the pass
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    """Bytes one layer makes Caffe allocate, as the ground truth measures them."""
+
+    name: str
+    type: str
+    init: int
+    fwd_alloc: int
+    bwd_alloc: int
+    need_backward: bool
+    propagate_down: tuple[bool, ...]
+    buffers: dict[str, int]  # internal buffer name -> bytes it ends up holding
+    by_category: dict[str, int]  # what its SetUp, Forward and Backward allocated, by category
+    verified: bool  # False: the layer's memory rule is a generic guess
+
+    @property
+    def total(self) -> int:
+        return self.init + self.fwd_alloc + self.bwd_alloc
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """The whole footprint of one net in one phase."""
+
+    phase: str
+    dtype: str
+    layers: tuple[LayerBytes, ...]
+    flags: tuple[LayerFlags, ...]
+    rules: tuple[LayerMemory, ...]  # each layer's events (the schedule reads them)
+    heap_init: int
+    input_bytes: int  # data of the data layers' tops, filled before Forward
+    heap_forward: int  # includes input_bytes, as the ground truth counts it
+    heap_backward: int
+    prefetch_bytes: int  # prefetching data layers' batches (outside the heap figures)
+    prefetched_input_bytes: int  # input bytes that a real run keeps in those batches instead
+    memory_required_for_data: int  # Caffe's own log line
+    learnable_param_bytes: int
+    untouched_param_diff_bytes: int  # owner parameter diffs no Backward touched (a solver clears them)
+    by_category: dict[str, int]
+    peak_layer: str | None  # the layer whose single step allocates the most
+    unverified_types: tuple[str, ...] = field(default=())
+
+    @property
+    def heap_total(self) -> int:
+        """Everything the measured run allocates (nothing is freed during a run)."""
+        return self.heap_init + self.heap_forward + self.heap_backward
+
+    @property
+    def total_bytes(self) -> int:
+        """The net's real footprint: the heap plus prefetch batches, whose tops live in them."""
+        return self.heap_total + self.prefetch_bytes - self.prefetched_input_bytes
+
+
+def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], engine: str = "caffe") -> tuple[LayerMemory, ...]:
+    """Each layer's memory events, from its spec (or the generic guess)."""
+    rules = []
+    for layer, flag in zip(shaped.graph.layers, flags):
+        spec = specs.get(layer.type)
+        query = MemoryQuery(
+            layer=layer,
+            bottoms=shaped.bottom_shapes(layer.index),
+            tops=shaped.top_shapes(layer.index),
+            params=shaped.layer_shapes[layer.index].params,
+            phase=shaped.graph.phase,
+            need_backward=flag.need_backward,
+            propagate_down=flag.propagate_down,
+            param_propagate_down=flag.param_propagate_down,
+            engine=engine,
+        )
+        rule = spec.memory if spec is not None and spec.memory is not None else generic_memory
+        rules.append(rule(query))
+    return tuple(rules)
+
+
+def simulate(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> MemoryReport:
+    """Replay Net::Init, one Forward and (in TRAIN) one Backward over the heap model."""
+    graph = shaped.graph
+    flags = backward_flags(shaped, specs)
+    rules = layer_rules(shaped, specs, flags, engine)
+    heap = Heap(DTYPE_BYTES[dtype])
+    layers = graph.layers
+
+    owners: dict[str, BlobId] = {}
+    shared_params: list[tuple[BlobId, BlobId]] = []
+    inits: list[int] = []
+    for layer, flag, rule in zip(layers, flags, rules):
+        heap.bucket = ("init", layer.index)
+        params = shaped.layer_shapes[layer.index].params
+        for j, shape in enumerate(params):
+            param = BlobId("param", f"{layer.name}#{j}")
+            heap.reshape(param, shape)
+            heap.touch(param, "data")  # every filler writes the data
+            name = layer.proto.param[j].name if j < len(layer.proto.param) else ""
+            if name:
+                if name in owners:
+                    shared_params.append((param, owners[name]))
+                else:
+                    owners[name] = param
+        for i, shape in enumerate(shaped.top_shapes(layer.index)):
+            heap.reshape(BlobId("blob", layer.tops[i]), shape)
+        heap.apply(rule.setup)
+        heap.apply(write(BlobId("blob", top), "diff") for top, w in zip(layer.tops, flag.loss_weights) if w)
+        inits.append(heap.charged.get(heap.bucket, 0))
+    heap.bucket = ("init", "share")
+    for param, owner in shared_params:  # Net::ShareWeights
+        heap.share(param, owner, "data")
+        heap.share(param, owner, "diff")
+    heap_init = sum(v for k, v in heap.charged.items() if k[0] == "init")
+
+    heap.bucket = "input"
+    data_tops = [top for layer in layers if (s := specs.get(layer.type)) is not None and s.is_data for top in layer.tops]
+    for top in data_tops:
+        heap.touch(BlobId("blob", top), "data")
+    input_bytes = heap.charged.get("input", 0)
+
+    for layer, flag, rule in zip(layers, flags, rules):
+        heap.bucket = ("fwd", layer.index)
+        heap.apply(rule.forward)
+    if graph.phase == "TRAIN":
+        for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)):
+            if flag.need_backward:
+                heap.bucket = ("bwd", layer.index)
+                heap.apply(rule.backward)
+
+    heap.bucket = "prefetch"
+    prefetched_input = 0
+    for layer, rule in zip(layers, rules):
+        if rule.prefetch:
+            heap.apply(rule.prefetch)
+            prefetched_input += sum(heap.by_blob.get(BlobId("blob", top), 0) for top in layer.tops if top not in layer.bottoms)
+
+    heap.bucket = "unreached"
+    untouched = 0
+    for param in _owner_params(shaped, shared_params):
+        storage = heap.blob(param).diff
+        if storage is not None and not storage.allocated:
+            untouched += storage.bytes
+
+    per_layer = tuple(_layer_bytes(layer, flag, rule, heap, inits[layer.index]) for layer, flag, rule in zip(layers, flags, rules))
+    steps = [(l.fwd_alloc, l.name) for l in per_layer] + [(l.bwd_alloc, l.name) for l in per_layer]
+    peak = max(steps)[1] if steps and max(steps)[0] > 0 else None
+    owners_only = _owner_params(shaped, shared_params)
+    data_elements = sum(count(shape) for layer in layers for shape in shaped.top_shapes(layer.index))
+    measured = {bucket for bucket in heap.charged if bucket not in ("prefetch", "unreached")}
+    return MemoryReport(
+        phase=graph.phase,
+        dtype=dtype,
+        layers=per_layer,
+        flags=flags,
+        rules=rules,
+        heap_init=heap_init,
+        input_bytes=input_bytes,
+        heap_forward=input_bytes + sum(l.fwd_alloc for l in per_layer),
+        heap_backward=sum(l.bwd_alloc for l in per_layer),
+        prefetch_bytes=heap.charged.get("prefetch", 0),
+        prefetched_input_bytes=prefetched_input,
+        memory_required_for_data=data_elements * heap.dtype_bytes,
+        learnable_param_bytes=sum(count(shape) * heap.dtype_bytes for _, shape in owners_only.items()),
+        untouched_param_diff_bytes=untouched,
+        by_category={category: heap.category_total(category, measured) for category in CATEGORIES},
+        peak_layer=peak,
+        unverified_types=tuple(sorted({l.type for l in per_layer if not l.verified})),
+    )
+
+
+def _owner_params(shaped: ShapedGraph, shared: list[tuple[BlobId, BlobId]]) -> dict[BlobId, tuple[int, ...]]:
+    """Every parameter blob the net owns (a param shared by name is owned once)."""
+    sharers = {param for param, _ in shared}
+    owned = {}
+    for layer in shaped.graph.layers:
+        for j, shape in enumerate(shaped.layer_shapes[layer.index].params):
+            param = BlobId("param", f"{layer.name}#{j}")
+            if param not in sharers:
+                owned[param] = shape
+    return owned
+
+
+def _layer_bytes(layer: Layer, flag: LayerFlags, rule: LayerMemory, heap: Heap, init: int) -> LayerBytes:
+    own_buffers = {a.blob for a in rule.setup + rule.forward + rule.backward if isinstance(a, (Touch, Reshape)) and a.blob.kind == "buffer"}
+    prefix = len(layer.name) + 1
+    buckets = {("init", layer.index), ("fwd", layer.index), ("bwd", layer.index)}
+    return LayerBytes(
+        name=layer.name,
+        type=layer.type,
+        init=init,
+        fwd_alloc=heap.charged.get(("fwd", layer.index), 0),
+        bwd_alloc=heap.charged.get(("bwd", layer.index), 0),
+        need_backward=flag.need_backward,
+        propagate_down=flag.propagate_down,
+        buffers={b.name[prefix:]: heap.by_blob[b] for b in sorted(own_buffers, key=lambda b: b.name) if heap.by_blob.get(b)},
+        by_category={category: heap.category_total(category, buckets) for category in CATEGORIES},
+        verified=rule.verified,
+    )

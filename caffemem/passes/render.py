@@ -1,0 +1,183 @@
+"""Last pass, render: an analysis as JSON (machine-readable) or as rich tables (people).
+
+Entry points: :func:`to_json` and :func:`print_tables`.  The JSON uses the field names of
+``../shared/groundtruth`` so the two compare directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..api import Analysis, NetAnalysis
+from ..graph import Shape
+from .memory import CATEGORIES, MemoryReport
+
+MIB = 1024 * 1024
+
+
+def _shape(shape: Shape) -> list[int]:
+    return [int(d) for d in shape]
+
+
+def memory_json(memory: MemoryReport) -> dict[str, Any]:
+    """The whole-net figures, with the ground truth's names."""
+    return {
+        "dtype": memory.dtype,
+        "heap_init": memory.heap_init,
+        "heap_forward": memory.heap_forward,
+        "heap_backward": memory.heap_backward,
+        "input_bytes": memory.input_bytes,
+        "memory_required_for_data": memory.memory_required_for_data,
+        "learnable_param_bytes": memory.learnable_param_bytes,
+        "prefetch_bytes": memory.prefetch_bytes,
+        "total_bytes": memory.total_bytes,
+        "by_category": dict(memory.by_category, prefetch=memory.prefetch_bytes),
+        "peak_layer": memory.peak_layer,
+        "unverified_types": list(memory.unverified_types),
+    }
+
+
+def net_json(net: NetAnalysis) -> dict[str, Any]:
+    """One net: phase, blobs in Caffe's order, layers in execution order, memory."""
+    shaped, memory = net.shaped, net.memory
+    graph = shaped.graph
+    layers = []
+    for layer, bytes_ in zip(graph.layers, memory.layers):
+        layers.append(
+            {
+                "name": layer.name,
+                "type": layer.type,
+                "bottoms": list(layer.bottoms),
+                "tops": list(layer.tops),
+                "params": [_shape(p) for p in shaped.layer_shapes[layer.index].params],
+                "need_backward": bytes_.need_backward,
+                "propagate_down": list(bytes_.propagate_down),
+                "init_alloc": bytes_.init,
+                "fwd_alloc": bytes_.fwd_alloc,
+                "bwd_alloc": bytes_.bwd_alloc,
+                "buffers": bytes_.buffers,
+                "by_category": bytes_.by_category,
+            }
+        )
+    return {
+        "role": net.role,
+        "index": net.index,
+        "file": net.file,
+        "name": graph.name,
+        "phase": graph.phase,
+        "blobs": [{"name": name, "shape": _shape(shape)} for name, shape in shaped.blob_shapes.items()],
+        "layers": layers,
+        **memory_json(memory),
+        "notes": list(net.notes + shaped.notes),
+    }
+
+
+def to_json(analysis: Analysis) -> dict[str, Any]:
+    """A net file gives one net's document; a solver gives {"solver": ..., "nets": [...]}."""
+    if analysis.kind == "net":
+        document = net_json(analysis.nets[0])
+        document["notes"] = list(analysis.notes) + document["notes"]
+        return document
+    document: dict[str, Any] = {"solver": analysis.path, "nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes)}
+    if analysis.process is not None:
+        document["process"] = asdict(analysis.process)
+    return document
+
+
+def _dims(shape: Shape) -> str:
+    return "×".join(str(d) for d in shape) if shape else "scalar"
+
+
+def mib(n: int) -> str:
+    """Bytes as MiB with two decimals (small values as plain bytes)."""
+    return f"{n / MIB:,.2f} MiB" if abs(n) >= 1024 * 100 else f"{n:,} B"
+
+
+def _cell(n: int) -> str:
+    return "" if n == 0 else mib(n)
+
+
+def print_tables(analysis: Analysis, console: Console) -> None:
+    """Per net: each layer's shapes and bytes, then where the memory goes."""
+    for note in analysis.notes:
+        console.print(f"[dim]{note}[/dim]")
+    for net in analysis.nets:
+        _print_net(net, console)
+    if analysis.process is not None:
+        _print_process(analysis, console)
+
+
+def _print_net(net: NetAnalysis, console: Console) -> None:
+    graph, memory = net.shaped.graph, net.memory
+    title = f"{graph.name or net.file} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}, {memory.dtype})"
+    table = Table(title=title, header_style="bold")
+    for column, justify in (("#", "right"), ("layer", "left"), ("type", "left"), ("bottoms → tops", "left"), ("params", "left")):
+        table.add_column(column, justify=justify, style={"#": "dim", "type": "cyan", "params": "magenta"}.get(column))
+    for column in ("outputs", "gradients", "buffers", "parameters", "total"):
+        table.add_column(column, justify="right")
+    blobs = net.shaped.blob_shapes
+    for layer, bytes_ in zip(graph.layers, memory.layers):
+        bottoms = ", ".join(layer.bottoms) or "∅"
+        tops = ", ".join(f"{t} [{_dims(blobs[t])}]" for t in layer.tops) or "∅"
+        params = ", ".join(_dims(p) for p in net.shaped.layer_shapes[layer.index].params)
+        c = bytes_.by_category
+        peak = " [bold red]◀ peak[/bold red]" if layer.name == memory.peak_layer else ""
+        table.add_row(
+            str(layer.index),
+            layer.name + peak,
+            layer.type + ("" if bytes_.verified else " [yellow]?[/yellow]"),
+            f"{bottoms} → {tops}",
+            params,
+            _cell(c["activations"]),
+            _cell(c["activation_gradients"]),
+            _cell(c["layer_buffers"]),
+            _cell(c["parameters"] + c["parameter_gradients"]),
+            _cell(bytes_.total),
+        )
+    console.print(table)
+    _print_summary(memory, console)
+    for note in net.notes + net.shaped.notes:
+        console.print(f"[dim]{note}[/dim]")
+
+
+def _print_summary(memory: MemoryReport, console: Console) -> None:
+    summary = Table(title="where the memory goes", show_header=False)
+    summary.add_column("what")
+    summary.add_column("bytes", justify="right")
+    for category in CATEGORIES:
+        summary.add_row(category.replace("_", " "), mib(memory.by_category[category]))
+    if memory.prefetch_bytes:
+        summary.add_row("prefetch batches", mib(memory.prefetch_bytes))
+    summary.add_row("[bold]total[/bold]", f"[bold]{mib(memory.total_bytes)}[/bold]")
+    console.print(summary)
+    logged = memory.memory_required_for_data
+    console.print(
+        f"Caffe logs 'Memory required for data: {logged}' ({mib(logged)}); it will really allocate {mib(memory.total_bytes)}: "
+        "the log counts each layer's outputs once (in-place outputs again) and leaves out gradients, parameters and layer buffers."
+    )
+    if memory.peak_layer:
+        console.print(f"The largest single allocation step is layer '{memory.peak_layer}'.")
+    if memory.unverified_types:
+        console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {', '.join(memory.unverified_types)}[/yellow]")
+
+
+def _print_process(analysis: Analysis, console: Console) -> None:
+    process = analysis.process
+    assert process is not None
+    table = Table(title=f"training process ({process.solver_type} solver)", show_header=False)
+    table.add_column("what")
+    table.add_column("bytes", justify="right")
+    table.add_row("train net (with every parameter gradient cleared)", mib(process.train_bytes))
+    table.add_row(f"solver history ({process.solver_type})", mib(process.history_bytes))
+    for test in process.tests:
+        table.add_row(f"test net #{test.index}", mib(test.bytes))
+    table.add_row("[bold]total while all are alive[/bold]", f"[bold]{mib(process.total_bytes)}[/bold]")
+    console.print(table)
+    for test in process.tests:
+        console.print(f"[dim]test net #{test.index}: {test.note}[/dim]")
+    for note in process.notes:
+        console.print(f"[dim]{note}[/dim]")

@@ -1,0 +1,134 @@
+"""Pass 5, shapes: every blob's and parameter's shape, layer by layer, as Net::Init does.
+
+Entry point: :func:`infer_shapes`.  Each layer's own rule comes from the layer registry;
+this pass only walks the graph in order, checks blob counts (Layer::CheckBlobCounts) and
+sizes (Blob::Reshape), and gathers every data blob the user still has to give a shape
+for, so one message can list them all.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from ..errors import CaffememError, Location
+from ..graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
+from ..layers.registry import LayerSpec, NeedsInput, ShapeQuery, SpecTable
+
+INT_MAX = 2**31 - 1  # Blob::Reshape: CHECK_LE(count_, INT_MAX)
+
+
+def infer_shapes(
+    graph: Graph,
+    specs: SpecTable,
+    inputs: Mapping[str, Shape] | None = None,
+    stored_params: Mapping[str, tuple[Shape, ...]] | None = None,
+    batch: int | None = None,
+) -> ShapedGraph:
+    """Shapes for a wired graph; raises CaffememError naming the layer at fault.
+
+    ``batch`` replaces the first axis of every data layer's tops (``--batch``)."""
+    inputs = dict(inputs or {})
+    blob_shapes: dict[str, Shape] = {}
+    layer_shapes: list[LayerShapes] = []
+    missing: list[tuple[str, Layer, str]] = []
+    unknown: set[str] = set()
+    notes: list[str] = []
+    data_tops: set[str] = set()
+
+    for layer in graph.layers:
+        spec = _spec_for(layer, specs, graph.source)
+        _check_counts(layer, spec, graph.source)
+        if spec.is_data:
+            data_tops.update(layer.tops)
+        if any(b in unknown for b in layer.bottoms):
+            unknown.update(layer.tops)
+            layer_shapes.append(LayerShapes(tops=()))
+            continue
+        query = ShapeQuery(layer, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs)
+        try:
+            result = spec.shape(query)
+        except NeedsInput as need:
+            missing.extend((blob, layer, need.hint) for blob in need.blobs)
+            unknown.update(layer.tops)
+            layer_shapes.append(LayerShapes(tops=()))
+            continue
+        except CaffememError as error:
+            raise error.at(file=graph.source, line=layer.line, layer=layer.name, layer_type=layer.type) from None
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
+            raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
+        result = _with_stored_params(layer, result, stored_params, notes)
+        if batch is not None and spec.is_data:
+            result = LayerShapes(tuple((batch,) + tuple(s[1:]) if s else s for s in result.tops), result.params)
+        _check_result(layer, result, graph.source)
+        for top, shape in zip(layer.tops, result.tops):
+            blob_shapes[top] = shape
+        layer_shapes.append(result)
+
+    _check_inputs_used(inputs, data_tops, graph)
+    if missing:
+        raise CaffememError(_missing_message(missing), Location(file=graph.source))
+    return ShapedGraph(graph, blob_shapes, tuple(layer_shapes), tuple(notes))
+
+
+def _where(layer: Layer, file: str) -> Location:
+    return Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type)
+
+
+def _spec_for(layer: Layer, specs: SpecTable, file: str) -> LayerSpec:
+    spec = specs.get(layer.type)
+    if spec is not None:
+        return spec
+    close = difflib.get_close_matches(layer.type, specs.types(), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise CaffememError(
+        f"unknown layer type '{layer.type}'{hint}; describe it in a file passed with --layers "
+        "(see README: 'Custom layers')",
+        _where(layer, file),
+    )
+
+
+def _check_counts(layer: Layer, spec: LayerSpec, file: str) -> None:
+    """Layer::CheckBlobCounts, worded for the user."""
+    if not spec.bottoms.accepts(len(layer.bottoms)):
+        raise CaffememError(f"{spec.type} takes {spec.bottoms.describe()} bottom blob(s), this layer has {len(layer.bottoms)}", _where(layer, file))
+    if not spec.tops.accepts(len(layer.tops)):
+        raise CaffememError(f"{spec.type} gives {spec.tops.describe()} top blob(s), this layer names {len(layer.tops)}", _where(layer, file))
+
+
+def _check_result(layer: Layer, result: LayerShapes, file: str) -> None:
+    if len(result.tops) != len(layer.tops):
+        raise CaffememError(f"gives {len(result.tops)} top shapes for {len(layer.tops)} tops", _where(layer, file))
+    for name, shape in list(zip(layer.tops, result.tops)) + [(f"parameter {i}", s) for i, s in enumerate(result.params)]:
+        if any(d < 0 for d in shape):
+            raise CaffememError(f"{name} would have a negative dimension {list(shape)}: the input is too small for this layer's parameters", _where(layer, file))
+        if count(shape) > INT_MAX:
+            raise CaffememError(f"{name} of shape {list(shape)} has {count(shape)} elements, more than Caffe's limit of {INT_MAX} per blob", _where(layer, file))
+
+
+def _with_stored_params(layer: Layer, result: LayerShapes, stored: Mapping[str, tuple[Shape, ...]] | None, notes: list[str]) -> LayerShapes:
+    """A .caffemodel's stored parameter shapes are what Caffe would load: keep them, note a mismatch."""
+    if not stored or layer.name not in stored:
+        return result
+    shapes = stored[layer.name]
+    if shapes != result.params:
+        notes.append(f"layer '{layer.name}': stored parameter shapes {[list(s) for s in shapes]} differ from the definition's {[list(s) for s in result.params]}; using the stored ones")
+    return LayerShapes(result.tops, shapes)
+
+
+def _check_inputs_used(inputs: Mapping[str, Shape], data_tops: set[str], graph: Graph) -> None:
+    for name in inputs:
+        if name not in data_tops:
+            produced = any(name in layer.tops for layer in graph.layers)
+            reason = "it is computed by a layer, not read from data" if produced else "no layer in this phase produces it"
+            raise CaffememError(f"--input {name}: {reason}; --input gives the shapes of data-layer tops only", Location(file=graph.source))
+
+
+def _missing_message(missing: list[tuple[str, Layer, str]]) -> str:
+    parts = [f"'{blob}' (layer '{layer.name}', {layer.type}{', line ' + str(layer.line) if layer.line else ''})" for blob, layer, _ in missing]
+    hints = sorted({hint for _, _, hint in missing if hint})
+    example = " ".join(f"--input {blob}=N,C,H,W" if i == 0 else f"--input {blob}=..." for i, (blob, _, _) in enumerate(missing[:2]))
+    message = f"the file does not tell the shape of {len(missing)} data blob(s): {', '.join(parts)}; give them with {example}"
+    if hints:
+        message += " (" + "; ".join(hints) + ")"
+    return message

@@ -1,0 +1,749 @@
+"""Bring old net and solver definitions to the current format, exactly as Caffe does.
+
+Caffe never builds a net from a V0 (``layers { layer { type: "conv" } }``) or V1
+(``layers { type: CONVOLUTION }``) definition: ``ReadNetParamsFromTextFileOrDie`` first
+runs ``UpgradeNetAsNeeded`` (src/caffe/util/upgrade_proto.cpp), and the solver reader
+runs ``UpgradeSolverAsNeeded``.  Every later pass of caffemem reads only the current
+format, so the estimate is only right if this pass produces what Caffe's upgrade
+produces: the same layers, in the same order, with the same names, types, blobs and
+parameters.  That is why the steps, their order and their odd corners (which fields a
+V0 layer loses, where the Input layer goes, what happens to BatchNorm param specs)
+follow Caffe's code rather than what would look tidier.
+
+Where Caffe's upgrade aborts (``LOG(FATAL)``/``CHECK``), this raises
+:class:`CaffememError`.  Where Caffe only logs an error and goes on with the
+field dropped, this goes on the same way and says so in the returned notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from caffemem.errors import CaffememError, Location
+from caffemem.schema import caffe_pb2
+
+__all__ = [
+    "SOLVER_TYPE_NAMES",
+    "V0_LAYER_TYPES",
+    "V1_LAYER_TYPE_NAMES",
+    "net_needs_batch_norm_upgrade",
+    "net_needs_data_upgrade",
+    "net_needs_input_upgrade",
+    "net_needs_upgrade",
+    "net_needs_v0_to_v1_upgrade",
+    "net_needs_v1_to_v2_upgrade",
+    "solver_needs_type_upgrade",
+    "upgrade_net",
+    "upgrade_solver",
+]
+
+# Caffe's UpgradeV1LayerType: V1 enum name -> current string type.  Keyed by enum
+# name (not number) so a schema that renumbers nothing still maps by meaning.
+V1_LAYER_TYPE_NAMES: dict[str, str] = {
+    "NONE": "",
+    "ABSVAL": "AbsVal",
+    "ACCURACY": "Accuracy",
+    "ARGMAX": "ArgMax",
+    "BNLL": "BNLL",
+    "CONCAT": "Concat",
+    "CONTRASTIVE_LOSS": "ContrastiveLoss",
+    "CONVOLUTION": "Convolution",
+    "DECONVOLUTION": "Deconvolution",
+    "DATA": "Data",
+    "DROPOUT": "Dropout",
+    "DUMMY_DATA": "DummyData",
+    "EUCLIDEAN_LOSS": "EuclideanLoss",
+    "ELTWISE": "Eltwise",
+    "EXP": "Exp",
+    "FLATTEN": "Flatten",
+    "HDF5_DATA": "HDF5Data",
+    "HDF5_OUTPUT": "HDF5Output",
+    "HINGE_LOSS": "HingeLoss",
+    "IM2COL": "Im2col",
+    "IMAGE_DATA": "ImageData",
+    "INFOGAIN_LOSS": "InfogainLoss",
+    "INNER_PRODUCT": "InnerProduct",
+    "LRN": "LRN",
+    "MEMORY_DATA": "MemoryData",
+    "MULTINOMIAL_LOGISTIC_LOSS": "MultinomialLogisticLoss",
+    "MVN": "MVN",
+    "POOLING": "Pooling",
+    "POWER": "Power",
+    "RELU": "ReLU",
+    "SIGMOID": "Sigmoid",
+    "SIGMOID_CROSS_ENTROPY_LOSS": "SigmoidCrossEntropyLoss",
+    "SILENCE": "Silence",
+    "SOFTMAX": "Softmax",
+    "SOFTMAX_LOSS": "SoftmaxWithLoss",
+    "SPLIT": "Split",
+    "SLICE": "Slice",
+    "TANH": "TanH",
+    "WINDOW_DATA": "WindowData",
+    "THRESHOLD": "Threshold",
+}
+
+# Caffe's UpgradeV0LayerType: V0 type string -> V1 enum name.  "padding" is not here:
+# padding layers are folded away before types are mapped.
+V0_LAYER_TYPES: dict[str, str] = {
+    "accuracy": "ACCURACY",
+    "bnll": "BNLL",
+    "concat": "CONCAT",
+    "conv": "CONVOLUTION",
+    "data": "DATA",
+    "dropout": "DROPOUT",
+    "euclidean_loss": "EUCLIDEAN_LOSS",
+    "flatten": "FLATTEN",
+    "hdf5_data": "HDF5_DATA",
+    "hdf5_output": "HDF5_OUTPUT",
+    "im2col": "IM2COL",
+    "images": "IMAGE_DATA",
+    "infogain_loss": "INFOGAIN_LOSS",
+    "innerproduct": "INNER_PRODUCT",
+    "lrn": "LRN",
+    "multinomial_logistic_loss": "MULTINOMIAL_LOGISTIC_LOSS",
+    "pool": "POOLING",
+    "relu": "RELU",
+    "sigmoid": "SIGMOID",
+    "softmax": "SOFTMAX",
+    "softmax_loss": "SOFTMAX_LOSS",
+    "split": "SPLIT",
+    "tanh": "TANH",
+    "window_data": "WINDOW_DATA",
+}
+
+# Caffe's UpgradeSolverType: SolverParameter.SolverType enum name -> `type` string.
+SOLVER_TYPE_NAMES: dict[str, str] = {
+    "SGD": "SGD",
+    "NESTEROV": "Nesterov",
+    "ADAGRAD": "AdaGrad",
+    "RMSPROP": "RMSProp",
+    "ADADELTA": "AdaDelta",
+    "ADAM": "Adam",
+}
+
+# The V1 layer fields that hold one layer-specific parameter message; Caffe copies each
+# one that is present into the current LayerParameter under the same name.
+_V1_PARAM_MESSAGES: tuple[str, ...] = (
+    "accuracy_param",
+    "argmax_param",
+    "concat_param",
+    "contrastive_loss_param",
+    "convolution_param",
+    "data_param",
+    "dropout_param",
+    "dummy_data_param",
+    "eltwise_param",
+    "exp_param",
+    "hdf5_data_param",
+    "hdf5_output_param",
+    "hinge_loss_param",
+    "image_data_param",
+    "infogain_loss_param",
+    "inner_product_param",
+    "lrn_param",
+    "memory_data_param",
+    "mvn_param",
+    "pooling_param",
+    "power_param",
+    "relu_param",
+    "sigmoid_param",
+    "softmax_param",
+    "slice_param",
+    "tanh_param",
+    "threshold_param",
+    "window_data_param",
+    "transform_param",
+    "loss_param",
+)
+
+# Old data layers that kept transformation fields in their own parameter message.
+_DATA_TRANSFORM_LAYERS: tuple[tuple[str, str], ...] = (
+    ("DATA", "data_param"),
+    ("IMAGE_DATA", "image_data_param"),
+    ("WINDOW_DATA", "window_data_param"),
+)
+_TRANSFORM_FIELDS: tuple[str, ...] = ("scale", "mean_file", "crop_size", "mirror")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _copy(message: Any) -> Any:
+    duplicate = type(message)()
+    duplicate.CopyFrom(message)
+    return duplicate
+
+
+def _v1_type_value(enum_name: str) -> int:
+    return caffe_pb2.V1LayerParameter.LayerType.Value(enum_name)
+
+
+def _v1_type_name(layer: Any) -> str | None:
+    """The V1 enum name of a V1 layer's type, or None if it has none set."""
+    if not layer.HasField("type"):
+        return None
+    try:
+        return caffe_pb2.V1LayerParameter.LayerType.Name(layer.type)
+    except ValueError:
+        return f"<{layer.type}>"
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def net_needs_v0_to_v1_upgrade(net: caffe_pb2.NetParameter) -> bool:
+    """Caffe's NetNeedsV0ToV1Upgrade: some ``layers`` entry wraps a V0 ``layer``."""
+    return any(layer.HasField("layer") for layer in net.layers)
+
+
+def net_needs_v1_to_v2_upgrade(net: caffe_pb2.NetParameter) -> bool:
+    """Caffe's NetNeedsV1ToV2Upgrade: the net uses ``layers`` at all."""
+    return len(net.layers) > 0
+
+
+def net_needs_data_upgrade(net: caffe_pb2.NetParameter) -> bool:
+    """Caffe's NetNeedsDataUpgrade: a V1 data layer keeps transformation fields in its own params."""
+    for layer in net.layers:
+        kind = _v1_type_name(layer)
+        for v1_type, param_field in _DATA_TRANSFORM_LAYERS:
+            if kind == v1_type:
+                params = getattr(layer, param_field)
+                if any(params.HasField(name) for name in _TRANSFORM_FIELDS):
+                    return True
+    return False
+
+
+def net_needs_input_upgrade(net: caffe_pb2.NetParameter) -> bool:
+    """Caffe's NetNeedsInputUpgrade: the net declares top-level ``input`` blobs."""
+    return len(net.input) > 0
+
+
+def net_needs_batch_norm_upgrade(net: caffe_pb2.NetParameter) -> bool:
+    """Caffe's NetNeedsBatchNormUpgrade: a BatchNorm layer lists exactly three param specs."""
+    return any(layer.type == "BatchNorm" and len(layer.param) == 3 for layer in net.layer)
+
+
+def net_needs_upgrade(net: caffe_pb2.NetParameter) -> bool:
+    """Caffe's NetNeedsUpgrade: any of the net upgrades applies."""
+    return (
+        net_needs_v0_to_v1_upgrade(net)
+        or net_needs_v1_to_v2_upgrade(net)
+        or net_needs_data_upgrade(net)
+        or net_needs_input_upgrade(net)
+        or net_needs_batch_norm_upgrade(net)
+    )
+
+
+def solver_needs_type_upgrade(solver: caffe_pb2.SolverParameter) -> bool:
+    """Caffe's SolverNeedsTypeUpgrade: the deprecated ``solver_type`` enum is set."""
+    return solver.HasField("solver_type")
+
+
+# --------------------------------------------------------------------------- V0 -> V1
+
+
+def _fold_v0_padding_layers(net: Any, file: str | None, notes: list[str]) -> Any:
+    """Caffe's UpgradeV0PaddingLayers: drop "padding" layers, moving their pad into the consumer.
+
+    V0 had a separate padding layer in front of a conv or pool layer; V1 has a ``pad``
+    field on the conv/pool layer itself.  The consumer then reads the padding layer's
+    input directly.
+    """
+    folded = _copy(net)
+    del folded.layers[:]
+    # blob name -> index (in the original net) of the layer that last wrote it; -1 for
+    # a net input.
+    last_writer: dict[str, int] = {name: -1 for name in net.input}
+    for index, connection in enumerate(net.layers):
+        v0 = connection.layer
+        if v0.type != "padding":
+            folded.layers.add().CopyFrom(connection)
+        for j, blob in enumerate(connection.bottom):
+            if blob not in last_writer:
+                raise CaffememError(
+                    f"bottom blob '{blob}' is not produced by any earlier layer or net input; "
+                    "Caffe cannot upgrade this V0 net (check the spelling, or the order of the layers)",
+                    Location(file=file, layer=v0.name or None, layer_type=v0.type or None),
+                )
+            source_index = last_writer[blob]
+            if source_index == -1:
+                continue
+            source = net.layers[source_index]
+            if source.layer.type != "padding":
+                continue
+            where = Location(file=file, layer=v0.name or None, layer_type=v0.type or None)
+            if v0.type not in ("conv", "pool"):
+                raise CaffememError(
+                    f"V0 padding layer '{source.layer.name}' feeds a layer of type '{v0.type}'; Caffe "
+                    "can only fold a padding layer into the conv or pool layer that follows it "
+                    "(put the pad on that layer instead)",
+                    where,
+                )
+            if len(connection.bottom) != 1:
+                raise CaffememError(
+                    f"a layer that reads V0 padding layer '{source.layer.name}' must have exactly one "
+                    f"bottom, but it has {len(connection.bottom)}",
+                    where,
+                )
+            if len(source.bottom) != 1 or len(source.top) != 1:
+                raise CaffememError(
+                    "a V0 padding layer must have exactly one bottom and one top, but it has "
+                    f"{len(source.bottom)} and {len(source.top)}",
+                    Location(file=file, layer=source.layer.name or None, layer_type="padding"),
+                )
+            consumer = folded.layers[len(folded.layers) - 1]
+            consumer.layer.pad = source.layer.pad
+            consumer.bottom[j] = source.bottom[0]
+            notes.append(
+                f"folded V0 padding layer '{source.layer.name}' (pad {source.layer.pad}) into "
+                f"{v0.type} layer '{v0.name}'"
+            )
+        for blob in connection.top:
+            last_writer[blob] = index
+    return folded
+
+
+def _v0_param_target(
+    v0_type: str,
+    field: str,
+    targets: dict[str, tuple[str, str]],
+    layer_name: str,
+    notes: list[str],
+) -> tuple[str, str] | None:
+    """Which V1 parameter message a V0 field goes to for this layer type; None (and a note) if none."""
+    target = targets.get(v0_type)
+    if target is None:
+        notes.append(
+            f"warning: V0 layer '{layer_name}' of type '{v0_type}' has parameter '{field}', which "
+            "Caffe does not know for that type; it was dropped, as Caffe does"
+        )
+    return target
+
+
+# V0 field -> {V0 layer type -> (V1 parameter message, field in it)}, in the order Caffe
+# handles them.  A target that is repeated in the current proto (convolution pad,
+# kernel_size, stride) gets the value appended.  An empty map means "any type": those
+# are the transformation fields, which always go to transform_param.
+_V0_SCALAR_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+    "num_output": {
+        "conv": ("convolution_param", "num_output"),
+        "innerproduct": ("inner_product_param", "num_output"),
+    },
+    "biasterm": {
+        "conv": ("convolution_param", "bias_term"),
+        "innerproduct": ("inner_product_param", "bias_term"),
+    },
+    "weight_filler": {
+        "conv": ("convolution_param", "weight_filler"),
+        "innerproduct": ("inner_product_param", "weight_filler"),
+    },
+    "bias_filler": {
+        "conv": ("convolution_param", "bias_filler"),
+        "innerproduct": ("inner_product_param", "bias_filler"),
+    },
+    "pad": {"conv": ("convolution_param", "pad"), "pool": ("pooling_param", "pad")},
+    "kernelsize": {"conv": ("convolution_param", "kernel_size"), "pool": ("pooling_param", "kernel_size")},
+    "group": {"conv": ("convolution_param", "group")},
+    "stride": {"conv": ("convolution_param", "stride"), "pool": ("pooling_param", "stride")},
+    "pool": {"pool": ("pooling_param", "pool")},
+    "dropout_ratio": {"dropout": ("dropout_param", "dropout_ratio")},
+    "local_size": {"lrn": ("lrn_param", "local_size")},
+    "alpha": {"lrn": ("lrn_param", "alpha")},
+    "beta": {"lrn": ("lrn_param", "beta")},
+    "k": {"lrn": ("lrn_param", "k")},
+    "source": {
+        "data": ("data_param", "source"),
+        "hdf5_data": ("hdf5_data_param", "source"),
+        "images": ("image_data_param", "source"),
+        "window_data": ("window_data_param", "source"),
+        "infogain_loss": ("infogain_loss_param", "source"),
+    },
+    # Transformation fields go to transform_param whatever the layer type.
+    "scale": {},
+    "meanfile": {},
+    "batchsize": {
+        "data": ("data_param", "batch_size"),
+        "hdf5_data": ("hdf5_data_param", "batch_size"),
+        "images": ("image_data_param", "batch_size"),
+        "window_data": ("window_data_param", "batch_size"),
+    },
+    "cropsize": {},
+    "mirror": {},
+    "rand_skip": {"data": ("data_param", "rand_skip"), "images": ("image_data_param", "rand_skip")},
+    "shuffle_images": {"images": ("image_data_param", "shuffle")},
+    "new_height": {"images": ("image_data_param", "new_height")},
+    "new_width": {"images": ("image_data_param", "new_width")},
+    "concat_dim": {"concat": ("concat_param", "concat_dim")},
+    "det_fg_threshold": {"window_data": ("window_data_param", "fg_threshold")},
+    "det_bg_threshold": {"window_data": ("window_data_param", "bg_threshold")},
+    "det_fg_fraction": {"window_data": ("window_data_param", "fg_fraction")},
+    "det_context_pad": {"window_data": ("window_data_param", "context_pad")},
+    "det_crop_mode": {"window_data": ("window_data_param", "crop_mode")},
+    "hdf5_output_param": {"hdf5_output": ("hdf5_output_param", "")},
+}
+
+# V0 fields that land in transform_param for every layer type.
+_V0_TRANSFORM_FIELDS: dict[str, str] = {
+    "scale": "scale",
+    "meanfile": "mean_file",
+    "cropsize": "crop_size",
+    "mirror": "mirror",
+}
+
+# V0 fields Caffe's upgrade ignores without a word (they have no V1 counterpart).
+_V0_SILENTLY_DROPPED: tuple[str, ...] = ("new_num", "new_channels")
+
+
+def _set_field(message: Any, field: str, value: Any) -> None:
+    """Set (or, for a repeated field, append to) `field`; copy sub-messages."""
+    descriptor = message.DESCRIPTOR.fields_by_name[field]
+    repeated = getattr(descriptor, "is_repeated", None)
+    if repeated is None:  # protobuf runtimes before `is_repeated` existed
+        repeated = descriptor.label == descriptor.LABEL_REPEATED
+    if repeated:
+        getattr(message, field).append(value)
+    elif descriptor.message_type is not None:
+        getattr(message, field).CopyFrom(value)
+    else:
+        setattr(message, field, value)
+
+
+def _upgrade_v0_layer(connection: Any, file: str | None, notes: list[str]) -> Any:
+    """Caffe's UpgradeV0LayerParameter: one ``layers { layer { ... } }`` entry -> a V1 layer.
+
+    Only bottoms and tops come from the outer entry; everything else from the V0 layer.
+    A parameter the V0 layer's type does not use is dropped (Caffe logs an error).
+    """
+    v1 = caffe_pb2.V1LayerParameter()
+    v1.bottom.extend(connection.bottom)
+    v1.top.extend(connection.top)
+    if not connection.HasField("layer"):
+        if connection.name or connection.HasField("type"):
+            notes.append(
+                f"warning: layer '{connection.name}' is in V1 format inside a V0 net; Caffe keeps only "
+                "its bottoms and tops, and so does caffemem"
+            )
+        return v1
+    v0 = connection.layer
+    kind = v0.type
+    name = v0.name
+    if v0.HasField("name"):
+        v1.name = name
+    if v0.HasField("type"):
+        if kind not in V0_LAYER_TYPES:
+            known = ", ".join(sorted(V0_LAYER_TYPES))
+            raise CaffememError(
+                f"unknown V0 layer type '{kind}'; Caffe's upgrade knows only: {known}",
+                Location(file=file, layer=name or None, layer_type=kind or None),
+            )
+        v1.type = _v1_type_value(V0_LAYER_TYPES[kind])
+    for blob in v0.blobs:
+        v1.blobs.add().CopyFrom(blob)
+    v1.blobs_lr.extend(v0.blobs_lr)
+    v1.weight_decay.extend(v0.weight_decay)
+
+    for field, targets in _V0_SCALAR_FIELDS.items():
+        if not v0.HasField(field):
+            continue
+        value = getattr(v0, field)
+        if field in _V0_TRANSFORM_FIELDS:
+            _set_field(v1.transform_param, _V0_TRANSFORM_FIELDS[field], value)
+            continue
+        target = _v0_param_target(kind, field, targets, name, notes)
+        if target is None:
+            continue
+        param_message_name, param_field = target
+        param_message = getattr(v1, param_message_name)
+        if field == "hdf5_output_param":
+            param_message.CopyFrom(value)
+        elif field == "pool":
+            pool_name = caffe_pb2.V0LayerParameter.PoolMethod.Name(value)
+            param_message.pool = caffe_pb2.PoolingParameter.PoolMethod.Value(pool_name)
+        else:
+            _set_field(param_message, param_field, value)
+    for field in _V0_SILENTLY_DROPPED:
+        if v0.HasField(field):
+            notes.append(
+                f"warning: V0 layer '{name}' sets '{field}', which has no counterpart in later formats; "
+                "Caffe drops it, and so does caffemem"
+            )
+    return v1
+
+
+def _upgrade_v0_net(net: Any, file: str | None, notes: list[str]) -> Any:
+    """Caffe's UpgradeV0Net: fold padding layers, then upgrade each V0 layer to V1.
+
+    Caffe builds the V1 net from scratch and carries over only the net's name, inputs,
+    input_dim and force_backward: anything else at top level is lost.
+    """
+    padded = _fold_v0_padding_layers(net, file, notes)
+    upgraded = caffe_pb2.NetParameter()
+    if padded.HasField("name"):
+        upgraded.name = padded.name
+    for connection in padded.layers:
+        upgraded.layers.add().CopyFrom(_upgrade_v0_layer(connection, file, notes))
+    upgraded.input.extend(padded.input)
+    upgraded.input_dim.extend(padded.input_dim)
+    if padded.HasField("force_backward"):
+        upgraded.force_backward = padded.force_backward
+    lost = [
+        field
+        for field in ("input_shape", "state", "debug_info", "layer")
+        if (len(getattr(padded, field)) if field in ("input_shape", "layer") else padded.HasField(field))
+    ]
+    if lost:
+        notes.append(
+            "warning: Caffe's V0 upgrade keeps only name, layers, input, input_dim and force_backward; "
+            f"it dropped: {', '.join(lost)}"
+        )
+    return upgraded
+
+
+# --------------------------------------------------------------------------- data transform
+
+
+def _upgrade_data_transformation(net: Any, notes: list[str]) -> None:
+    """Caffe's UpgradeNetDataTransformation, in place on `net` (a private copy).
+
+    Old Data/ImageData/WindowData layers kept scale, mean_file, crop_size and mirror in
+    their own parameter message; they now live in transform_param.  Like Caffe, every
+    layer of those types ends up with both messages present, even if nothing moved.
+    """
+    for layer in net.layers:
+        kind = _v1_type_name(layer)
+        for v1_type, param_field in _DATA_TRANSFORM_LAYERS:
+            if kind != v1_type:
+                continue
+            params = getattr(layer, param_field)
+            params.SetInParent()
+            layer.transform_param.SetInParent()
+            moved = []
+            for name in _TRANSFORM_FIELDS:
+                if params.HasField(name):
+                    setattr(layer.transform_param, name, getattr(params, name))
+                    params.ClearField(name)
+                    moved.append(name)
+            if moved:
+                notes.append(
+                    f"moved data transformation fields ({', '.join(moved)}) of layer '{layer.name}' "
+                    f"from {param_field} to transform_param"
+                )
+
+
+# --------------------------------------------------------------------------- V1 -> V2
+
+
+def _upgrade_v1_layer(v1: Any, file: str | None, notes: list[str]) -> Any:
+    """Caffe's UpgradeV1LayerParameter: one V1 ``layers`` entry -> a current ``layer``."""
+    layer = caffe_pb2.LayerParameter()
+    layer.bottom.extend(v1.bottom)
+    layer.top.extend(v1.top)
+    if v1.HasField("name"):
+        layer.name = v1.name
+    for rule in v1.include:
+        layer.include.add().CopyFrom(rule)
+    for rule in v1.exclude:
+        layer.exclude.add().CopyFrom(rule)
+    if v1.HasField("type"):
+        enum_name = _v1_type_name(v1)
+        if enum_name not in V1_LAYER_TYPE_NAMES:
+            raise CaffememError(
+                f"unknown V1 layer type {enum_name}; Caffe's upgrade cannot map it to a current type "
+                '(write this layer as layer { type: "..." } instead)',
+                Location(file=file, layer=v1.name or None, layer_type=enum_name),
+            )
+        layer.type = V1_LAYER_TYPE_NAMES[enum_name]
+    for blob in v1.blobs:
+        layer.blobs.add().CopyFrom(blob)
+
+    def param_spec(i: int) -> Any:
+        while len(layer.param) <= i:
+            layer.param.add()
+        return layer.param[i]
+
+    for i, name in enumerate(v1.param):
+        param_spec(i).name = name
+    for i, mode in enumerate(v1.blob_share_mode):
+        try:
+            mode_name = caffe_pb2.V1LayerParameter.DimCheckMode.Name(mode)
+            value = caffe_pb2.ParamSpec.DimCheckMode.Value(mode_name)
+        except ValueError:
+            raise CaffememError(
+                f"unknown blob_share_mode {mode}; use STRICT or PERMISSIVE",
+                Location(file=file, layer=v1.name or None, layer_type=layer.type or None),
+            ) from None
+        param_spec(i).share_mode = value
+    for i, lr in enumerate(v1.blobs_lr):
+        param_spec(i).lr_mult = lr
+    for i, decay in enumerate(v1.weight_decay):
+        param_spec(i).decay_mult = decay
+    layer.loss_weight.extend(v1.loss_weight)
+    for field in _V1_PARAM_MESSAGES:
+        if v1.HasField(field):
+            getattr(layer, field).CopyFrom(getattr(v1, field))
+    if v1.HasField("layer"):
+        notes.append(f"warning: V1 layer '{v1.name}' still holds a V0 layer; Caffe ignores it, and so does caffemem")
+    return layer
+
+
+def _upgrade_v1_net(net: Any, file: str | None, notes: list[str]) -> Any:
+    """Caffe's UpgradeV1Net: every ``layers`` entry becomes a ``layer``; the rest is kept."""
+    if len(net.layer) > 0:
+        raise CaffememError(
+            "the net has both 'layer' and 'layers' entries; Caffe refuses to upgrade such a mix. "
+            'Write every layer in the current format: layer { type: "Convolution" ... } rather '
+            "than layers { type: CONVOLUTION ... }",
+            Location(file=file),
+        )
+    upgraded = _copy(net)
+    del upgraded.layers[:]
+    del upgraded.layer[:]
+    for v1 in net.layers:
+        upgraded.layer.add().CopyFrom(_upgrade_v1_layer(v1, file, notes))
+    return upgraded
+
+
+# --------------------------------------------------------------------------- inputs, BatchNorm
+
+
+def _upgrade_input(net: Any, file: str | None, notes: list[str]) -> Any:
+    """Caffe's UpgradeNetInput: top-level input fields -> an Input layer named "input", first.
+
+    With neither input_shape nor input_dim the inputs are only removed (Caffe treats that
+    as a legacy weights file); a net that reads them then fails later for lack of a blob.
+    """
+    names = list(net.input)
+    has_shape = len(net.input_shape) > 0
+    has_dim = len(net.input_dim) > 0
+    upgraded = _copy(net)
+    upgraded.ClearField("input")
+    upgraded.ClearField("input_shape")
+    upgraded.ClearField("input_dim")
+    if not (has_shape or has_dim):
+        notes.append(
+            f"removed top-level input {', '.join(repr(n) for n in names)} that had no input_shape or "
+            "input_dim, as Caffe does: no layer produces it now"
+        )
+        return upgraded
+    if has_shape and len(net.input_shape) < len(names):
+        raise CaffememError(
+            f"the net declares {len(names)} input blobs but only {len(net.input_shape)} input_shape "
+            "entries; give one input_shape per input",
+            Location(file=file),
+        )
+    if not has_shape and len(net.input_dim) < 4 * len(names):
+        raise CaffememError(
+            f"the net declares {len(names)} input blobs but {len(net.input_dim)} input_dim values; "
+            "input_dim needs exactly four values (N, C, H, W) per input",
+            Location(file=file),
+        )
+    if has_shape and len(net.input_shape) > len(names):
+        notes.append(
+            f"warning: {len(net.input_shape) - len(names)} input_shape entries have no input name; "
+            "ignored, as Caffe does"
+        )
+    elif not has_shape and len(net.input_dim) > 4 * len(names):
+        notes.append(
+            f"warning: {len(net.input_dim) - 4 * len(names)} input_dim values have no input name; "
+            "ignored, as Caffe does"
+        )
+    elif has_shape and has_dim:
+        notes.append("warning: both input_shape and input_dim given; input_dim ignored, as Caffe does")
+
+    input_layer = caffe_pb2.LayerParameter()
+    input_layer.name = "input"
+    input_layer.type = "Input"
+    for i, name in enumerate(names):
+        input_layer.top.append(name)
+        shape = input_layer.input_param.shape.add()
+        if has_shape:
+            shape.CopyFrom(net.input_shape[i])
+        else:
+            shape.dim.extend(net.input_dim[4 * i : 4 * i + 4])
+    input_layer.input_param.SetInParent()
+    existing = list(upgraded.layer)
+    del upgraded.layer[:]
+    upgraded.layer.add().CopyFrom(input_layer)
+    for layer in existing:
+        upgraded.layer.add().CopyFrom(layer)
+    shapes = "; ".join(
+        f"{name} {'x'.join(str(d) for d in shape.dim)}" for name, shape in zip(names, input_layer.input_param.shape)
+    )
+    notes.append(f"replaced top-level input fields by an Input layer named 'input' ({shapes})")
+    return upgraded
+
+
+def _upgrade_batch_norm(net: Any, notes: list[str]) -> None:
+    """Caffe's UpgradeNetBatchNorm, in place on `net` (a private copy).
+
+    Old BatchNorm definitions listed three param specs (usually lr_mult: 0) to keep the
+    solver off its statistics; Caffe now forces lr_mult and decay_mult to 0 in each of
+    them and keeps the rest (names for sharing).
+    """
+    for layer in net.layer:
+        if layer.type == "BatchNorm" and len(layer.param) == 3:
+            for spec in layer.param:
+                spec.lr_mult = 0.0
+                spec.decay_mult = 0.0
+            notes.append(f"set lr_mult and decay_mult to 0 in the 3 param specs of BatchNorm layer '{layer.name}'")
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def upgrade_net(net: caffe_pb2.NetParameter, file: str | None = None) -> tuple[caffe_pb2.NetParameter, list[str]]:
+    """Caffe's UpgradeNetAsNeeded on a copy of `net`: the current-format net and what changed.
+
+    Later passes only understand the current format, and Caffe runs exactly these steps,
+    in this order, before it builds any net read from a file.  `file` only goes into
+    error locations.  Raises CaffememError where Caffe's upgrade would abort.
+    """
+    notes: list[str] = []
+    current = _copy(net)
+    if net_needs_v0_to_v1_upgrade(current):
+        current = _upgrade_v0_net(current, file, notes)
+        notes.insert(0, "upgraded V0 layers (layers { layer { ... } }) to V1 layers")
+    if net_needs_data_upgrade(current):
+        _upgrade_data_transformation(current, notes)
+    if net_needs_v1_to_v2_upgrade(current):
+        current = _upgrade_v1_net(current, file, notes)
+        notes.append("upgraded V1 layers to the current format")
+    if net_needs_input_upgrade(current):
+        current = _upgrade_input(current, file, notes)
+    if net_needs_batch_norm_upgrade(current):
+        _upgrade_batch_norm(current, notes)
+    return current, notes
+
+
+def upgrade_solver(
+    solver: caffe_pb2.SolverParameter, file: str | None = None
+) -> tuple[caffe_pb2.SolverParameter, list[str]]:
+    """Caffe's UpgradeSolverAsNeeded on a copy of `solver`: the deprecated solver_type -> type.
+
+    The solver type decides which history buffers the solver allocates, so it must be
+    read as Caffe reads it.  Nets inside the solver (net_param, ...) are not upgraded
+    here, since Caffe does not upgrade them either.  Raises CaffememError where Caffe aborts.
+    """
+    notes: list[str] = []
+    current = _copy(solver)
+    if solver_needs_type_upgrade(current):
+        if current.HasField("type"):
+            raise CaffememError(
+                "the solver sets both the old 'solver_type' (enum) and the new 'type' (string); "
+                "Caffe refuses this: keep only type",
+                Location(file=file),
+            )
+        try:
+            enum_name = caffe_pb2.SolverParameter.SolverType.Name(current.solver_type)
+        except ValueError:
+            enum_name = str(current.solver_type)
+        if enum_name not in SOLVER_TYPE_NAMES:
+            raise CaffememError(
+                f"unknown solver_type {enum_name}; use type: with one of "
+                + ", ".join(f'"{t}"' for t in SOLVER_TYPE_NAMES.values()),
+                Location(file=file),
+            )
+        current.type = SOLVER_TYPE_NAMES[enum_name]
+        current.ClearField("solver_type")
+        notes.append(f'upgraded solver_type: {enum_name} to type: "{current.type}"')
+    return current, notes

@@ -1,0 +1,148 @@
+"""A light scan of protobuf text format that remembers lines.
+
+protobuf's own parser tells where a syntax error is, but not on which line each layer
+starts, and it cannot skip an unknown field and go on.  This scanner knows just enough of
+the grammar (comments, strings, `{}`/`<>` nesting, `name: value` pairs) to do both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPEN = "{<"
+CLOSE = "}>"
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    offset: int
+    line: int  # 1-based
+    column: int  # 1-based
+
+
+def tokenize(text: str) -> list[Token]:
+    """Identifiers/numbers, strings (kept whole), and single punctuation characters."""
+    tokens: list[Token] = []
+    i, line, line_start, n = 0, 1, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line, line_start, i = line + 1, i + 1, i + 1
+        elif ch.isspace():
+            i += 1
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif ch in "\"'":
+            start, i = i, i + 1
+            while i < n and text[i] != ch and text[i] != "\n":
+                i += 2 if text[i] == "\\" else 1
+            i = min(i + 1, n)
+            tokens.append(Token(text[start:i], start, line, start - line_start + 1))
+        elif ch.isalnum() or ch in "_-+.":
+            start = i
+            while i < n and (text[i].isalnum() or text[i] in "_-+."):
+                i += 1
+            tokens.append(Token(text[start:i], start, line, start - line_start + 1))
+        else:
+            tokens.append(Token(ch, i, line, i - line_start + 1))
+            i += 1
+    return tokens
+
+
+@dataclass(frozen=True)
+class Block:
+    """A top-level field of the file: its name, where it starts and ends, and its `name:`."""
+
+    field: str
+    line: int
+    start: int  # offset of the field name
+    end: int  # offset just past the field's value
+    name: str | None  # the block's `name: "..."` (for V0 `layers { layer { name } }` too)
+
+
+def _string_value(token: Token) -> str:
+    raw = token.text
+    if raw[:1] in "\"'":
+        return bytes(raw[1:-1], "utf-8").decode("unicode_escape", errors="replace")
+    return raw
+
+
+def field_extent(tokens: list[Token], index: int) -> int:
+    """Index of the token just past the field whose name is tokens[index]."""
+    i = index + 1
+    if i < len(tokens) and tokens[i].text == ":":
+        i += 1
+    if i < len(tokens) and tokens[i].text in OPEN:
+        depth = 0
+        while i < len(tokens):
+            if tokens[i].text in OPEN:
+                depth += 1
+            elif tokens[i].text in CLOSE:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return i
+    if i < len(tokens) and tokens[i].text == "[":  # a list value: [1, 2, 3]
+        while i < len(tokens) and tokens[i].text != "]":
+            i += 1
+        return i + 1
+    i += 1
+    while i < len(tokens) and tokens[i].text[:1] in "\"'" and tokens[i - 1].text[:1] in "\"'":
+        i += 1  # adjacent string literals are concatenated
+    return i
+
+
+def top_level_blocks(text: str, tokens: list[Token] | None = None) -> list[Block]:
+    """Every top-level field, with the `name` of message-valued ones."""
+    tokens = tokenize(text) if tokens is None else tokens
+    blocks: list[Block] = []
+    i = 0
+    while i < len(tokens):
+        end = field_extent(tokens, i)
+        blocks.append(
+            Block(
+                field=tokens[i].text,
+                line=tokens[i].line,
+                start=tokens[i].offset,
+                end=tokens[end - 1].offset + len(tokens[end - 1].text) if end - 1 < len(tokens) else len(text),
+                name=_block_name(tokens, i, end),
+            )
+        )
+        i = max(end, i + 1)
+    return blocks
+
+
+def _block_name(tokens: list[Token], start: int, end: int) -> str | None:
+    """The first `name:` at depth 1, or at depth 2 inside a V0 `layer { }`."""
+    depth = 0
+    inner_layer_depth = None
+    for i in range(start + 1, min(end, len(tokens))):
+        text = tokens[i].text
+        if text in OPEN:
+            depth += 1
+            if depth == 2 and tokens[i - 1].text in ("layer", ":") and inner_layer_depth is None:
+                owner = tokens[i - 1] if tokens[i - 1].text == "layer" else tokens[i - 2]
+                if owner.text == "layer":
+                    inner_layer_depth = 2
+        elif text in CLOSE:
+            depth -= 1
+        elif text == "name" and i + 2 < len(tokens) and tokens[i + 1].text == ":":
+            if depth == 1 or (depth == 2 and inner_layer_depth == 2):
+                return _string_value(tokens[i + 2])
+    return None
+
+
+def blank_out(text: str, start: int, end: int) -> str:
+    """Replace text[start:end] by spaces, keeping newlines so line numbers stay true."""
+    return text[:start] + "".join(c if c == "\n" else " " for c in text[start:end]) + text[end:]
+
+
+def token_at(tokens: list[Token], line: int, column: int) -> int | None:
+    """Index of the token at (or the first one after) a 1-based line and column."""
+    for i, token in enumerate(tokens):
+        if (token.line, token.column) >= (line, column):
+            return i
+    return None

@@ -1,0 +1,34 @@
+"""Shared test helpers: where the shared corpus lives, and a one-layer shape probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = REPO / "fixtures"
+
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (models and ground truth) is not beside the repo")
+
+
+def run_shape_rule(layer_text: str, *bottoms: tuple[int, ...], phase: str = "TRAIN", inputs=None):
+    """Parse one LayerParameter in text form and run its registered shape rule."""
+    from google.protobuf import text_format
+
+    from caffemem.graph import Layer
+    from caffemem.layers import ShapeQuery, SpecTable
+    from caffemem.schema import caffe_pb2
+
+    proto = text_format.Parse(layer_text, caffe_pb2.LayerParameter())
+    layer = Layer(0, proto.name, proto.type, tuple(proto.bottom), tuple(proto.top), proto, line=1)
+    spec = SpecTable().get(proto.type)
+    assert spec is not None, f"no spec for {proto.type}"
+    return spec.shape(ShapeQuery(layer, tuple(tuple(b) for b in bottoms), phase, dict(inputs or {})))
+
+
+@pytest.fixture
+def shape_of():
+    """`shape_of('type: "ReLU" bottom: "x" top: "y"', (2, 3))` -> LayerShapes."""
+    return run_shape_rule

@@ -1,0 +1,134 @@
+"""Loading: text, binary and solver files, located errors, --lenient."""
+
+from __future__ import annotations
+
+import pytest
+
+from caffemem.errors import CaffememError
+from caffemem.passes.load import NetSource, SolverSource, load
+from caffemem.schema import caffe_pb2
+
+NET = """name: "tiny"
+layer {
+  name: "data"
+  type: "Input"
+  top: "data"
+  input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } }
+}
+layer {
+  name: "conv"
+  type: "Convolution"
+  bottom: "data"
+  top: "conv"
+  convolution_param { num_output: 4 kernel_size: 3 }
+}
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text) if isinstance(text, str) else path.write_bytes(text)
+    return str(path)
+
+
+def test_text_net_keeps_the_line_of_every_layer(tmp_path):
+    source = load(write(tmp_path, "net.prototxt", NET))
+    assert isinstance(source, NetSource)
+    assert [layer.name for layer in source.proto.layer] == ["data", "conv"]
+    assert source.line_of("data") == 2 and source.line_of("conv") == 8
+
+
+def test_unknown_field_names_file_line_column_field_and_layer(tmp_path):
+    path = write(tmp_path, "bad.prototxt", NET.replace("num_output: 4", "num_output: 4 kernel_sise: 3"))
+    with pytest.raises(CaffememError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:13:")
+    assert "unknown field 'kernel_sise' in ConvolutionParameter" in message
+    assert "layer 'conv'" in message
+
+
+def test_lenient_skips_unknown_fields_with_one_warning_each(tmp_path):
+    text = NET.replace("num_output: 4", "num_output: 4 kernel_sise: 3 my_param { a: 1 }")
+    source = load(write(tmp_path, "bad.prototxt", text), lenient=True)
+    assert source.proto.layer[1].convolution_param.num_output == 4
+    warnings = [n for n in source.notes if n.startswith("warning")]
+    assert len(warnings) == 2
+    assert "kernel_sise" in warnings[0] and "my_param" in warnings[1]
+
+
+def test_syntax_error_is_located(tmp_path):
+    path = write(tmp_path, "broken.prototxt", NET.replace('top: "conv"\n', 'top: "conv"\n  {{\n'))
+    with pytest.raises(CaffememError) as caught:
+        load(path)
+    assert f"{path}:" in str(caught.value)
+    assert caught.value.where.line is not None
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(CaffememError, match="file not found"):
+        load(str(tmp_path / "nope.prototxt"))
+
+
+def test_empty_file_is_a_net_with_no_layers(tmp_path):
+    source = load(write(tmp_path, "empty.prototxt", ""))
+    assert isinstance(source, NetSource) and len(source.proto.layer) == 0
+
+
+def test_binary_caffemodel_keeps_parameter_shapes_not_weights(tmp_path):
+    net = caffe_pb2.NetParameter(name="bin")
+    layer = net.layer.add(name="ip", type="InnerProduct")
+    blob = layer.blobs.add()
+    blob.shape.dim.extend([10, 20])
+    blob.data.extend([0.5] * 200)
+    source = load(write(tmp_path, "w.caffemodel", net.SerializeToString() + b""))
+    assert source.binary
+    assert source.stored_params == {"ip": ((10, 20),)}
+    assert len(source.proto.layer[0].blobs) == 0
+
+
+def test_binary_garbage_is_refused(tmp_path):
+    with pytest.raises(CaffememError, match="binary"):
+        load(write(tmp_path, "junk.bin", b"\x00\xff\xfe" * 100))
+
+
+def test_solver_reads_train_and_test_nets_relative_to_its_folder(tmp_path):
+    write(tmp_path, "net.prototxt", NET)
+    solver = write(tmp_path, "solver.prototxt", 'net: "net.prototxt"\ntest_iter: 10\ntest_iter: 5\nbase_lr: 0.01\ntest_state { stage: "val" }\ntest_state { stage: "x" }\n')
+    source = load(solver, cwd=tmp_path / "elsewhere")
+    assert isinstance(source, SolverSource)
+    assert len(source.tests) == 2
+    assert list(source.tests[0].state.stage) == ["val"]
+    assert source.tests[1].state.phase == caffe_pb2.TEST
+    assert any("relative to the solver's folder" in note for note in source.notes)
+
+
+def test_solver_prefers_the_working_directory_as_caffe_does(tmp_path):
+    (tmp_path / "run").mkdir()
+    write(tmp_path / "run", "net.prototxt", NET)
+    write(tmp_path, "net.prototxt", NET.replace("tiny", "beside"))
+    solver = write(tmp_path, "solver.prototxt", 'net: "net.prototxt"\n')
+    source = load(solver, cwd=tmp_path / "run")
+    assert source.train.proto.name == "tiny"
+    assert any("working directory" in note for note in source.notes)
+
+
+def test_solver_with_missing_net_names_every_place_tried(tmp_path):
+    solver = write(tmp_path, "solver.prototxt", 'train_net: "models/x/train.prototxt"\n')
+    with pytest.raises(CaffememError, match="train_net 'models/x/train.prototxt' not found"):
+        load(solver, cwd=tmp_path)
+
+
+def test_solver_needs_exactly_one_train_net(tmp_path):
+    write(tmp_path, "net.prototxt", NET)
+    solver = write(tmp_path, "solver.prototxt", 'net: "net.prototxt"\ntrain_net: "net.prototxt"\n')
+    with pytest.raises(CaffememError, match="exactly one of"):
+        load(solver, cwd=tmp_path)
+
+
+def test_inline_net_param_in_solver(tmp_path):
+    body = "\n".join("  " + line for line in NET.splitlines())
+    solver = write(tmp_path, "solver.prototxt", "base_lr: 0.1\nnet_param {\n" + body + "\n}\n")
+    source = load(solver)
+    assert source.train.proto.name == "tiny"
+    assert source.train.line_of("conv") == 10
