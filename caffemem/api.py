@@ -85,7 +85,7 @@ def analyze(path: str, options: Options = Options()) -> Analysis:
     state = make_state(phase, options.stages, options.level, base=upgraded.state)
     net = build_net(source, upgraded, state, options, specs)
     memory = simulate(net, specs, options.dtype, options.engine)
-    return Analysis(path, "net", (NetAnalysis("net", 0, source.file, net, memory, tuple(source.notes) + tuple(notes)),))
+    return Analysis(path, "net", (NetAnalysis("net", 0, source.file, net, memory, tuple(source.notes) + tuple(notes) + memory.notes),))
 
 
 def build_net(
@@ -172,7 +172,7 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
         run_state.level = options.level
     shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
     memory = simulate(shaped, specs, options.dtype, options.engine)
-    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes))
+    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes) + memory.notes)
 
 
 def parse_inputs(values: Sequence[str]) -> dict[str, Shape]:

@@ -104,5 +104,93 @@ def analyze(net, phase, stages, level, inputs, layers_file, lenient, dtype, batc
     print_tables(analysis, Console())
 
 
+@main.command()
+@net_options
+@click.option("-o", "--output", type=str, metavar="OUT", help="Write the prototxt with mem_param here.")
+@click.option("--strategy", type=click.Choice(["auto", "fork", "best-fit", "first-fit", "exact"]), default="auto", show_default=True)
+@click.option("--exclude-blob", "exclude", multiple=True, metavar="NAME", help="Keep this blob's storage private (repeatable).")
+@click.option("--share-buffers", is_flag=True, help="Let scratch layer buffers (im2col) share slots too.")
+@click.option("--target", type=click.Choice(["caffemem", "fork"]), default="caffemem", show_default=True, help="caffemem: mem_param with the slot table; fork: only what the fork's schema accepts.")
+@click.option("--plan-json", type=str, metavar="FILE", help="Also write the plan as JSON (for `caffemem verify`).")
+@click.option("--in-place-file", is_flag=True, help="Allow OUT to be the input file itself.")
+@click.option("--force", is_flag=True, help="Plan a file that already has a mem_param.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+@_reports_errors
+def optimize(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, output, strategy, exclude, share_buffers, target, plan_json, in_place_file, force, as_json) -> None:
+    """Plan shared storage for the net's blobs and write it as mem_param."""
+    from .errors import CaffememError, Location
+    from .optimizer import OptimizeSettings
+    from .optimizer import optimize as run_optimize
+    from .passes.render import optimize_json, print_optimize
+    from .passes.rewrite import mem_param, rewrite_text, write_atomically
+
+    if output and os.path.exists(output) and os.path.realpath(output) == os.path.realpath(net) and not in_place_file:
+        raise CaffememError("-o names the input file; pass --in-place-file to overwrite it", Location(file=net))
+    options = _options(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
+    strategy_name = "fork" if strategy == "fork" else strategy
+    result = run_optimize(net, options, OptimizeSettings(strategy_name, tuple(exclude), share_buffers), force=force)
+    document = optimize_json(result)
+    if output:
+        if result.source.binary:
+            raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
+        with open(net, encoding="utf-8", errors="replace") as handle:
+            original = handle.read()
+        write_atomically(output, rewrite_text(original, mem_param(result.phases, result.exclude, target)))
+    if plan_json:
+        write_atomically(plan_json, json.dumps(document, indent=1) + "\n")
+    if as_json:
+        click.echo(json.dumps(document, indent=1))
+        return
+    from rich.console import Console
+
+    print_optimize(result, Console())
+    if output:
+        click.echo(f"wrote {output}")
+
+
+@main.command()
+@net_options
+@click.argument("plan", type=str)
+@_reports_errors
+def verify(net, plan, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine) -> None:
+    """Check a plan (JSON from `optimize --json`/`--plan-json`) against the net's run."""
+    from .api import analyze as run_analysis
+    from .api import spec_table
+    from .errors import CaffememError, Location
+    from .passes.schedule import build_schedule
+    from .passes.verify import plan_from_json, verify_plan
+
+    try:
+        with open(plan, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        raise CaffememError("plan file not found", Location(file=plan)) from None
+    except (OSError, ValueError) as error:
+        raise CaffememError(f"cannot read the plan as JSON: {error}", Location(file=plan)) from None
+    phases = document.get("phases") if isinstance(document, dict) else None
+    if phases:
+        chosen = [p for p in phases if not phase or p.get("phase") == phase.upper()]
+        if not chosen:
+            raise CaffememError(f"the plan has no phase {phase}", Location(file=plan))
+        entries = chosen
+    else:
+        entries = [document]
+    failures = 0
+    for entry in entries:
+        run_phase = (phase or entry.get("phase") or "").upper() or None
+        options = _options(run_phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
+        analysis = run_analysis(net, options)
+        schedule = build_schedule(analysis.nets[0].shaped, spec_table(options), dtype, engine)
+        violations = verify_plan(schedule, plan_from_json(entry, plan))
+        label = analysis.nets[0].phase
+        for violation in violations:
+            click.echo(f"{plan}: {label}: {violation}")
+        if not violations:
+            click.echo(f"{plan}: {label}: plan is safe ({len(plan_from_json(entry, plan).slot_bytes)} slots)")
+        failures += bool(violations)
+    if failures:
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

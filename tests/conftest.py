@@ -32,3 +32,24 @@ def run_shape_rule(layer_text: str, *bottoms: tuple[int, ...], phase: str = "TRA
 def shape_of():
     """`shape_of('type: "ReLU" bottom: "x" top: "y"', (2, 3))` -> LayerShapes."""
     return run_shape_rule
+
+
+def run_memory_net(tmp_path: Path, body: str, inputs: dict[str, tuple[int, ...]], phase: str = "TRAIN", force_backward: bool = True, engine: str = "caffe"):
+    """Write a net of one Input layer per entry of ``inputs`` followed by ``body`` (layer
+    text), analyze it and return its MemoryReport's layers by name (the memory tests)."""
+    from caffemem.api import Options, analyze
+
+    lines = ["force_backward: true"] if force_backward else []
+    for name, shape in inputs.items():
+        dims = " ".join(f"dim: {d}" for d in shape)
+        lines.append(f'layer {{ name: "{name}" type: "Input" top: "{name}" input_param {{ shape {{ {dims} }} }} }}')
+    path = tmp_path / "net.prototxt"
+    path.write_text("\n".join(lines) + "\n" + body)
+    memory = analyze(str(path), Options(phase=phase, engine=engine)).nets[0].memory
+    return {layer.name: layer for layer in memory.layers}
+
+
+@pytest.fixture
+def memory_of(tmp_path):
+    """`memory_of('layer {...}', {"x": (2, 3)})["relu"].bwd_alloc` -> bytes."""
+    return lambda body, inputs, **options: run_memory_net(tmp_path, body, inputs, **options)

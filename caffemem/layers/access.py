@@ -53,7 +53,18 @@ class Share:
     part: Part
 
 
-Action = Touch | Reshape | Share
+@dataclass(frozen=True)
+class Alloc:
+    """Memory no Blob owns, allocated at once: a bare SyncedMemory the layer writes (C3D's
+    bias multiplier) or a cudaMalloc (cuDNN workspaces).  No shape buffer; ``count``
+    elements of ``elem`` (use "int" for a byte size: 4 bytes each); a repeat is a no-op."""
+
+    blob: BlobId
+    count: int
+    elem: Elem = "float"
+
+
+Action = Touch | Reshape | Share | Alloc
 
 
 @dataclass(frozen=True)
@@ -64,9 +75,11 @@ class LayerMemory:
     forward: tuple[Action, ...] = ()
     backward: tuple[Action, ...] = ()
     verified: bool = True  # False: a generic guess, reported as such
+    params_filled: bool = True  # False: LayerSetUp only reshapes its parameter blobs (no filler writes them)
     # A prefetching data layer's batches (BasePrefetchingDataLayer): real memory, but
     # outside the measured heap; its tops then point into a batch instead of owning data.
     prefetch: tuple[Action, ...] = ()
+    notes: tuple[str, ...] = ()  # what the user must know about these figures (estimates)
 
 
 @dataclass(frozen=True)
@@ -94,14 +107,25 @@ class MemoryQuery:
         return BlobId("blob", self.layer.bottoms[i])
 
     def param(self, j: int) -> BlobId:
-        return BlobId("param", f"{self.layer.name}#{j}")
+        return param_id(self.layer, j)
 
     def buffer(self, name: str) -> BlobId:
-        return BlobId("buffer", f"{self.layer.name}/{name}")
+        return buffer_id(self.layer, name)
 
     def in_place(self, i: int = 0) -> bool:
         """Is top i the same blob as bottom i?"""
         return i < len(self.layer.bottoms) and i < len(self.layer.tops) and self.layer.bottoms[i] == self.layer.tops[i]
+
+
+def param_id(layer: Layer, j: int) -> BlobId:
+    """Parameter blob j of a layer.  Keyed by the layer's position as well as its name:
+    Caffe accepts unnamed layers and repeated names (HED has six unnamed loss layers)."""
+    return BlobId("param", f"{layer.index}:{layer.name}#{j}")
+
+
+def buffer_id(layer: Layer, name: str) -> BlobId:
+    """A layer's own Blob ``name`` (keyed like :func:`param_id`)."""
+    return BlobId("buffer", f"{layer.index}:{layer.name}/{name}")
 
 
 def read(blob: BlobId, part: Part = "data") -> Touch:

@@ -1,14 +1,17 @@
 """Common layers: fully connected, blob plumbing (concat, slice, reshape...) and reductions.
 
 Each rule follows the Reshape (and LayerSetUp) of the Caffe master file it cites, CHECKs
-included, so a net Caffe refuses is refused here with the same reason.
+included, so a net Caffe refuses is refused here with the same reason.  Each memory rule
+lists what the same file's CPU code touches (access.py).
 """
 
 from __future__ import annotations
 
-from ..graph import LayerShapes, Shape
+from ..graph import LayerShapes, Shape, count as elements
 from ..schema import caffe_pb2
+from .access import Action, LayerMemory, MemoryQuery, Share, buffer_setup, read, write
 from .blob import axis_index, count, dim, format_shape, int32, reshaped
+from .neuron import forward_only_memory, neuron_memory
 from .registry import Arity, ShapeQuery, layer
 
 ONE = Arity.exactly(1)
@@ -38,7 +41,29 @@ def _with_dim(shape: Shape, axis: int, value: int) -> Shape:
     return shape[:axis] + (value,) + shape[axis + 1 :]
 
 
-@layer("InnerProduct", "common", bottoms=ONE, tops=ONE, source="caffe master layers/inner_product_layer.cpp")
+def _weights_memory(q: MemoryQuery, rows: int, bottom_grad: bool) -> LayerMemory:
+    """InnerProduct and Embed: a weight blob, and with a bias blob the ``bias_multiplier_``
+    [rows] of ones Reshape writes to broadcast it.  Backward computes each parameter's
+    gradient when its propagate_down is set, and the bottom's when ``bottom_grad``."""
+    biased = len(q.params) > 1
+    ones = q.buffer("bias_multiplier")
+    top_diff = read(q.top(0), "diff")
+    forward = (read(q.bottom(0)), write(q.top(0)), read(q.param(0))) + ((read(ones), read(q.param(1))) if biased else ())
+    backward: tuple[Action, ...] = (top_diff, read(q.bottom(0)), write(q.param(0), "diff")) if q.param_propagate_down[0] else ()
+    if biased and q.param_propagate_down[1]:
+        backward += (top_diff, read(ones), write(q.param(1), "diff"))
+    if bottom_grad:
+        backward += (top_diff, read(q.param(0)), write(q.bottom(0), "diff"))
+    return LayerMemory(setup=buffer_setup(ones, (rows,), filled=True) if biased else (), forward=forward, backward=backward)
+
+
+def _inner_product_memory(q: MemoryQuery) -> LayerMemory:
+    """inner_product_layer.cpp: M (the bias multiplier's length) is the top's leading dims;
+    unlike Convolution, the bottom's diff is touched only when propagate_down[0]."""
+    return _weights_memory(q, elements(q.tops[0][:-1]), q.propagate_down[0])
+
+
+@layer("InnerProduct", "common", bottoms=ONE, tops=ONE, source="caffe master layers/inner_product_layer.cpp", memory=_inner_product_memory)
 def _inner_product(q: ShapeQuery) -> LayerShapes:
     """Flattens axes [axis, end) to K and maps them to num_output N.
 
@@ -54,7 +79,26 @@ def _inner_product(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, bottom[:axis] + (n,)),), params=params)
 
 
-@layer("Concat", "common", bottoms=AT_LEAST_ONE, tops=ONE, source="caffe master layers/concat_layer.cpp")
+def _alias(q: MemoryQuery) -> tuple[Action, ...]:
+    """top[0]->ShareData(*bottom[0]); top[0]->ShareDiff(*bottom[0]) in Reshape, which
+    Layer::Forward calls again (re-pointing the top if the bottom's storage changed since,
+    e.g. a Split top that took its source's data)."""
+    return (Share(q.top(0), q.bottom(0), "data"), Share(q.top(0), q.bottom(0), "diff"))
+
+
+def _concat_memory(q: MemoryQuery) -> LayerMemory:
+    """concat_layer.cpp: one bottom is aliased (Forward and Backward return at once);
+    otherwise Forward copies every bottom into the top, Backward the top's diff back into
+    the diffs propagate_down asks for."""
+    if len(q.bottoms) == 1:
+        return LayerMemory(setup=_alias(q), forward=_alias(q))
+    bottoms = range(len(q.bottoms))
+    forward = (write(q.top(0)),) + tuple(read(q.bottom(i)) for i in bottoms)
+    backward = (read(q.top(0), "diff"),) + tuple(write(q.bottom(i), "diff") for i in bottoms if q.propagate_down[i])
+    return LayerMemory(forward=forward, backward=backward)
+
+
+@layer("Concat", "common", bottoms=AT_LEAST_ONE, tops=ONE, source="caffe master layers/concat_layer.cpp", memory=_concat_memory)
 def _concat(q: ShapeQuery) -> LayerShapes:
     """Sums the bottoms' sizes along the concat axis; every other dimension must agree."""
     first = q.bottoms[0]
@@ -70,7 +114,19 @@ def _concat(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, _with_dim(first, axis, total)),))
 
 
-@layer("Slice", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/slice_layer.cpp")
+def _slice_memory(q: MemoryQuery) -> LayerMemory:
+    """slice_layer.cpp: one top is aliased; otherwise Forward copies the bottom into every
+    top, and Backward (when propagate_down[0]) every top's diff into the bottom's, reading
+    the diffs of tops nobody back-propagated into (allocating them)."""
+    if len(q.tops) == 1:
+        return LayerMemory(setup=_alias(q), forward=_alias(q))
+    tops = range(len(q.tops))
+    forward = (read(q.bottom(0)),) + tuple(write(q.top(i)) for i in tops)
+    backward = ((write(q.bottom(0), "diff"),) + tuple(read(q.top(i), "diff") for i in tops)) if q.propagate_down[0] else ()
+    return LayerMemory(forward=forward, backward=backward)
+
+
+@layer("Slice", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/slice_layer.cpp", memory=_slice_memory)
 def _slice(q: ShapeQuery) -> LayerShapes:
     """Cuts the slice axis at the increasing ``slice_point``s, or into equal parts, one per top."""
     param = q.proto.slice_param
@@ -97,14 +153,43 @@ def _slice(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=tuple(_with_dim(bottom, axis, s) for s in sizes))
 
 
-@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp")
+def _split_memory(q: MemoryQuery) -> LayerMemory:
+    """split_layer.cpp: Forward points every top's data at the bottom's (the tops' own data
+    is never allocated); Backward (when propagate_down[0]) sums every top's diff into the
+    bottom's, allocating the diff of a top whose consumer never wrote it."""
+    tops = [read(q.top(i), "diff") for i in range(len(q.tops))]
+    backward = tuple(tops[:2]) + (write(q.bottom(0), "diff"),) + tuple(tops[2:]) if q.propagate_down[0] else ()
+    return LayerMemory(forward=tuple(Share(q.top(i), q.bottom(0), "data") for i in range(len(q.tops))), backward=backward)
+
+
+@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory)
 def _split(q: ShapeQuery) -> LayerShapes:
     """Every top is shaped like the bottom; none may be the bottom itself (no in-place)."""
     q.check(not any(q.layer.in_place_tops), "Split layer does not allow in-place computation")
     return LayerShapes(tops=(q.bottoms[0],) * len(q.layer.tops))
 
 
-@layer("Eltwise", "common", bottoms=Arity(2), tops=ONE, source="caffe master layers/eltwise_layer.cpp")
+def _eltwise_memory(q: MemoryQuery) -> LayerMemory:
+    """eltwise_layer.cpp: MAX keeps the winning bottom per element in the int blob
+    ``max_idx_`` (shaped in Reshape, written in Forward, read in Backward).  Backward reads
+    the top's data and diff, then per bottom asked for: its data and diff, and for PROD the
+    other bottoms (stable_prod_grad, the default) or the top's data."""
+    param = caffe_pb2.EltwiseParameter
+    op = q.proto.eltwise_param.operation
+    mask = q.buffer("max_idx")
+    bottoms = range(len(q.bottoms))
+    forward = (write(q.top(0)),) + tuple(read(q.bottom(i)) for i in bottoms) + ((write(mask),) if op == param.MAX else ())
+    backward: tuple[Action, ...] = (read(q.top(0)), read(q.top(0), "diff"))
+    for i in (i for i in bottoms if q.propagate_down[i]):
+        backward += (read(q.bottom(i)), write(q.bottom(i), "diff"))
+        if op == param.PROD and q.proto.eltwise_param.stable_prod_grad:
+            backward += tuple(read(q.bottom(j)) for j in bottoms if j != i)
+        elif op == param.MAX:
+            backward += (read(mask),)
+    return LayerMemory(setup=buffer_setup(mask, q.bottoms[0], "int") if op == param.MAX else (), forward=forward, backward=backward)
+
+
+@layer("Eltwise", "common", bottoms=Arity(2), tops=ONE, source="caffe master layers/eltwise_layer.cpp", memory=_eltwise_memory)
 def _eltwise(q: ShapeQuery) -> LayerShapes:
     """PROD/SUM/MAX of same-shaped bottoms; ``coeff`` (SUM only) needs one value per bottom."""
     param = q.proto.eltwise_param
@@ -117,7 +202,13 @@ def _eltwise(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(first,))
 
 
-@layer("Reshape", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reshape_layer.cpp")
+def _reshape_memory(q: MemoryQuery) -> LayerMemory:
+    """reshape_layer.cpp: the top aliases the bottom's data and diff (Reshape); Forward_cpu
+    and Backward_cpu are empty."""
+    return LayerMemory(setup=_alias(q), forward=_alias(q))
+
+
+@layer("Reshape", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reshape_layer.cpp", memory=_reshape_memory)
 def _reshape(q: ShapeQuery) -> LayerShapes:
     """Replaces bottom axes [axis, axis+num_axes) with ``shape``: 0 copies a bottom dim, one -1 is inferred."""
     q.check(not any(q.layer.in_place_tops), "Reshape layer does not allow in-place computation")
@@ -150,7 +241,13 @@ def _reshape(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(shape,))
 
 
-@layer("Flatten", "common", bottoms=ONE, tops=ONE, source="caffe master layers/flatten_layer.cpp")
+def _flatten_memory(q: MemoryQuery) -> LayerMemory:
+    """flatten_layer.cpp: Forward points the top's data at the bottom's; Backward points the
+    bottom's diff at the top's (the bottom's own diff, if allocated, is freed)."""
+    return LayerMemory(forward=(Share(q.top(0), q.bottom(0), "data"),), backward=(Share(q.bottom(0), q.top(0), "diff"),))
+
+
+@layer("Flatten", "common", bottoms=ONE, tops=ONE, source="caffe master layers/flatten_layer.cpp", memory=_flatten_memory)
 def _flatten(q: ShapeQuery) -> LayerShapes:
     """Collapses axes [axis, end_axis] into one (not in place)."""
     q.check(not any(q.layer.in_place_tops), "Flatten layer does not allow in-place computation")
@@ -162,7 +259,21 @@ def _flatten(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, bottom[:start] + (flat,) + bottom[end + 1 :]),))
 
 
-@layer("Reduction", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reduction_layer.cpp")
+def _reduction_memory(q: MemoryQuery) -> LayerMemory:
+    """reduction_layer.cpp: SUM and MEAN dot with ``sum_multiplier_`` [count from axis], which
+    Reshape writes with ones; ASUM and SUMSQ read the bottom again in Backward."""
+    param = caffe_pb2.ReductionParameter
+    summed = q.proto.reduction_param.operation in (param.SUM, param.MEAN)
+    size = elements(q.bottoms[0][len(q.tops[0]) :])  # the top keeps the dims before axis
+    ones = q.buffer("sum_multiplier")
+    forward = (read(q.bottom(0)),) + ((read(ones),) if summed and size else ()) + (write(q.top(0)),)
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (() if summed else (read(q.bottom(0)),)) + (read(q.top(0), "diff"), write(q.bottom(0), "diff"))
+    return LayerMemory(setup=buffer_setup(ones, (size,), filled=True) if summed else (), forward=forward, backward=backward)
+
+
+@layer("Reduction", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reduction_layer.cpp", memory=_reduction_memory)
 def _reduction(q: ShapeQuery) -> LayerShapes:
     """Reduces every axis from ``axis`` on: the top keeps the bottom's first ``axis`` dims."""
     bottom = q.bottoms[0]
@@ -170,7 +281,7 @@ def _reduction(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(bottom[:axis],))
 
 
-@layer("Tile", "common", bottoms=ONE, tops=ONE, source="caffe master layers/tile_layer.cpp")
+@layer("Tile", "common", bottoms=ONE, tops=ONE, source="caffe master layers/tile_layer.cpp", memory=neuron_memory())
 def _tile(q: ShapeQuery) -> LayerShapes:
     """Repeats the bottom ``tiles`` times along ``axis`` (tiles is required, > 0)."""
     param = q.proto.tile_param
@@ -181,7 +292,13 @@ def _tile(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, _with_dim(bottom, axis, bottom[axis] * param.tiles)),))
 
 
-@layer("Embed", "common", bottoms=ONE, tops=ONE, source="caffe master layers/embed_layer.cpp")
+def _embed_memory(q: MemoryQuery) -> LayerMemory:
+    """embed_layer.cpp: like InnerProduct with M = count(bottom); Backward CHECKs that the
+    bottom (indices) needs no gradient."""
+    return _weights_memory(q, elements(q.bottoms[0]), False)
+
+
+@layer("Embed", "common", bottoms=ONE, tops=ONE, source="caffe master layers/embed_layer.cpp", memory=_embed_memory)
 def _embed(q: ShapeQuery) -> LayerShapes:
     """Looks up each bottom value (an index < input_dim) in a [input_dim, num_output] table.
 
@@ -197,7 +314,7 @@ def _embed(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, q.bottoms[0] + (n,)),), params=params)
 
 
-@layer("ArgMax", "common", bottoms=ONE, tops=ONE, source="caffe master layers/argmax_layer.cpp")
+@layer("ArgMax", "common", bottoms=ONE, tops=ONE, source="caffe master layers/argmax_layer.cpp", memory=forward_only_memory)
 def _argmax(q: ShapeQuery) -> LayerShapes:
     """With ``axis``: the bottom's shape with that axis set to top_k.
 
@@ -222,7 +339,15 @@ def _argmax(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, shape),))
 
 
-@layer("BatchReindex", "common", bottoms=Arity.exactly(2), tops=ONE, source="caffe master layers/batch_reindex_layer.cpp")
+def _batch_reindex_memory(q: MemoryQuery) -> LayerMemory:
+    """batch_reindex_layer.cpp: Forward checks the indices (bottom[1]) and, unless the top
+    is empty, gathers bottom[0]; Backward (when propagate_down[0]) scatters the top's diff."""
+    forward = (read(q.bottom(1)),) + ((read(q.bottom(0)), write(q.top(0))) if elements(q.tops[0]) else ())
+    backward = (write(q.bottom(0), "diff"), read(q.bottom(1)), read(q.top(0), "diff")) if q.propagate_down[0] else ()
+    return LayerMemory(forward=forward, backward=backward)
+
+
+@layer("BatchReindex", "common", bottoms=Arity.exactly(2), tops=ONE, source="caffe master layers/batch_reindex_layer.cpp", memory=_batch_reindex_memory)
 def _batch_reindex(q: ShapeQuery) -> LayerShapes:
     """Gathers bottom[0] items by the 1-D index blob bottom[1]: the top's num is bottom[1]'s length."""
     data, index = q.bottoms
@@ -230,7 +355,18 @@ def _batch_reindex(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=((index[0],) + data[1:],))
 
 
-@layer("Filter", "common", bottoms=Arity(2), tops=AT_LEAST_ONE, source="caffe master layers/filter_layer.cpp")
+def _filter_memory(q: MemoryQuery) -> LayerMemory:
+    """filter_layer.cpp: Reshape reads the selector (the last bottom) at SetUp already, and
+    again in every Forward.  As for the shapes, every item is taken to pass: Backward then
+    writes each asked-for bottom's diff and reads (mutable_cpu_diff) its top's."""
+    selector = read(q.bottom(len(q.bottoms) - 1))
+    tops = range(len(q.tops))
+    forward = (selector,) + tuple(t for i in tops for t in (read(q.bottom(i)), write(q.top(i))))
+    backward = tuple(t for i in tops if q.propagate_down[i] and q.bottoms[i][0] for t in (write(q.bottom(i), "diff"), write(q.top(i), "diff")))
+    return LayerMemory(setup=(selector,), forward=forward, backward=backward)
+
+
+@layer("Filter", "common", bottoms=Arity(2), tops=AT_LEAST_ONE, source="caffe master layers/filter_layer.cpp", memory=_filter_memory)
 def _filter(q: ShapeQuery) -> LayerShapes:
     """Forwards the items of bottoms[:-1] whose selector (last bottom) is non-zero.
 
@@ -247,14 +383,26 @@ def _filter(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=tuple((first_num,) + bottom[1:] for bottom in q.bottoms[: len(q.layer.tops)]))
 
 
-@layer("Parameter", "common", bottoms=Arity.exactly(0), tops=ONE, source="caffe master include/caffe/layers/parameter_layer.hpp")
+def _parameter_memory(q: MemoryQuery) -> LayerMemory:
+    """parameter_layer.hpp: LayerSetUp only reshapes its blob (no filler: its data is first
+    allocated by whoever reads it); Forward points the top's data and diff at the blob's."""
+    share = (Share(q.top(0), q.param(0), "data"), Share(q.top(0), q.param(0), "diff"))
+    return LayerMemory(forward=share, params_filled=False)
+
+
+@layer("Parameter", "common", bottoms=Arity.exactly(0), tops=ONE, source="caffe master include/caffe/layers/parameter_layer.hpp", memory=_parameter_memory)
 def _parameter(q: ShapeQuery) -> LayerShapes:
     """Exposes one learned blob of parameter_param.shape as its top (same shape, separate blob)."""
     shape = reshaped(q, (int32(d) for d in q.proto.parameter_param.shape.dim), "parameter")
     return LayerShapes(tops=(shape,), params=(shape,))
 
 
-@layer("Silence", "common", bottoms=AT_LEAST_ONE, tops=Arity.exactly(0), source="caffe master layers/silence_layer.cpp")
+def _silence_memory(q: MemoryQuery) -> LayerMemory:
+    """silence_layer.cpp: Forward does nothing; Backward zeroes the diffs it is asked for."""
+    return LayerMemory(backward=tuple(write(q.bottom(i), "diff") for i, down in enumerate(q.propagate_down) if down))
+
+
+@layer("Silence", "common", bottoms=AT_LEAST_ONE, tops=Arity.exactly(0), source="caffe master layers/silence_layer.cpp", memory=_silence_memory)
 def _silence(q: ShapeQuery) -> LayerShapes:
     """Consumes its bottoms so they are not net outputs; it has no tops."""
     return LayerShapes(tops=())

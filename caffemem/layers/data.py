@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..graph import LayerShapes, Shape
+from .access import LayerMemory, MemoryQuery
 from .blob import int32, reshaped
 from .registry import Arity, NeedsInput, ShapeQuery, layer
 
@@ -94,7 +95,13 @@ def color_channels(is_color: bool) -> int:
     return COLOR_CHANNELS if is_color else GRAY_CHANNELS
 
 
-@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp")
+def _input_memory(q: MemoryQuery) -> LayerMemory:
+    """input_layer.cpp: LayerSetUp only reshapes the tops; Forward and Backward do nothing.
+    The tops' data is the caller's to fill (the memory pass counts it as the input)."""
+    return LayerMemory()
+
+
+@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory)
 def _input(q: ShapeQuery) -> LayerShapes:
     """input_param.shape: none (the caller reshapes the tops), one for all tops, or one per top."""
     shapes = q.proto.input_param.shape

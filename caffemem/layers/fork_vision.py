@@ -7,12 +7,18 @@
 - Upsample: alexgkendall/caffe-segnet (max-unpooling with the pooling mask).
 - ROIPooling: rbgirshick/caffe-fast-rcnn, branch faster-rcnn (py-faster-rcnn's Caffe).
 - PSROIPooling: daijifeng001/caffe-rfcn (R-FCN).
+
+The memory rules follow each fork's CPU code; where a fork has only a GPU implementation
+(ROIPooling's Backward, all of PSROIPooling) they follow the .cu file's touches, as named.
 """
 
 from __future__ import annotations
 
-from ..graph import LayerShapes, Shape
+from ..graph import LayerShapes, Shape, count
+from ..schema import caffe_pb2
+from .access import Action, Alloc, LayerMemory, MemoryQuery, Reshape, read, write
 from .blob import format_shape, legacy4, reshaped
+from .neuron import neuron_memory
 from .registry import Arity, ShapeQuery, layer
 from .vision import c_div, float_div_rounded, positive, require_axes
 
@@ -29,7 +35,26 @@ def _video_bottom(q: ShapeQuery) -> Shape:
     return bottom
 
 
-@layer("Convolution3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "convolution3d_layer.cpp")
+def _convolution3d_memory(q: MemoryQuery) -> LayerMemory:
+    """convolution3d_layer.cpp: LayerSetUp shapes a 5-axis col buffer for one clip,
+    (1, C * kernel_depth * k * k, L', H', W'), and writes ones into ``bias_multiplier_``, a
+    bare SyncedMemory of L' * H' * W' values (no Blob, so no shape buffer; never touched
+    again as far as the model's steps go).  Forward vol2cols into the col buffer.  Backward
+    looks at neither propagate_down nor param_propagate_down: it takes the weight's, the
+    bias's, the bottom's and the col buffer's diffs every time."""
+    top, weight, col = q.tops[0], q.param(0), q.buffer("col_buffer")
+    bias = q.param(1) if q.proto.convolution3d_param.bias_term else None
+    setup: tuple[Action, ...] = (Reshape(col, (1, count(q.params[0][1:])) + top[2:]),)
+    forward = (read(q.bottom(0)), write(q.top(0)), write(col), read(weight))
+    backward = (read(q.top(0), "diff"), read(weight), write(weight, "diff"), read(q.bottom(0)), write(q.bottom(0), "diff"), write(col), write(col, "diff"))
+    if bias is not None:
+        setup += (Alloc(q.buffer("bias_multiplier"), count(top[2:])),)
+        forward += (read(bias),)
+        backward += (write(bias, "diff"),)
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("Convolution3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "convolution3d_layer.cpp", memory=_convolution3d_memory)
 def _convolution3d(q: ShapeQuery) -> LayerShapes:
     """Spatio-temporal convolution with square spatial kernels.
 
@@ -55,7 +80,20 @@ def _convolution3d(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, top),), params=params)
 
 
-@layer("Pooling3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "pool3d_layer.cpp")
+_reads_both_data = neuron_memory("top", "bottom")
+
+
+def _pooling3d_memory(q: MemoryQuery) -> LayerMemory:
+    """pool3d_layer.cpp: no argmax blob (MAX's Backward compares bottom with top), so
+    Backward, when propagate_down[0], reads both data; STOCHASTIC only shapes rand_idx_
+    (its Forward is NOT_IMPLEMENTED on CPU and empty on GPU)."""
+    steps = _reads_both_data(q)
+    if q.proto.pooling3d_param.pool != caffe_pb2.Pooling3DParameter.STOCHASTIC:
+        return steps
+    return LayerMemory(setup=(Reshape(q.buffer("rand_idx"), q.tops[0]),), forward=steps.forward, backward=steps.backward)
+
+
+@layer("Pooling3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "pool3d_layer.cpp", memory=_pooling3d_memory)
 def _pooling3d(q: ShapeQuery) -> LayerShapes:
     """Spatio-temporal pooling, rounding up (float32 ceil) with no clipping and no temporal padding."""
     num, channels, length, height, width = _video_bottom(q)[:5]
@@ -83,7 +121,9 @@ def _zoom(q: ShapeQuery, size: int, factor: int) -> int:
     return size + (size - 1) * (factor - 1)
 
 
-@layer("Interp", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source="hszhao/PSPNet src/caffe/layers/interp_layer.cpp")
+# interp_layer.cpp: Forward reads the bottom and writes the top; Backward, when
+# propagate_down[0], writes the bottom's diff from the top's (no data read).
+@layer("Interp", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source="hszhao/PSPNet src/caffe/layers/interp_layer.cpp", memory=neuron_memory())
 def _interp(q: ShapeQuery) -> LayerShapes:
     """Bilinear resize of (cropped) H and W; the branch taken depends on which fields are *set*.
 
@@ -112,7 +152,15 @@ def _interp(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=((num, channels) + out,))
 
 
-@layer("Upsample", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source="alexgkendall/caffe-segnet src/caffe/layers/upsample_layer.cpp")
+def _upsample_memory(q: MemoryQuery) -> LayerMemory:
+    """upsample_layer.cpp: Forward scatters bottom 0 through the mask (bottom 1) into the
+    top; Backward, when propagate_down[0], gathers the top's diff into bottom 0's through the
+    mask.  The mask never gets a diff."""
+    backward = (read(q.top(0), "diff"), read(q.bottom(1)), write(q.bottom(0), "diff")) if q.propagate_down[0] else ()
+    return LayerMemory(forward=(read(q.bottom(0)), read(q.bottom(1)), write(q.top(0))), backward=backward)
+
+
+@layer("Upsample", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source="alexgkendall/caffe-segnet src/caffe/layers/upsample_layer.cpp", memory=_upsample_memory)
 def _upsample(q: ShapeQuery) -> LayerShapes:
     """Max-unpooling: bottom 1 is the mask of the matching MAX pooling, shaped like bottom 0.
 
@@ -145,7 +193,30 @@ def _upsample(q: ShapeQuery) -> LayerShapes:
 _RCNN = "rbgirshick/caffe-fast-rcnn (faster-rcnn) src/caffe/layers/roi_pooling_layer.cpp"
 
 
-@layer("ROIPooling", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=_RCNN)
+def _roi_memory(index: str, clears_roi_diff: bool):
+    """A region pooling layer that keeps, per output value, a Blob<int> ``index`` shaped like
+    the top (Reshape) and written by Forward; Backward, when propagate_down[0], reads the
+    rois, the top's diff and the index and writes bottom 0's diff (``clears_roi_diff``:
+    it also zeroes the rois' diff)."""
+
+    def rule(q: MemoryQuery) -> LayerMemory:
+        own = q.buffer(index)
+        backward: tuple[Action, ...] = ()
+        if q.propagate_down[0]:
+            backward = (read(q.bottom(1)), read(q.top(0), "diff"), write(q.bottom(0), "diff"), read(own))
+            backward += (write(q.bottom(1), "diff"),) if clears_roi_diff else ()
+        return LayerMemory(
+            setup=(Reshape(own, q.tops[0], "int"),),
+            forward=(read(q.bottom(0)), read(q.bottom(1)), write(q.top(0)), write(own)),
+            backward=backward,
+        )
+
+    return rule
+
+
+# roi_pooling_layer.cpp keeps the argmax in max_idx_; its Backward_cpu is NOT_IMPLEMENTED,
+# so Backward is roi_pooling_layer.cu's.
+@layer("ROIPooling", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=_RCNN + ", roi_pooling_layer.cu", memory=_roi_memory("max_idx", clears_roi_diff=False))
 def _roi_pooling(q: ShapeQuery) -> LayerShapes:
     """One pooled_h x pooled_w map per region: top num is bottom 1's num (the rois)."""
     param = q.proto.roi_pooling_param
@@ -156,7 +227,16 @@ def _roi_pooling(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=((rois, channels, param.pooled_h, param.pooled_w),))
 
 
-@layer("PSROIPooling", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source="daijifeng001/caffe-rfcn src/caffe/layers/psroi_pooling_layer.cpp")
+# psroi_pooling_layer.cpp is NOT_IMPLEMENTED on CPU: the steps are psroi_pooling_layer.cu's,
+# whose Backward also zeroes the rois' diff (mapping_channel_ is the Blob<int> index).
+@layer(
+    "PSROIPooling",
+    FAMILY,
+    bottoms=Arity.exactly(2),
+    tops=Arity.exactly(1),
+    source="daijifeng001/caffe-rfcn src/caffe/layers/psroi_pooling_layer.cpp, psroi_pooling_layer.cu",
+    memory=_roi_memory("mapping_channel", clears_roi_diff=True),
+)
 def _psroi_pooling(q: ShapeQuery) -> LayerShapes:
     """Position-sensitive ROI pooling: bottom 0 holds output_dim * group_size^2 score maps."""
     param = q.proto.psroi_pooling_param

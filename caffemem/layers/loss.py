@@ -11,18 +11,26 @@ Every loss layer is a Caffe ``LossLayer`` (loss_layer.hpp, loss_layer.cpp):
   layer with a second top and no explicit ``loss_weight`` fails Layer::SetLossWeights'
   "specified once per top blob" CHECK; the rules below reproduce that.
 - ``LossLayer::Reshape`` CHECKs that data and label share their first dimension.
+- ``LossLayer::AllowForceBackward`` refuses bottom 1 (the label) to force_backward, except
+  where a layer overrides it (``no_force_backward`` below).
+
+Each memory rule lists what the same file's CPU code touches (access.py).  Every loss
+layer's Backward reads the loss top's diff (the loss weight).
 """
 
 from __future__ import annotations
 
-from ..graph import LayerShapes, Shape
+from ..graph import LayerShapes, Shape, count as elements
+from .access import Action, BlobId, LayerMemory, MemoryQuery, Share, buffer_setup, read, write
 from .blob import axis_index, count, dim, format_shape, legacy_dim
+from .neuron import canonical_axis, inner_loss, softmax_memory
 from .registry import Arity, ShapeQuery, layer
 
 SCALAR: Shape = ()
 TWO = Arity.exactly(2)
 ONE = Arity.exactly(1)
 ONE_OR_TWO = Arity(1, 2)
+LABEL = (1,)  # LossLayer::AllowForceBackward: bottom_index != 1
 
 
 def _top_count(q: ShapeQuery) -> int:
@@ -62,7 +70,33 @@ def _with_prob(q: ShapeQuery, loss: Shape) -> LayerShapes:
     return LayerShapes(tops=tops)
 
 
-@layer("SoftmaxWithLoss", "loss", bottoms=TWO, tops=ONE_OR_TWO, auto_top=True, source="caffe master layers/softmax_loss_layer.cpp")
+def _softmax_loss_memory(q: MemoryQuery, axis: int, weight: float, extra_setup: tuple[Action, ...] = (), labels_forward: tuple[Action, ...] = (), labels_backward: tuple[Action, ...] = ()) -> LayerMemory:
+    """SoftmaxWithLoss and InfogainLoss: an inner Softmax from bottom[0] to ``prob_``, whose
+    SetLossWeights gets ``weight`` (so a non-zero one allocates prob_'s diff at SetUp).
+    Forward reads prob_ and the labels and writes the loss; an optional second top is
+    pointed at prob_'s data.  Backward (when propagate_down[0]) writes bottom[0]'s diff
+    from prob_ and the labels.  ``labels_*``: what the infogain matrix adds."""
+    prob = q.buffer("prob")
+    softmax = softmax_memory(q, q.bottom(0), prob, q.bottoms[0], axis, "softmax/")
+    loss_setup, loss_forward = inner_loss(prob, weight)
+    setup = buffer_setup(prob, q.bottoms[0]) + softmax.setup + loss_setup + extra_setup
+    forward = softmax.forward + loss_forward + (read(prob), read(q.bottom(1))) + labels_forward + (write(q.top(0)),)
+    forward += (Share(q.top(1), prob, "data"),) if len(q.tops) > 1 else ()
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(prob), read(q.bottom(1))) + labels_backward + (write(q.bottom(0), "diff"), read(q.top(0), "diff"))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+def _softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """softmax_loss_layer.cpp: the inner Softmax is built from a copy of this layer's param
+    after LossLayer::LayerSetUp added the default loss_weight 1, so prob_'s diff is allocated
+    at SetUp unless the file says loss_weight: 0."""
+    weights = list(q.proto.loss_weight) or [1.0]
+    return _softmax_loss_memory(q, q.proto.softmax_param.axis, weights[0])
+
+
+@layer("SoftmaxWithLoss", "loss", bottoms=TWO, tops=ONE_OR_TWO, auto_top=True, source="caffe master layers/softmax_loss_layer.cpp", memory=_softmax_with_loss_memory, no_force_backward=LABEL)
 def _softmax_with_loss(q: ShapeQuery) -> LayerShapes:
     """Softmax along softmax_param.axis then log loss; the optional second top is the softmax output."""
     loss = _loss(q)
@@ -70,7 +104,26 @@ def _softmax_with_loss(q: ShapeQuery) -> LayerShapes:
     return _with_prob(q, loss)
 
 
-@layer("InfogainLoss", "loss", bottoms=Arity(2, 3), tops=ONE_OR_TWO, auto_top=True, source="caffe master layers/infogain_loss_layer.cpp")
+def _infogain_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """infogain_loss_layer.cpp: the inner Softmax (along infogain_param.axis) always gets
+    loss_weight 1.  Reshape shapes ``sum_rows_H_`` [L].  With two bottoms LayerSetUp loads H
+    from ``source`` into ``infogain_`` (BlobProto: its axes are not known here, taken as the
+    legacy 4) and Reshape sums its rows; with H as bottom[2] the rows are summed in
+    Backward."""
+    axis = q.proto.infogain_loss_param.axis
+    labels = q.bottoms[0][canonical_axis(axis, len(q.bottoms[0]))]
+    sums = q.buffer("sum_rows_H")
+    setup = buffer_setup(sums, (labels,))
+    if len(q.bottoms) > 2:
+        matrix = q.bottom(2)
+        backward: tuple[Action, ...] = (read(matrix), write(sums), read(sums))
+        return _softmax_loss_memory(q, axis, 1.0, setup, (read(matrix),), backward)
+    matrix = q.buffer("infogain")
+    setup += buffer_setup(matrix, (1, 1, labels, labels), filled=True) + (read(matrix), write(sums))
+    return _softmax_loss_memory(q, axis, 1.0, setup, (write(sums), read(matrix)), (read(matrix), read(sums)))
+
+
+@layer("InfogainLoss", "loss", bottoms=Arity(2, 3), tops=ONE_OR_TWO, auto_top=True, source="caffe master layers/infogain_loss_layer.cpp", memory=_infogain_loss_memory, no_force_backward=LABEL)
 def _infogain_loss(q: ShapeQuery) -> LayerShapes:
     """Softmax then an infogain-weighted log loss; H (num_labels x num_labels) is bottom[2] or read from ``source``.
 
@@ -90,7 +143,20 @@ def _infogain_loss(q: ShapeQuery) -> LayerShapes:
     return _with_prob(q, loss)
 
 
-@layer("SigmoidCrossEntropyLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/sigmoid_cross_entropy_loss_layer.cpp")
+def _sigmoid_cross_entropy_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """sigmoid_cross_entropy_loss_layer.cpp: the inner Sigmoid (``sigmoid_output_`` like
+    bottom[0]) is constructed with the param as written, before LossLayer adds the default
+    weight: only a loss_weight given in the file allocates its diff at SetUp."""
+    output = q.buffer("sigmoid_output")
+    loss_setup, loss_forward = inner_loss(output, q.proto.loss_weight[0] if len(q.proto.loss_weight) else 0)
+    forward = (read(q.bottom(0)), write(output)) + loss_forward + (read(q.bottom(0)), read(q.bottom(1)), write(q.top(0)))
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(output), read(q.bottom(1)), write(q.bottom(0), "diff"), read(q.top(0), "diff"))
+    return LayerMemory(setup=buffer_setup(output, q.bottoms[0]) + loss_setup, forward=forward, backward=backward)
+
+
+@layer("SigmoidCrossEntropyLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/sigmoid_cross_entropy_loss_layer.cpp", memory=_sigmoid_cross_entropy_loss_memory, no_force_backward=LABEL)
 def _sigmoid_cross_entropy_loss(q: ShapeQuery) -> LayerShapes:
     """One target per prediction: both bottoms must have the same count."""
     loss = _loss(q)
@@ -99,7 +165,17 @@ def _sigmoid_cross_entropy_loss(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(loss,))
 
 
-@layer("EuclideanLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/euclidean_loss_layer.cpp")
+def _euclidean_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """euclidean_loss_layer.cpp: Forward writes the difference into ``diff_`` (shaped like
+    bottom[0] in Reshape); Backward scales it into each bottom's diff asked for (both
+    bottoms may get one: AllowForceBackward is true for both)."""
+    difference = q.buffer("diff")
+    forward = (read(q.bottom(0)), read(q.bottom(1)), write(difference), write(q.top(0)))
+    backward = tuple(t for i in (0, 1) if q.propagate_down[i] for t in (read(q.top(0), "diff"), read(difference), write(q.bottom(i), "diff")))
+    return LayerMemory(setup=buffer_setup(difference, q.bottoms[0]), forward=forward, backward=backward)
+
+
+@layer("EuclideanLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/euclidean_loss_layer.cpp", memory=_euclidean_loss_memory)
 def _euclidean_loss(q: ShapeQuery) -> LayerShapes:
     """Sum of squared differences: the bottoms must agree in count per item."""
     loss = _loss(q)
@@ -108,7 +184,15 @@ def _euclidean_loss(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(loss,))
 
 
-@layer("HingeLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/hinge_loss_layer.cpp, loss_layer.cpp")
+def _hinge_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """hinge_loss_layer.cpp: Forward computes the margins in bottom[0]'s diff (allocating it
+    in Forward, whatever Backward will do); Backward finishes the gradient there."""
+    forward = (read(q.bottom(0)), write(q.bottom(0), "diff"), read(q.bottom(1)), write(q.top(0)))
+    backward = (write(q.bottom(0), "diff"), read(q.bottom(1)), read(q.top(0), "diff")) if q.propagate_down[0] else ()
+    return LayerMemory(forward=forward, backward=backward)
+
+
+@layer("HingeLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/hinge_loss_layer.cpp, loss_layer.cpp", memory=_hinge_loss_memory, no_force_backward=LABEL)
 def _hinge_loss(q: ShapeQuery) -> LayerShapes:
     """Only LossLayer's own check: predictions and labels share num."""
     return LayerShapes(tops=(_loss(q),))
@@ -122,7 +206,14 @@ def _check_singletons(q: ShapeQuery, which: int, axes: range) -> None:
         q.check(legacy_dim(q, shape, i) == 1, f"bottom[{which}] {format_shape(shape)} must have {names[i]} 1")
 
 
-@layer("MultinomialLogisticLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/multinomial_logistic_loss_layer.cpp")
+def _multinomial_logistic_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """multinomial_logistic_loss_layer.cpp: no buffer of its own."""
+    forward = (read(q.bottom(0)), read(q.bottom(1)), write(q.top(0)))
+    backward = (read(q.bottom(0)), read(q.bottom(1)), write(q.bottom(0), "diff"), read(q.top(0), "diff")) if q.propagate_down[0] else ()
+    return LayerMemory(forward=forward, backward=backward)
+
+
+@layer("MultinomialLogisticLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/multinomial_logistic_loss_layer.cpp", memory=_multinomial_logistic_loss_memory, no_force_backward=LABEL)
 def _multinomial_logistic_loss(q: ShapeQuery) -> LayerShapes:
     """Takes probabilities and one label per item: the label blob is (N, 1, 1, 1) in legacy terms."""
     loss = _loss(q)
@@ -130,7 +221,26 @@ def _multinomial_logistic_loss(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(loss,))
 
 
-@layer("ContrastiveLoss", "loss", bottoms=Arity.exactly(3), tops=ONE, auto_top=True, source="caffe master layers/contrastive_loss_layer.cpp")
+def _contrastive_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """contrastive_loss_layer.cpp: LayerSetUp shapes ``diff_`` and ``diff_sq_`` (N, C, 1, 1)
+    (``diff_sq_`` is never touched on CPU), ``dist_sq_`` (N, 1, 1, 1), and writes
+    ``summer_vec_`` (C, 1, 1, 1) with ones.  Forward writes the differences and squared
+    distances; Backward writes the diffs of the two feature bottoms asked for."""
+    num, channels = (q.bottoms[0] + (1, 1))[:2]  # legacy num(), channels(): missing axes read 1
+    difference, squares, distances, ones = (q.buffer(name) for name in ("diff", "diff_sq", "dist_sq", "summer_vec"))
+    setup = buffer_setup(difference, (num, channels, 1, 1)) + buffer_setup(squares, (num, channels, 1, 1))
+    setup += buffer_setup(distances, (num, 1, 1, 1)) + buffer_setup(ones, (channels, 1, 1, 1), filled=channels > 0)
+    forward = (read(q.bottom(0)), read(q.bottom(1)), write(difference), write(distances), read(q.bottom(2)), write(q.top(0)))
+    backward = tuple(
+        t
+        for i in (0, 1)
+        if q.propagate_down[i]
+        for t in (read(q.top(0), "diff"), write(q.bottom(i), "diff"), read(q.bottom(2)), read(difference), read(distances))
+    )
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("ContrastiveLoss", "loss", bottoms=Arity.exactly(3), tops=ONE, auto_top=True, source="caffe master layers/contrastive_loss_layer.cpp", memory=_contrastive_loss_memory, no_force_backward=(2,))
 def _contrastive_loss(q: ShapeQuery) -> LayerShapes:
     """Two (N, C, 1, 1) feature blobs and one (N, 1, 1, 1) similarity label."""
     a, b = q.bottoms[0], q.bottoms[1]
@@ -141,7 +251,17 @@ def _contrastive_loss(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(_loss(q),))
 
 
-@layer("Accuracy", "loss", bottoms=TWO, tops=ONE_OR_TWO, source="caffe master layers/accuracy_layer.cpp")
+def _accuracy_memory(q: MemoryQuery) -> LayerMemory:
+    """accuracy_layer.cpp: with the per-class top, Reshape shapes ``nums_buffer_`` [C] and
+    Forward writes it.  Backward_cpu is NOT_IMPLEMENTED for any bottom asked for."""
+    forward = (read(q.bottom(0)), read(q.bottom(1)))
+    if len(q.tops) > 1:
+        counts = q.buffer("nums_buffer")
+        return LayerMemory(setup=buffer_setup(counts, q.tops[1]), forward=forward + (write(counts), write(q.top(1)), write(q.top(0))))
+    return LayerMemory(forward=forward + (write(q.top(0)),))
+
+
+@layer("Accuracy", "loss", bottoms=TWO, tops=ONE_OR_TWO, source="caffe master layers/accuracy_layer.cpp", memory=_accuracy_memory)
 def _accuracy(q: ShapeQuery) -> LayerShapes:
     """A scalar accuracy; an optional second top holds per-class accuracies [num_labels].
 

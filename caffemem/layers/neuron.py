@@ -3,13 +3,18 @@
 Caffe's ``NeuronLayer::Reshape`` gives the top the bottom's shape (neuron_layer.cpp); the
 layers here differ only in the CHECKs their LayerSetUp adds and in the parameter blobs
 some of them own (PReLU, Scale, Bias, BatchNorm), whose shapes memory depends on.
+
+Each spec's memory rule lists what the layer's CPU code touches (access.py), read from
+the Caffe master file in its ``source``; the function a touch comes from is named where
+it is not the obvious Forward_cpu/Backward_cpu.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..graph import LayerShapes, Shape
+from ..graph import LayerShapes, Shape, count
+from .access import Action, BlobId, LayerMemory, MemoryQuery, MemoryRule, Reshape, buffer_setup, read, write
 from .blob import axis_index, format_shape, legacy4, legacy_dim
 from .registry import Arity, LayerSpec, ShapeQuery, layer, register
 
@@ -22,21 +27,110 @@ def _like_bottom(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(q.bottoms[0],))
 
 
+# ---- memory: helpers shared by the rules below (and by common.py, loss.py) -----------
+
+
+def canonical_axis(axis: int, axes: int) -> int:
+    """Blob::CanonicalAxisIndex on a shape the shape rule already CHECKed."""
+    return axis + axes if axis < 0 else axis
+
+
+def uses_cudnn(q: MemoryQuery, engine: int) -> bool:
+    """Which class LayerRegistry builds: the layer's own engine (CAFFE=1, CUDNN=2) wins,
+    DEFAULT (0) is the build's (layer_factory.cpp, GetSoftmaxLayer and friends)."""
+    return engine == 2 or (engine == 0 and q.engine == "cudnn")
+
+
+def inner_loss(blob: BlobId, weight: float) -> tuple[tuple[Action, ...], tuple[Action, ...]]:
+    """A layer built inside another with a non-zero loss_weight on its one top: its
+    SetLossWeights writes the top's diff (SetUp), Layer::Forward reads data and diff."""
+    if not weight:
+        return (), ()
+    return (write(blob, "diff"),), (read(blob), read(blob, "diff"))
+
+
+def neuron_memory(*backward_reads: str, top_diff_always: bool = False) -> MemoryRule:
+    """A NeuronLayer: Forward reads the bottom and writes the top; Backward, when
+    propagate_down[0], reads the top's diff and the data of ``backward_reads`` ("bottom",
+    "top") and writes the bottom's diff.  ``top_diff_always``: the top's diff is read before
+    the propagate_down test (AbsVal).  The other kinds of blob are never touched."""
+
+    def rule(q: MemoryQuery) -> LayerMemory:
+        blobs = {"bottom": q.bottom(0), "top": q.top(0)}
+        backward: tuple[Action, ...] = (read(q.top(0), "diff"),) if top_diff_always or q.propagate_down[0] else ()
+        if q.propagate_down[0]:
+            backward += tuple(read(blobs[name]) for name in backward_reads) + (write(q.bottom(0), "diff"),)
+        return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=backward)
+
+    return rule
+
+
+def forward_only_memory(q: MemoryQuery) -> LayerMemory:
+    """Forward reads the bottom and writes the top; Backward_cpu is NOT_IMPLEMENTED (Caffe
+    aborts if it ever runs): threshold_layer.hpp, argmax_layer.hpp."""
+    return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))))
+
+
+def _dropout_memory(q: MemoryQuery) -> LayerMemory:
+    """dropout_layer.cpp: Reshape shapes the unsigned-int mask ``rand_vec_`` like the bottom;
+    Forward writes it in both phases, Backward reads it in TRAIN only."""
+    mask = q.buffer("rand_vec")
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(q.top(0), "diff"), write(q.bottom(0), "diff")) + ((read(mask),) if q.phase == "TRAIN" else ())
+    return LayerMemory(
+        setup=buffer_setup(mask, q.bottoms[0], "int"),
+        forward=(read(q.bottom(0)), write(q.top(0)), write(mask)),
+        backward=backward,
+    )
+
+
+def _power_memory(q: MemoryQuery) -> LayerMemory:
+    """power_layer.cpp: with power*scale == 0 the top is a constant (the bottom is not read);
+    Backward reads the bottom unless the gradient is constant, and the top unless power is 2."""
+    param = q.proto.power_param
+    diff_scale = param.power * param.scale
+    forward = (write(q.top(0)),) + ((read(q.bottom(0)),) if diff_scale != 0 else ())
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (write(q.bottom(0), "diff"), read(q.top(0), "diff"))
+        if diff_scale != 0 and param.power != 1:
+            backward += (read(q.bottom(0)),) + ((read(q.top(0)),) if param.power != 2 else ())
+    return LayerMemory(forward=forward, backward=backward)
+
+
+def _swish_memory(q: MemoryQuery) -> LayerMemory:
+    """swish_layer.cpp: an inner Sigmoid (built with this layer's param, loss_weight too)
+    maps ``sigmoid_input_`` (beta * bottom) to ``sigmoid_output_``.  LayerSetUp sets the
+    Sigmoid up before Reshape shapes its input, so its output is first a 1-element scalar
+    blob (whose diff a loss_weight fills), then reshaped like the bottom."""
+    sig_in, sig_out = q.buffer("sigmoid_input"), q.buffer("sigmoid_output")
+    loss_setup, loss_forward = inner_loss(sig_out, q.proto.loss_weight[0] if len(q.proto.loss_weight) else 0)
+    setup = (Reshape(sig_out, ()),) + loss_setup + (Reshape(sig_in, q.bottoms[0]), Reshape(sig_out, q.bottoms[0]))
+    forward = (read(q.bottom(0)), write(sig_in), write(q.top(0)), read(sig_in), write(sig_out)) + loss_forward + (read(sig_out),)
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(q.top(0)), read(q.top(0), "diff"), read(sig_out), write(q.bottom(0), "diff"))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
 # Neurons whose LayerSetUp checks nothing that concerns shapes or the net's validity.
-# (Dropout's ratio checks are DCHECKs, compiled out of release builds.)
-_PLAIN_NEURONS = {
-    "BNLL": "bnll_layer.cpp",
-    "Dropout": "dropout_layer.cpp",
-    "ELU": "elu_layer.cpp",
-    "Power": "power_layer.cpp",
-    "ReLU": "relu_layer.cpp, cudnn_relu_layer.cpp",
-    "Sigmoid": "sigmoid_layer.cpp, cudnn_sigmoid_layer.cpp",
-    "Swish": "swish_layer.cpp",
-    "TanH": "tanh_layer.cpp, cudnn_tanh_layer.cpp",
-    "Threshold": "threshold_layer.cpp",
+# (Dropout's ratio checks are DCHECKs, compiled out of release builds.)  The memory rule
+# follows each file's Backward_cpu: which data it reads besides the top's diff.  The
+# cuDNN ReLU/Sigmoid/TanH touch the same buffers (their Backward also reads both data).
+_PLAIN_NEURONS: dict[str, tuple[str, MemoryRule]] = {
+    "BNLL": ("bnll_layer.cpp", neuron_memory("bottom")),
+    "Dropout": ("dropout_layer.cpp", _dropout_memory),
+    "ELU": ("elu_layer.cpp", neuron_memory("bottom", "top")),
+    "Power": ("power_layer.cpp", _power_memory),
+    "ReLU": ("relu_layer.cpp, cudnn_relu_layer.cpp", neuron_memory("bottom")),
+    "Sigmoid": ("sigmoid_layer.cpp, cudnn_sigmoid_layer.cpp", neuron_memory("top")),
+    "Swish": ("swish_layer.cpp", _swish_memory),
+    "TanH": ("tanh_layer.cpp, cudnn_tanh_layer.cpp", neuron_memory("top")),
+    "Threshold": ("threshold_layer.cpp", forward_only_memory),
 }
 
-for _type, _file in _PLAIN_NEURONS.items():
+for _type, (_file, _memory) in _PLAIN_NEURONS.items():
     register(
         LayerSpec(
             type=_type,
@@ -45,18 +139,19 @@ for _type, _file in _PLAIN_NEURONS.items():
             bottoms=ONE,
             tops=ONE,
             source=f"caffe master layers/{_file}, neuron_layer.cpp",
+            memory=_memory,
         )
     )
 
 
-@layer("AbsVal", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/absval_layer.cpp")
+@layer("AbsVal", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/absval_layer.cpp", memory=neuron_memory("bottom", top_diff_always=True))
 def _absval(q: ShapeQuery) -> LayerShapes:
     """Elementwise, but Caffe refuses to run it in place (its backward needs the input)."""
     q.check(not any(q.layer.in_place_tops), "AbsVal layer does not allow in-place computation")
     return _like_bottom(q)
 
 
-@layer("Clip", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/clip_layer.cpp, caffe.proto ClipParameter")
+@layer("Clip", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/clip_layer.cpp, caffe.proto ClipParameter", memory=neuron_memory("bottom"))
 def _clip(q: ShapeQuery) -> LayerShapes:
     """Elementwise.  ``min`` and ``max`` are required fields of ClipParameter: a clip_param
     lacking one makes Caffe's parser refuse the file (with no clip_param at all both read 0)."""
@@ -76,14 +171,14 @@ def _log_base(q: ShapeQuery, base: float) -> float:
     return value
 
 
-@layer("Exp", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/exp_layer.cpp")
+@layer("Exp", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/exp_layer.cpp", memory=neuron_memory("top"))
 def _exp(q: ShapeQuery) -> LayerShapes:
     """Elementwise base**(shift + scale*x); LayerSetUp CHECKs the base."""
     _log_base(q, q.proto.exp_param.base)
     return _like_bottom(q)
 
 
-@layer("Log", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/log_layer.cpp")
+@layer("Log", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/log_layer.cpp", memory=neuron_memory("bottom"))
 def _log(q: ShapeQuery) -> LayerShapes:
     """Elementwise log_base(shift + scale*x); LayerSetUp CHECKs that 1/log(base) is finite too."""
     base = q.proto.log_param.base
@@ -91,7 +186,27 @@ def _log(q: ShapeQuery) -> LayerShapes:
     return _like_bottom(q)
 
 
-@layer("PReLU", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/prelu_layer.cpp")
+def _prelu_memory(q: MemoryQuery) -> LayerMemory:
+    """prelu_layer.cpp: LayerSetUp writes ``multiplier_`` [count(1)] with ones and shapes
+    ``backward_buff_`` (the CPU code never touches it again); in place, Reshape shapes
+    ``bottom_memory_`` like the bottom and Forward copies the input there for Backward,
+    which reads the top's diff whatever it is asked to compute."""
+    bottom = q.bottoms[0]
+    per_item = (count(bottom[1:]),)
+    saved = q.buffer("bottom_memory")
+    in_place = q.in_place()
+    setup = buffer_setup(q.buffer("multiplier"), per_item, filled=True) + buffer_setup(q.buffer("backward_buff"), per_item)
+    backward = (read(saved if in_place else q.bottom(0)), read(q.param(0)), read(q.top(0), "diff"))
+    backward += (write(q.param(0), "diff"),) if q.param_propagate_down[0] else ()
+    backward += (write(q.bottom(0), "diff"),) if q.propagate_down[0] else ()
+    return LayerMemory(
+        setup=setup + (buffer_setup(saved, bottom) if in_place else ()),
+        forward=(read(q.bottom(0)), write(q.top(0)), read(q.param(0))) + ((write(saved),) if in_place else ()),
+        backward=backward,
+    )
+
+
+@layer("PReLU", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/prelu_layer.cpp", memory=_prelu_memory)
 def _prelu(q: ShapeQuery) -> LayerShapes:
     """Learns one slope per channel, or a single 0-axis (scalar) slope if channel_shared.
 
@@ -105,20 +220,97 @@ def _prelu(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(bottom,), params=(slope,))
 
 
-@layer("Softmax", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/softmax_layer.cpp, cudnn_softmax_layer.cpp")
+def softmax_memory(q: MemoryQuery, bottom: BlobId, top: BlobId, shape: Shape, axis: int, prefix: str = "") -> LayerMemory:
+    """The touches of one SoftmaxLayer from ``bottom`` to ``top`` (``prefix`` names the
+    buffers of a Softmax built inside another layer).  softmax_layer.cpp: Reshape writes
+    ``sum_multiplier_`` [C] with ones and shapes ``scale_`` (the bottom with the softmax axis
+    set to 1); Forward and Backward use ``scale_`` as scratch, Backward whatever
+    propagate_down says.  cudnn_softmax_layer.cu: the same Reshape, no scratch, and
+    Backward tests propagate_down[0]."""
+    axis = canonical_axis(axis, len(shape))
+    multiplier, scale = q.buffer(prefix + "sum_multiplier"), q.buffer(prefix + "scale")
+    setup = buffer_setup(multiplier, (shape[axis],), filled=True) + buffer_setup(scale, shape[:axis] + (1,) + shape[axis + 1 :])
+    if uses_cudnn(q, q.proto.softmax_param.engine):
+        down = bool(q.propagate_down) and q.propagate_down[0]
+        backward = (read(top), read(top, "diff"), read(bottom), write(bottom, "diff")) if down else ()
+        return LayerMemory(setup=setup, forward=(read(bottom), write(top)), backward=backward)
+    scratch = (write(scale), read(multiplier))
+    backward = (read(top, "diff"), read(top), write(bottom, "diff")) + scratch
+    return LayerMemory(setup=setup, forward=(read(bottom), write(top)) + scratch, backward=backward)
+
+
+def _softmax_memory(q: MemoryQuery) -> LayerMemory:
+    return softmax_memory(q, q.bottom(0), q.top(0), q.bottoms[0], q.proto.softmax_param.axis)
+
+
+@layer(
+    "Softmax",
+    "neuron",
+    bottoms=ONE,
+    tops=ONE,
+    source="caffe master layers/softmax_layer.cpp, cudnn_softmax_layer.cpp",
+    memory=_softmax_memory,
+)
 def _softmax(q: ShapeQuery) -> LayerShapes:
     """Normalises along ``axis``; the top is shaped like the bottom, the axis must exist."""
     axis_index(q, q.bottoms[0], q.proto.softmax_param.axis)
     return _like_bottom(q)
 
 
-@layer("MVN", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/mvn_layer.cpp")
+def _mvn_memory(q: MemoryQuery) -> LayerMemory:
+    """mvn_layer.cpp: Reshape shapes ``mean_``/``variance_`` (N, C, 1, 1) whatever
+    across_channels says, ``temp_`` like the top, and writes ``sum_multiplier_`` (1, C, H, W)
+    across channels else (1, 1, H, W).  ``variance_`` is used only with normalize_variance
+    (default true).  Backward runs whatever propagate_down says."""
+    param = q.proto.mvn_param
+    n, c, h, w = q.tops[0]
+    mean, variance, temp, multiplier = (q.buffer(name) for name in ("mean", "variance", "temp", "sum_multiplier"))
+    setup = buffer_setup(mean, (n, c, 1, 1)) + buffer_setup(variance, (n, c, 1, 1)) + buffer_setup(temp, (n, c, h, w))
+    setup += buffer_setup(multiplier, (1, c if param.across_channels else 1, h, w), filled=True)
+    forward = (read(q.bottom(0)), write(q.top(0)), read(multiplier), write(mean), write(temp))
+    backward = (read(q.top(0), "diff"), read(q.top(0)), read(q.bottom(0)), write(q.bottom(0), "diff"), read(multiplier), write(mean), write(temp))
+    if param.normalize_variance:
+        forward += (write(variance),)
+        backward += (read(variance),)
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("MVN", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/mvn_layer.cpp", memory=_mvn_memory)
 def _mvn(q: ShapeQuery) -> LayerShapes:
     """Caffe reshapes the top to (num, channels, height, width): always 4 axes, missing ones 1."""
     return LayerShapes(tops=(legacy4(q, q.bottoms[0]),))
 
 
-@layer("BatchNorm", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/batch_norm_layer.cpp")
+def _batch_norm_memory(q: MemoryQuery) -> LayerMemory:
+    """batch_norm_layer.cpp.  Reshape shapes ``mean_``, ``variance_`` [C], ``temp_`` and
+    ``x_norm_`` like the bottom, ``num_by_chans_`` [N*C], and writes the ones of
+    ``batch_sum_multiplier_`` [N] and ``spatial_sum_multiplier_`` [count/(N*C)].  Forward
+    touches the same buffers with or without use_global_stats (reading the three statistics
+    blobs, or updating them).  Backward never touches a parameter's diff; run in place it
+    first copies the top's diff into ``x_norm_``'s diff."""
+    bottom = q.bottoms[0]
+    num, channels = bottom[0], bottom[1]
+    spatial = count(bottom) // (num * channels) if num * channels else 0
+    names = ("mean", "variance", "temp", "x_norm", "num_by_chans", "batch_sum_multiplier", "spatial_sum_multiplier")
+    mean, variance, temp, x_norm, by_chans, batch_ones, spatial_ones = (q.buffer(name) for name in names)
+    setup = buffer_setup(mean, (channels,)) + buffer_setup(variance, (channels,)) + buffer_setup(temp, bottom) + buffer_setup(x_norm, bottom)
+    setup += buffer_setup(batch_ones, (num,)) + buffer_setup(spatial_ones, (spatial,), filled=True)
+    setup += buffer_setup(by_chans, (num * channels,)) + (write(batch_ones),)
+    param = q.proto.batch_norm_param
+    global_stats = param.use_global_stats if param.HasField("use_global_stats") else q.phase == "TEST"
+    stats = tuple((read if global_stats else write)(q.param(j)) for j in range(3))
+    forward = (read(q.bottom(0)), write(q.top(0)), read(spatial_ones), read(batch_ones), write(mean), write(variance), write(by_chans), write(temp))
+    forward += stats + (write(x_norm),)
+    backward: tuple[Action, ...] = (read(q.top(0), "diff"),)
+    if q.in_place():
+        backward += (write(x_norm, "diff"),)
+    backward += (write(q.bottom(0), "diff"), read(temp))
+    if not global_stats:
+        backward += (read(x_norm), write(by_chans), write(mean), read(spatial_ones), read(batch_ones))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("BatchNorm", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/batch_norm_layer.cpp", memory=_batch_norm_memory)
 def _batch_norm(q: ShapeQuery) -> LayerShapes:
     """Keeps running mean [C], variance [C] and the moving-average factor [1] as its 3 blobs.
 
@@ -164,7 +356,44 @@ def _check_operand(q: ShapeQuery, what: str, axis: int, operand: Shape) -> None:
     )
 
 
-@layer("Bias", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/bias_layer.cpp")
+def _broadcast(q: MemoryQuery, operand: Shape, axis: int) -> tuple[int, int, int]:
+    """Scale/Bias Reshape: (outer_dim_, count of the operand, inner_dim_) around the operand,
+    which covers bottom[0] from ``axis`` on (from axis 0 when it is a scalar)."""
+    bottom = q.bottoms[0]
+    start = canonical_axis(axis, len(bottom)) if operand else 0
+    return count(bottom[:start]), count(operand), count(bottom[start + len(operand) :])
+
+
+def _operand(q: MemoryQuery, j: int) -> tuple[BlobId, Shape]:
+    """Scale/Bias: the operand is bottom[1] when given, else parameter ``j``."""
+    return (q.bottom(1), q.bottoms[1]) if len(q.bottoms) > 1 else (q.param(j), q.params[j])
+
+
+def _bias_memory(q: MemoryQuery, bias: BlobId, shape: Shape, axis: int, data: BlobId, data_grad: bool, bias_grad: bool) -> LayerMemory:
+    """bias_layer.cpp from ``data`` (bottom[0]; the top itself for Scale's inner Bias) to the
+    top.  Reshape reads, then writes, ``bias_multiplier_`` [inner_dim_] with ones; Forward
+    copies the data unless in place and adds the bias with one gemm per outer item;
+    Backward copies the top's diff to the data's unless in place, and sums it into the
+    bias's diff when ``bias_grad``."""
+    outer, _, inner = _broadcast(q, shape, axis)
+    multiplier = q.buffer("bias_multiplier")
+    in_place = data == q.top(0)
+    with_ones = (read(multiplier),) if outer else ()
+    forward = (read(bias), write(q.top(0))) + (() if in_place else (read(data),)) + with_ones
+    backward: tuple[Action, ...] = (read(q.top(0), "diff"), write(data, "diff")) if data_grad and not in_place else ()
+    if bias_grad:
+        backward += (read(q.top(0), "diff"), write(bias, "diff")) + with_ones
+    setup = buffer_setup(multiplier, (inner,)) + (read(multiplier), write(multiplier))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+def _bias_layer_memory(q: MemoryQuery) -> LayerMemory:
+    bias, shape = _operand(q, 0)
+    bias_grad = q.propagate_down[1] if len(q.bottoms) > 1 else q.param_propagate_down[0]
+    return _bias_memory(q, bias, shape, q.proto.bias_param.axis, q.bottom(0), q.propagate_down[0], bias_grad)
+
+
+@layer("Bias", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/bias_layer.cpp", memory=_bias_layer_memory)
 def _bias(q: ShapeQuery) -> LayerShapes:
     """Adds bottom[1], or a learned blob covering bottom[0]'s axes [axis, axis+num_axes)."""
     param = q.proto.bias_param
@@ -177,7 +406,60 @@ def _bias(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(q.bottoms[0],), params=params)
 
 
-@layer("Scale", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/scale_layer.cpp, bias_layer.cpp")
+def _scale_gradient(q: MemoryQuery, scale: BlobId, outer: int, dim: int, inner: int, temp: BlobId) -> tuple[Action, ...]:
+    """ScaleLayer::Backward_cpu, the scale's gradient: top diff x input into a product
+    buffer (the scale's diff when the scale is as big as the bottom, else ``temp_`` in
+    place or the bottom's diff), then summed over inner (into the scale's diff when outer
+    is 1, else ``sum_result_``) and over outer (into the scale's diff)."""
+    in_place = q.in_place()
+    touches = (read(q.top(0), "diff"), read(temp if in_place else q.bottom(0)))
+    if count(q.bottoms[0]) == dim:
+        return touches + (write(scale, "diff"),)
+    touches += (write(temp) if in_place else write(q.bottom(0), "diff"),)
+    ones = q.buffer("sum_multiplier")
+    if inner != 1:
+        total = scale if outer * dim == 1 or outer == 1 else q.buffer("sum_result")
+        touches += (read(ones), write(total, "diff" if total == scale else "data"))
+    if outer != 1:
+        touches += (read(ones), write(scale, "diff"))
+    return touches
+
+
+def _scale_memory(q: MemoryQuery) -> LayerMemory:
+    """scale_layer.cpp.  Reshape shapes ``temp_`` like the bottom when in place,
+    ``sum_result_`` [outer*scale_dim], and reads, then writes, ``sum_multiplier_``
+    [max(outer, inner)] with ones.  With bias_term, LayerSetUp sets up an inner Bias layer
+    on the top, in place, whose blob is the Scale's last parameter; its Backward (the
+    bias's gradient only) runs when that parameter's propagate_down is set."""
+    param = q.proto.scale_param
+    scale, shape = _operand(q, 0)
+    outer, dim, inner = _broadcast(q, shape, param.axis)
+    temp, ones = q.buffer("temp"), q.buffer("sum_multiplier")
+    in_place = q.in_place()
+    setup = (buffer_setup(temp, q.bottoms[0]) if in_place else ()) + buffer_setup(q.buffer("sum_result"), (outer * dim,))
+    setup += buffer_setup(ones, (max(outer, inner),)) + (read(ones), write(ones))
+    forward = (read(q.bottom(0)),) + ((write(temp),) if in_place else ()) + (read(scale), write(q.top(0)))
+    backward: tuple[Action, ...] = ()
+    if param.bias_term:
+        last = len(q.params) - 1
+        bias = _bias_memory(q, q.param(last), q.params[last], param.axis, q.top(0), False, True)
+        setup, forward = bias.setup + setup, forward + bias.forward
+        backward = bias.backward if q.param_propagate_down[last] else ()
+    if q.propagate_down[1] if len(q.bottoms) > 1 else q.param_propagate_down[0]:
+        backward += _scale_gradient(q, scale, outer, dim, inner, temp)
+    if q.propagate_down[0]:
+        backward += (read(q.top(0), "diff"), read(scale), write(q.bottom(0), "diff"))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer(
+    "Scale",
+    "neuron",
+    bottoms=ONE_OR_TWO,
+    tops=ONE,
+    source="caffe master layers/scale_layer.cpp, bias_layer.cpp",
+    memory=_scale_memory,
+)
 def _scale(q: ShapeQuery) -> LayerShapes:
     """Multiplies by bottom[1] or a learned blob; with bias_term, an inner Bias layer adds a learned bias.
 

@@ -8,16 +8,24 @@ parameters that no other layer there shares (``param_owners()[i] == -1``), in th
 the unrolled net creates them.  So a rule here reproduces the CHECKs of
 ``RecurrentLayer::LayerSetUp/Reshape``, the CHECKs the unrolled layers would raise for
 these shapes (the InnerProduct on ``x`` uses ``axis: 2``), and the list of owned weights.
+
+Memory: every byte of the unrolled net is the recurrent layer's.  Its rule writes the
+unrolled net as FillUnrolledNet does (a caffe_pb2.NetParameter), runs it through
+caffemem's own passes (splits, shapes, Net::Init's flags, each inner layer's memory rule),
+and replays those events as the outer layer's, with the inner blobs as its buffers
+``unrolled/<name>`` and the inner weights' owners as its parameters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..graph import LayerShapes, Shape
+from ..schema import caffe_pb2
+from .access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, param_id, read, write
 from .blob import axis_index, count, dim, format_shape, int32
-from .registry import Arity, ShapeQuery, layer
+from .registry import Arity, ShapeQuery, SpecTable, layer
 
 # lstm_layer.cpp: the gate pre-activations i, f, o, g are computed by one InnerProduct.
 LSTM_GATES = 4
@@ -29,6 +37,11 @@ class _Unrolled:
 
     hidden_blobs: tuple[str, ...]  # RecurrentInputBlobNames (h_0, c_0, ...): exposed with expose_hidden
     params: Callable[[int, int, int | None], tuple[Shape, ...]]  # (num_output, K of x, K of x_static)
+    # RecurrentOutputBlobNames ("{T}": the last timestep), paired with hidden_blobs.
+    final_blobs: tuple[str, ...]
+    outputs: tuple[str, ...]  # OutputBlobNames: the tops' blobs in the unrolled net
+    # FillUnrolledNet(net, recurrent_param, T, N, static_input): appends the layers.
+    fill: Callable[[caffe_pb2.NetParameter, caffe_pb2.RecurrentParameter, int, int, bool], None]
 
 
 def _num_output(q: ShapeQuery) -> int:
@@ -110,23 +123,229 @@ def _rnn_params(num_output: int, input_k: int, static_k: int | None) -> tuple[Sh
     return params + ((num_output, num_output), (num_output, num_output), (num_output,))
 
 
-_LSTM = _Unrolled(hidden_blobs=("h_0", "c_0"), params=_lstm_params)
-_RNN = _Unrolled(hidden_blobs=("h_0",), params=_rnn_params)
+# --------------------------------------------------------------------------- the unrolled net
 
 
-@layer("LSTM", "recurrent", bottoms=Arity(2, 5), tops=Arity(1, 3), no_force_backward=(1,), source="caffe master layers/lstm_layer.cpp, recurrent_layer.cpp")
+def _add(net: caffe_pb2.NetParameter, type: str, name: str, bottoms: list[str], tops: list[str]) -> caffe_pb2.LayerParameter:
+    return net.layer.add(type=type, name=name, bottom=bottoms, top=tops)
+
+
+def _inner_product(net, recurrent, name: str, outputs: int, bottom: str, top: str, params: tuple[str, ...], bias: bool = False, axis: int = 2) -> None:
+    """FillUnrolledNet's ``hidden_param`` (no bias) or ``biased_hidden_param`` copy, its
+    weights named for sharing; the two reading an input (x, x_static) set propagate_down."""
+    layer = _add(net, "InnerProduct", name, [bottom], [top])
+    ip = layer.inner_product_param
+    ip.num_output, ip.bias_term, ip.axis = outputs, bias, axis
+    ip.weight_filler.CopyFrom(recurrent.weight_filler)
+    if bias:
+        ip.bias_filler.CopyFrom(recurrent.bias_filler)
+    layer.param.extend(caffe_pb2.ParamSpec(name=param) for param in params)
+    if bottom in ("x", "x_static"):
+        layer.propagate_down.append(True)
+
+
+def _slice(net, name: str, bottom: str, tops: list[str]) -> None:
+    _add(net, "Slice", name, [bottom], tops).slice_param.axis = 0
+
+
+def _unroll_inputs(net, recurrent, w: str, width: int, hidden: tuple[str, ...], steps: int, streams: int, static: bool) -> None:
+    """The part both FillUnrolledNets share before the timesteps: the state Input (one
+    timestep), cont_slice, x_transform (W_x{w}, b_{w}), the static input's transform and
+    Reshape, and the slice of the transformed x into timesteps."""
+    state = _add(net, "Input", "", [], list(hidden))
+    for _ in hidden:
+        state.input_param.shape.add(dim=(1, streams, int32(recurrent.num_output)))
+    _slice(net, "cont_slice", "cont", [f"cont_{t}" for t in range(1, steps + 1)])
+    _inner_product(net, recurrent, "x_transform", width, "x", f"W_x{w}_x", (f"W_x{w}", f"b_{w}"), bias=True)
+    if static:
+        _inner_product(net, recurrent, f"W_x{w}_x_static", width, "x_static", f"W_x{w}_x_static_preshape", (f"W_x{w}_static",), axis=1)
+        reshape = _add(net, "Reshape", f"W_x{w}_x_static_reshape", [f"W_x{w}_x_static_preshape"], [f"W_x{w}_x_static"])
+        reshape.reshape_param.shape.dim.extend((1, -1, width))
+    _slice(net, f"W_x{w}_x_slice", f"W_x{w}_x", [f"W_x{w}_x_{t}" for t in range(1, steps + 1)])
+
+
+def _unroll_step(net, recurrent, w: str, width: int, t: int, transform: str, total: tuple[str, str], static: bool) -> None:
+    """Both architectures' start of timestep t: h_conted_{t-1} = cont_t * h_{t-1} (Scale),
+    W_h{w}_h_{t-1} (InnerProduct sharing W_h{w}), and their sum with W_x{w}_x_t (Eltwise)."""
+    _add(net, "Scale", f"h_conted_{t - 1}", [f"h_{t - 1}", f"cont_{t}"], [f"h_conted_{t - 1}"]).scale_param.axis = 0
+    _inner_product(net, recurrent, transform, width, f"h_conted_{t - 1}", f"W_h{w}_h_{t - 1}", (f"W_h{w}",))
+    bottoms = [f"W_h{w}_h_{t - 1}", f"W_x{w}_x_{t}"] + ([f"W_x{w}_x_static"] if static else [])
+    _add(net, "Eltwise", total[0], bottoms, [total[1]]).eltwise_param.operation = caffe_pb2.EltwiseParameter.SUM
+
+
+def _concat(net, name: str, prefix: str, steps: int) -> None:
+    _add(net, "Concat", name, [f"{prefix}_{t}" for t in range(1, steps + 1)], [prefix]).concat_param.axis = 0
+
+
+def _fill_lstm(net, recurrent, steps: int, streams: int, static: bool) -> None:
+    """lstm_layer.cpp LSTMLayer::FillUnrolledNet."""
+    gates = LSTM_GATES * int32(recurrent.num_output)
+    _unroll_inputs(net, recurrent, "c", gates, ("c_0", "h_0"), steps, streams, static)
+    for t in range(1, steps + 1):
+        _unroll_step(net, recurrent, "c", gates, t, f"transform_{t}", (f"gate_input_{t}", f"gate_input_{t}"), static)
+        _add(net, "LSTMUnit", f"unit_{t}", [f"c_{t - 1}", f"gate_input_{t}", f"cont_{t}"], [f"c_{t}", f"h_{t}"])
+    _add(net, "Split", "", [f"c_{steps}"], ["c_T"])
+    _concat(net, "h_concat", "h", steps)
+
+
+def _fill_rnn(net, recurrent, steps: int, streams: int, static: bool) -> None:
+    """rnn_layer.cpp RNNLayer::FillUnrolledNet."""
+    hidden = int32(recurrent.num_output)
+    _unroll_inputs(net, recurrent, "h", hidden, ("h_0",), steps, streams, static)
+    for t in range(1, steps + 1):
+        _unroll_step(net, recurrent, "h", hidden, t, f"W_hh_h_{t - 1}", (f"h_input_sum_{t}", f"h_neuron_input_{t}"), static)
+        _add(net, "TanH", f"h_neuron_{t}", [f"h_neuron_input_{t}"], [f"h_{t}"])
+        _inner_product(net, recurrent, f"W_ho_h_{t}", hidden, f"h_{t}", f"W_ho_h_{t}", ("W_ho", "b_o"), bias=True)
+        _add(net, "TanH", f"o_neuron_{t}", [f"W_ho_h_{t}"], [f"o_{t}"])
+    _concat(net, "o_concat", "o", steps)
+
+
+_LSTM = _Unrolled(hidden_blobs=("h_0", "c_0"), params=_lstm_params, final_blobs=("h_{T}", "c_T"), outputs=("h",), fill=_fill_lstm)
+_RNN = _Unrolled(hidden_blobs=("h_0",), params=_rnn_params, final_blobs=("h_{T}",), outputs=("o",), fill=_fill_rnn)
+
+
+def unrolled_net(q: MemoryQuery | ShapeQuery, arch: _Unrolled) -> caffe_pb2.NetParameter:
+    """RecurrentLayer::LayerSetUp's NetParameter: an Input of x, cont (and x_static), the
+    architecture's layers, every name prefixed with the layer's, and a pseudo-loss
+    Reduction (loss_weight 1) on each output, which the layer never runs."""
+    recurrent = q.proto.recurrent_param
+    static = _static_input(q, arch)
+    net = caffe_pb2.NetParameter()
+    inputs = _add(net, "Input", "", [], ["x", "cont"] + (["x_static"] if static else []))
+    for shape in q.bottoms[: 2 + static]:
+        inputs.input_param.shape.add(dim=shape)
+    arch.fill(net, recurrent, q.bottoms[0][0], q.bottoms[0][1], static)
+    if q.layer.name:
+        for inner in net.layer:
+            inner.name = f"{q.layer.name}_{inner.name}"
+    for output in arch.outputs:
+        net.layer.add(name=f"{output}_pseudoloss", type="Reduction", bottom=[output], top=[f"{output}_pseudoloss"], loss_weight=[1])
+    return net
+
+
+def _exposed(q: MemoryQuery | ShapeQuery, arch: _Unrolled) -> int:
+    """How many hidden blobs are bottoms and tops (all of them with expose_hidden)."""
+    return len(arch.hidden_blobs) if q.proto.recurrent_param.expose_hidden else 0
+
+
+def _static_input(q: MemoryQuery | ShapeQuery, arch: _Unrolled) -> bool:
+    """RecurrentLayer::LayerSetUp: bottom[2] is x_static when there is one more bottom."""
+    return len(q.bottoms) > 2 + _exposed(q, arch)
+
+
+def _rename(action: Action, rename: Callable[[BlobId], BlobId]) -> Action:
+    if isinstance(action, Share):
+        return replace(action, dst=rename(action.dst), src=rename(action.src))
+    return replace(action, blob=rename(action.blob))
+
+
+def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
+    """recurrent_layer.cpp.  LayerSetUp builds the unrolled net (its Net::Init: every
+    inner layer's SetUp, then ShareWeights) and writes the diffs of the final hidden
+    blobs (h_T, c_T) with zeros.  Reshape points the inner x (data and diff), cont (data)
+    and x_static at the bottoms, exposed hidden inputs' data at theirs, and each top's
+    data and diff at its inner output.  Forward (after that Reshape again) re-shares the
+    inner weights in TEST, copies h_T, c_T into h_0, c_0 unless they are exposed, and runs
+    the inner Forward up to the pseudo-losses; Backward runs the inner Backward from there,
+    whatever propagate_down says."""
+    from ..passes.memory import backward_flags, layer_rules, run_events, shared_parameters
+    from ..passes.shapes import infer_shapes
+    from ..passes.splits import insert_splits
+
+    specs = SpecTable()
+    shaped = infer_shapes(insert_splits(unrolled_net(q, arch)), specs)
+    flags = backward_flags(shaped, specs)
+    rules = layer_rules(shaped, specs, flags, q.engine)
+    layers = shaped.graph.layers
+    last = len(layers) - len(arch.outputs)  # layers [0, last) run; the pseudo-losses never do
+
+    sharers = {sharer for sharer, _ in shared_parameters(shaped)}
+    inner_params = (param_id(l, j) for l in layers for j in range(len(shaped.layer_shapes[l.index].params)))
+    owners = {param: q.param(k) for k, param in enumerate(p for p in inner_params if p not in sharers)}
+
+    def inner(blob: BlobId | str) -> BlobId:
+        blob = BlobId("blob", blob) if isinstance(blob, str) else blob
+        return owners.get(blob) or q.buffer(f"unrolled/{blob.name}")
+
+    setup: list[Action] = []
+    share_weights: list[Action] = []
+    forward: list[Action] = []
+    for bucket, action in run_events(shaped, specs, flags, rules):
+        if not isinstance(bucket, tuple) or bucket[0] == "bwd":
+            continue  # the inputs' fill is the copy below; Backward follows
+        if bucket[0] == "init":
+            setup.append(_rename(action, inner))
+            if bucket == ("init", "share"):
+                share_weights.append(setup[-1])
+        elif bucket[1] < last:
+            forward.append(_rename(action, inner))
+    ran = list(zip(flags[:last], rules[:last]))
+    backward = tuple(_rename(action, inner) for flag, rule in reversed(ran) if flag.need_backward for action in rule.backward)
+
+    hidden, static = _exposed(q, arch), _static_input(q, arch)
+    finals = tuple(name.format(T=q.bottoms[0][0]) for name in arch.final_blobs)
+    links: list[Action] = [Share(inner("x"), q.bottom(0), "data"), Share(inner("x"), q.bottom(0), "diff"), Share(inner("cont"), q.bottom(1), "data")]
+    if static:
+        links += [Share(inner("x_static"), q.bottom(2), "data"), Share(inner("x_static"), q.bottom(2), "diff")]
+    links += [Share(inner(name), q.bottom(2 + static + j), "data") for j, name in enumerate(arch.hidden_blobs[:hidden])]
+    links += [Share(q.top(i), inner(name), part) for i, name in enumerate(arch.outputs) for part in ("data", "diff")]
+    setup += [write(inner(name), "diff") for name in finals] + links
+    copies = [] if hidden else [a for start, end in zip(arch.hidden_blobs, finals) for a in (read(inner(end)), write(inner(start)))]
+    exposed = [Share(q.top(len(arch.outputs) + j), inner(name), "data") for j, name in enumerate(finals[:hidden])]
+    forward = links + (share_weights if q.phase == "TEST" else []) + copies + forward + exposed
+    return LayerMemory(setup=tuple(setup), forward=tuple(forward), backward=backward)
+
+
+@layer(
+    "LSTM",
+    "recurrent",
+    bottoms=Arity(2, 5),
+    tops=Arity(1, 3),
+    no_force_backward=(1,),
+    source="caffe master layers/lstm_layer.cpp, recurrent_layer.cpp",
+    memory=lambda q: _recurrent_memory(q, _LSTM),
+)
 def _lstm(q: ShapeQuery) -> LayerShapes:
     """x [T, N, ...], cont [T, N] (+ x_static [N, ...]) -> h [T, N, num_output]."""
     return _recurrent(q, _LSTM)
 
 
-@layer("RNN", "recurrent", bottoms=Arity(2, 4), tops=Arity(1, 2), no_force_backward=(1,), source="caffe master layers/rnn_layer.cpp, recurrent_layer.cpp")
+@layer(
+    "RNN",
+    "recurrent",
+    bottoms=Arity(2, 4),
+    tops=Arity(1, 2),
+    no_force_backward=(1,),
+    source="caffe master layers/rnn_layer.cpp, recurrent_layer.cpp",
+    memory=lambda q: _recurrent_memory(q, _RNN),
+)
 def _rnn(q: ShapeQuery) -> LayerShapes:
     """x [T, N, ...], cont [T, N] (+ x_static [N, ...]) -> o [T, N, num_output]."""
     return _recurrent(q, _RNN)
 
 
-@layer("LSTMUnit", "recurrent", bottoms=Arity.exactly(3), tops=Arity.exactly(2), no_force_backward=(2,), source="caffe master layers/lstm_unit_layer.cpp")
+def _lstm_unit_memory(q: MemoryQuery) -> LayerMemory:
+    """lstm_unit_layer.cpp.  Reshape shapes ``X_acts_`` like bottom[1] (used by the GPU code
+    only).  Forward reads the three bottoms and writes c_t, h_t; Backward returns unless c_{t-1}
+    or the gates need a gradient, else reads all data and both top diffs (allocating those no
+    consumer wrote) and writes both of those bottoms' diffs."""
+    forward = tuple(read(q.bottom(i)) for i in range(3)) + (write(q.top(0)), write(q.top(1)))
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0] or q.propagate_down[1]:
+        backward = forward[:3] + tuple(read(q.top(i), part) for part in ("data", "diff") for i in range(2))
+        backward += (write(q.bottom(0), "diff"), write(q.bottom(1), "diff"))
+    return LayerMemory(setup=(Reshape(q.buffer("X_acts"), q.bottoms[1]),), forward=forward, backward=backward)
+
+
+@layer(
+    "LSTMUnit",
+    "recurrent",
+    bottoms=Arity.exactly(3),
+    tops=Arity.exactly(2),
+    no_force_backward=(2,),
+    source="caffe master layers/lstm_unit_layer.cpp",
+    memory=_lstm_unit_memory,
+)
 def _lstm_unit(q: ShapeQuery) -> LayerShapes:
     """c_prev [1, N, D], gates [1, N, 4D], cont [1, N] -> c_t, h_t, both shaped like c_prev."""
     c_prev, gates, cont = q.bottoms

@@ -92,6 +92,10 @@ class LayerSpec:
     # Bottoms that force_backward must not give a gradient (Layer::AllowForceBackward),
     # e.g. the label of a loss layer.
     no_force_backward: tuple[int, ...] = ()
+    # What the memory-multiloading fork declares this type shares between top i and
+    # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
+    # top's data with bottom 0.
+    fork_shares: tuple[str, ...] = ()
 
 
 _REGISTRY: dict[str, LayerSpec] = {}

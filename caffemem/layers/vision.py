@@ -5,22 +5,30 @@ including the CHECKs, the legacy parameter forms and C's arithmetic (integer div
 truncates toward zero; Pooling rounds a float32 quotient), because a shape that is off
 by one pixel changes every blob after it.  The small helpers at the top are shared with
 :mod:`caffemem.layers.fork_vision`, whose fork layers reuse the same conventions.
+
+Each memory rule lists what the layer's CPU code touches (access.py), in the order it
+does; where ``--engine cudnn`` (or the layer's own ``engine``) makes Caffe's layer factory
+build a cuDNN class instead, the rule follows that class (cudnn_*_layer.cpp/.cu).
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
-from ..graph import LayerShapes, Shape
+from ..graph import LayerShapes, Shape, count
 from ..schema import caffe_pb2
+from .access import Action, Alloc, BlobId, LayerMemory, MemoryQuery, MemoryRule, Reshape, Share, buffer_setup, read, write
 from .blob import axis_index, format_shape, reshaped
+from .neuron import uses_cudnn
 from .registry import Arity, ShapeQuery, layer
 
 FAMILY = "vision"
 BVLC = "caffe master "
+
+BuffersOf = Callable[[str], BlobId]  # a layer's own blob by name (MemoryQuery.buffer, or an inner layer's)
 
 # ----------------------------------------------------------------------------------------
 # Helpers shared by the vision families
@@ -115,6 +123,120 @@ def conv_geometry(q: ShapeQuery, bottom: Shape, min_spatial_axes: int) -> ConvGe
     return ConvGeometry(channel_axis, kernel, stride, pad, dilation)
 
 
+def shape_query(q: MemoryQuery) -> ShapeQuery:
+    """A memory rule's layer as the shape rules see it, to reuse their parsing (the shapes
+    pass already ran their CHECKs on these very shapes, so none fails here)."""
+    return ShapeQuery(q.layer, q.bottoms, q.phase, {})
+
+
+def int_blobs(q: MemoryQuery, names: Sequence[str], axes: int) -> tuple[Action, ...]:
+    """Blob<int>s of ``axes`` values that LayerSetUp or Reshape writes at once."""
+    return tuple(action for name in names for action in buffer_setup(q.buffer(name), (axes,), "int", filled=True))
+
+
+_GEOMETRY_BLOBS = ("kernel_shape", "stride", "pad", "dilation")
+
+# cudnn_conv_layer.cpp / cudnn_deconv_layer.cpp Reshape: each of the three algorithms
+# (forward, backward filter, backward data) is picked with a workspace of at most
+# workspace_limit_bytes; one block of the largest need per group and stream is cudaMalloc'd.
+CUDNN_WORKSPACE_LIMIT = 8 * 1024 * 1024
+CUDNN_STREAMS_PER_GROUP = 3
+CUDNN_WORKSPACE_NOTE = (
+    "cuDNN convolution workspaces are upper bounds, not exact figures: Caffe lets cuDNN pick "
+    f"algorithms needing up to {CUDNN_WORKSPACE_LIMIT // (1024 * 1024)} MiB per group and stream "
+    f"({CUDNN_STREAMS_PER_GROUP} streams a group) and cudaMallocs the largest need; that limit is "
+    "counted for every cuDNN (de)convolution (very loose for grouped ones)"
+)
+
+
+def engine_note(q: MemoryQuery, why: str) -> str:
+    """The note for a layer that a cuDNN build would refuse, counted with Caffe's engine."""
+    return f"layer '{q.layer.name}' ({q.layer.type}): {why}, which a cuDNN build refuses; counted with Caffe's own engine"
+
+
+def _conv_memory(reverse: bool) -> MemoryRule:
+    """BaseConvolutionLayer with ConvolutionLayer (``reverse`` False) or DeconvolutionLayer,
+    or the cuDNN class that GetConvolutionLayer / GetDeconvolutionLayer builds instead."""
+
+    def rule(q: MemoryQuery) -> LayerMemory:
+        param = q.proto.convolution_param
+        geo = conv_geometry(shape_query(q), q.bottoms[0], min_spatial_axes=0)
+        axes = len(geo.kernel)
+        spatial = {"bottom": q.bottoms[0][geo.channel_axis + 1 :], "top": q.tops[0][geo.channel_axis + 1 :]}
+        bias = q.param(1) if param.bias_term else None
+        multiplier = q.buffer("bias_multiplier")
+        # LayerSetUp: the four geometry blobs (at least one value each); Reshape:
+        # conv_input_shape_, the col buffer's shape (one image: kernel_dim_ * group_ rows),
+        # the bias multiplier filled with ones.  The cuDNN classes run both too.
+        setup = int_blobs(q, _GEOMETRY_BLOBS, max(axes, 1)) + int_blobs(q, ("conv_input_shape",), axes + 1)
+        setup += (Reshape(q.buffer("col_buffer"), (count(q.params[0][1:]) * param.group,) + spatial["bottom" if reverse else "top"]),)
+        if bias is not None:
+            setup += buffer_setup(multiplier, (count(spatial["top"]),), filled=True)
+        # layer_factory.cpp: DEFAULT means Caffe's engine for a dilated kernel; cuDNN CHECKs 2 spatial axes.
+        dilated = any(d > 1 for d in geo.dilation)
+        wanted = uses_cudnn(q, param.engine) and not (dilated and param.engine == param.DEFAULT)
+        if wanted and not dilated and axes == 2:
+            workspace = Alloc(q.buffer("cudnn_workspace"), CUDNN_STREAMS_PER_GROUP * param.group * CUDNN_WORKSPACE_LIMIT // 4, "int")
+            return _cudnn_conv_steps(q, bias, setup + (workspace,))
+        notes = (engine_note(q, "cuDNN convolves only 2-D, undilated kernels"),) if wanted else ()
+        return _caffe_conv_steps(q, reverse, geo, bias, multiplier, setup, notes)
+
+    return rule
+
+
+def _caffe_conv_steps(q: MemoryQuery, reverse: bool, geo: ConvGeometry, bias: BlobId | None, multiplier: BlobId, setup, notes) -> LayerMemory:
+    """conv_layer.cpp / deconv_layer.cpp over base_conv_layer.cpp's gemm helpers, per image.
+
+    forward_cpu_gemm im2cols into the col buffer unless the kernel is 1x1 (stride 1, pad 0);
+    backward_cpu_gemm takes the col buffer's mutable data even then.  Convolution uses the
+    first in Forward and for the bottom's gradient the second; Deconvolution the other way
+    round.  weight_cpu_gemm im2cols (not for 1x1).  Backward takes the weight's and every
+    bottom's diff whatever the flags say; the bias diff only with param_propagate_down[1]."""
+    weight, col = q.param(0), q.buffer("col_buffer")
+    one_by_one = all(k == 1 and s == 1 and p == 0 for k, s, p in zip(geo.kernel, geo.stride, geo.pad))
+    im2col = () if one_by_one else (write(col), read(col))
+    col2im = (write(col),)
+    forward_col, data_col = (col2im, im2col) if reverse else (im2col, col2im)
+    images = count(q.bottoms[0][: geo.channel_axis])  # num_: the gemm helpers run per image
+    bias_grad = bias is not None and q.param_propagate_down[1]
+    forward: tuple[Action, ...] = (read(weight),)
+    backward: tuple[Action, ...] = (read(weight), write(weight, "diff"))
+    for i in range(len(q.bottoms)):
+        forward += (read(q.bottom(i)), write(q.top(i)))
+        backward += (read(q.top(i), "diff"), read(q.bottom(i)), write(q.bottom(i), "diff"))
+        backward += (write(bias, "diff"), read(multiplier)) if bias_grad else ()
+        if images:
+            forward += forward_col + ((read(bias), read(multiplier)) if bias is not None else ())
+            backward += (im2col if q.param_propagate_down[0] else ()) + (data_col if q.propagate_down[i] else ())
+    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=notes)
+
+
+def _cudnn_conv_steps(q: MemoryQuery, bias: BlobId | None, setup) -> LayerMemory:
+    """cudnn_conv_layer.cu / cudnn_deconv_layer.cu: no col buffer (its shape is still set by
+    the base Reshape); Backward takes the weight's diff only with param_propagate_down[0]
+    and a bottom's diff only with its propagate_down."""
+    weight = q.param(0)
+    forward: tuple[Action, ...] = (read(weight),)
+    backward: tuple[Action, ...] = (read(weight), write(weight, "diff")) if q.param_propagate_down[0] else ()
+    backward += (write(bias, "diff"),) if bias is not None and q.param_propagate_down[1] else ()
+    for i in range(len(q.bottoms)):
+        forward += (read(q.bottom(i)), write(q.top(i))) + ((read(bias),) if bias is not None else ())
+        backward += (read(q.top(i), "diff"),) + ((read(q.bottom(i)),) if q.param_propagate_down[0] else ())
+        backward += (read(weight), write(q.bottom(i), "diff")) if q.propagate_down[i] else ()
+    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=(CUDNN_WORKSPACE_NOTE,))
+
+
+def _im2col_memory(q: MemoryQuery) -> LayerMemory:
+    """im2col_layer.cpp: the four geometry blobs (one value per spatial axis); Backward
+    writes the bottom's diff without looking at propagate_down."""
+    axes = len(conv_geometry(shape_query(q), q.bottoms[0], min_spatial_axes=1).kernel)
+    return LayerMemory(
+        setup=int_blobs(q, _GEOMETRY_BLOBS, axes),
+        forward=(read(q.bottom(0)), write(q.top(0))),
+        backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")),
+    )
+
+
 def _conv_out(input_dim: int, geo: ConvGeometry, i: int) -> int:
     """ConvolutionLayer::compute_output_shape (C division)."""
     return c_div(input_dim + 2 * geo.pad[i] - geo.extent(i), geo.stride[i]) + 1
@@ -151,19 +273,19 @@ def _base_conv(q: ShapeQuery, reverse: bool) -> LayerShapes:
 _CONV_ARITY = dict(bottoms=Arity(1, None), tops=Arity(1, None))
 
 
-@layer("Convolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, conv_layer.cpp", **_CONV_ARITY)
+@layer("Convolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, conv_layer.cpp, cudnn_conv_layer.cpp", memory=_conv_memory(reverse=False), **_CONV_ARITY)
 def _convolution(q: ShapeQuery) -> LayerShapes:
     """N-d convolution: out = (in + 2*pad - dilated kernel) / stride + 1 per spatial axis."""
     return _base_conv(q, reverse=False)
 
 
-@layer("Deconvolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, deconv_layer.cpp", **_CONV_ARITY)
+@layer("Deconvolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, deconv_layer.cpp, cudnn_deconv_layer.cpp", memory=_conv_memory(reverse=True), **_CONV_ARITY)
 def _deconvolution(q: ShapeQuery) -> LayerShapes:
     """Transposed convolution: out = stride*(in-1) + dilated kernel - 2*pad; weights are (C, out/g, k...)."""
     return _base_conv(q, reverse=True)
 
 
-@layer("Im2col", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/im2col_layer.cpp")
+@layer("Im2col", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/im2col_layer.cpp", memory=_im2col_memory)
 def _im2col(q: ShapeQuery) -> LayerShapes:
     """The column buffer as a blob: channels grow by the kernel's volume, spatial axes as convolution."""
     bottom = q.bottoms[0]
@@ -235,7 +357,45 @@ def pool_2d(q: ShapeQuery, param, bottom: Shape) -> Shape:
     return reshaped(q, (num, channels, pooled_h, pooled_w))
 
 
-@layer("Pooling", FAMILY, bottoms=Arity.exactly(1), tops=Arity(1, 2), source=BVLC + "layers/pooling_layer.cpp")
+_POOL = caffe_pb2.PoolingParameter
+
+
+def pool_steps(method: int, bottom: BlobId, top: BlobId, shape: Shape, propagate: bool, own: BuffersOf, mask: BlobId | None = None) -> LayerMemory:
+    """One PoolingLayer from ``bottom`` to ``top`` (of ``shape``), its own blobs named by ``own``.
+
+    pooling_layer.cpp: MAX writes its argmax into the ``mask`` top, else into its own
+    Blob<int> max_idx_, and reads it back in Backward; Backward does nothing without
+    ``propagate``.  STOCHASTIC is NOT_IMPLEMENTED on CPU, so its steps are pooling_layer.cu's:
+    Reshape shapes the Dtype blob rand_idx_, which Forward draws in TRAIN (the phase of every
+    layer built inside another, whose LayerParameter is fresh) and Backward reads."""
+    setup: tuple[Action, ...] = ()
+    kept: tuple[BlobId, ...] = ()
+    if method == _POOL.MAX:
+        kept = (mask or own("max_idx"),)
+        setup = () if mask else (Reshape(kept[0], shape, "int"),)
+    elif method == _POOL.STOCHASTIC:
+        kept = (own("rand_idx"),)
+        setup = (Reshape(kept[0], shape),)
+    forward = (read(bottom), write(top)) + tuple(write(blob) for blob in kept)
+    backward = (read(top, "diff"), write(bottom, "diff")) + tuple(read(blob) for blob in kept) if propagate else ()
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+def _pooling_memory(q: MemoryQuery) -> LayerMemory:
+    """Caffe's PoolingLayer, or (GetPoolingLayer: one top, AVE) CuDNNPoolingLayer, whose
+    Backward also reads both data; cuDNN MAX stays Caffe's layer, cuDNN STOCHASTIC aborts."""
+    param = q.proto.pooling_param
+    mask = q.top(1) if len(q.tops) > 1 else None
+    steps = pool_steps(param.pool, q.bottom(0), q.top(0), q.tops[0], q.propagate_down[0], q.buffer, mask)
+    if not uses_cudnn(q, param.engine) or mask is not None or param.pool == _POOL.MAX:
+        return steps
+    if param.pool == _POOL.STOCHASTIC:
+        return replace(steps, notes=(engine_note(q, "cuDNN has no STOCHASTIC pooling"),))
+    backward = steps.backward[:1] + (read(q.top(0)), read(q.bottom(0))) + steps.backward[1:]
+    return replace(steps, backward=backward)
+
+
+@layer("Pooling", FAMILY, bottoms=Arity.exactly(1), tops=Arity(1, 2), source=BVLC + "layers/pooling_layer.cpp, cudnn_pooling_layer.cpp", memory=_pooling_memory)
 def _pooling(q: ShapeQuery) -> LayerShapes:
     """2-D pooling; MAX may give a second top, the argmax mask, shaped like the first."""
     param = q.proto.pooling_param
@@ -244,7 +404,39 @@ def _pooling(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(top,) * max(1, len(q.layer.tops)))
 
 
-@layer("SPP", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/spp_layer.cpp")
+def _spp_memory(q: MemoryQuery) -> LayerMemory:
+    """spp_layer.cpp: one level is a PoolingLayer from bottom to top; more are an inner net.
+
+    Split (its tops share the bottom's data, not its diff) -> per level a PoolingLayer into
+    ``pooling_output_i`` -> Flatten (``flatten_output_i`` shares the pooled data; in Backward
+    the pooled blob shares the flattened diff) -> Concat into the top.  Reshape rebuilds
+    each PoolingLayer once (the old max_idx_ shape buffer is freed: no net change).
+    Backward returns at once without propagate_down[0]."""
+    spp = q.proto.spp_param
+    bottom, top = q.bottoms[0], q.bottom(0)
+    levels = [pool_2d(shape_query(q), _spp_level_param(spp, level, bottom[2], bottom[3]), bottom) for level in range(spp.pyramid_height)]
+    if len(levels) == 1:
+        return pool_steps(spp.pool, top, q.top(0), levels[0], q.propagate_down[0], q.buffer)
+    splits = [q.buffer(f"split_top_{i}") for i in range(len(levels))]
+    pooled = [q.buffer(f"pooling_output_{i}") for i in range(len(levels))]
+    flat = [q.buffer(f"flatten_output_{i}") for i in range(len(levels))]
+    pools = [pool_steps(spp.pool, splits[i], pooled[i], levels[i], True, lambda name, i=i: q.buffer(f"pooling_{i}/{name}")) for i in range(len(levels))]
+    setup = tuple(Reshape(split, bottom) for split in splits)
+    forward = tuple(Share(split, top, "data") for split in splits)
+    for i, shape in enumerate(levels):
+        setup += (Reshape(pooled[i], shape),) + pools[i].setup + (Reshape(flat[i], (shape[0], count(shape[1:]))),)
+        forward += pools[i].forward + (Share(flat[i], pooled[i], "data"),)
+    forward += tuple(read(blob) for blob in flat) + (write(q.top(0)),)
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(q.top(0), "diff"),) + tuple(write(blob, "diff") for blob in flat)
+        for i in range(len(levels)):
+            backward += (Share(pooled[i], flat[i], "diff"),) + pools[i].backward
+        backward += tuple(read(split, "diff") for split in splits) + (write(top, "diff"),)
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("SPP", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/spp_layer.cpp", memory=_spp_memory)
 def _spp(q: ShapeQuery) -> LayerShapes:
     """Spatial pyramid: level l pools into 2^l bins per side; the levels are flattened and concatenated.
 
@@ -277,7 +469,56 @@ def _spp_level_param(spp, level: int, height: int, width: int):
     )
 
 
-@layer("LRN", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/lrn_layer.cpp")
+CUDNN_LRN_MAX_N = 16  # cudnn.h: GetLRNLayer keeps Caffe's LRN for a larger local_size
+
+
+def _lrn_memory(q: MemoryQuery) -> LayerMemory:
+    """lrn_layer.cpp, or the class GetLRNLayer builds for cuDNN: CuDNNLCNLayer for
+    WITHIN_CHANNEL, CuDNNLRNLayer for ACROSS_CHANNELS up to CUDNN_LRN_MAX_N channels.
+
+    ACROSS_CHANNELS: Reshape shapes ``scale_`` like the bottom; Forward writes it, Backward
+    (no propagate_down test) reads it.  Their temporaries (padded_square, padded_ratio,
+    accum_ratio) are Blobs freed before the call returns: no bytes outlive it.  The cuDNN
+    classes still run LRNLayer's LayerSetUp and Reshape but never touch ``scale_`` or the
+    inner net; CuDNNLCNLayer's Reshape cudaMallocs two bottom-sized temporaries."""
+    param = q.proto.lrn_param
+    within = param.norm_region == param.WITHIN_CHANNEL
+    forward = (read(q.bottom(0)), write(q.top(0)))
+    backward = (read(q.top(0), "diff"), read(q.top(0)), read(q.bottom(0)), write(q.bottom(0), "diff"))
+    if uses_cudnn(q, param.engine) and (within or param.local_size <= CUDNN_LRN_MAX_N):
+        setup = _within_channel_memory(q).setup if within else (Reshape(q.buffer("scale"), q.bottoms[0]),)
+        temporaries = tuple(Alloc(q.buffer(f"cudnn_temp{i}"), count(q.bottoms[0])) for i in (1, 2)) if within else ()
+        return LayerMemory(setup=setup + temporaries, forward=forward, backward=backward)
+    if within:
+        return _within_channel_memory(q)
+    scale = q.buffer("scale")
+    return LayerMemory(setup=(Reshape(scale, q.bottoms[0]),), forward=forward + (write(scale),), backward=backward[:-1] + (read(scale),) + backward[-1:])
+
+
+def _within_channel_memory(q: MemoryQuery) -> LayerMemory:
+    """LRNLayer's WITHIN_CHANNEL inner net, all on bottom-shaped blobs: Split into
+    product_input_ and square_input_ (shared data, own diffs) -> Power(2) -> AVE Pooling
+    (pad (size-1)/2, stride 1) -> Power(-beta, alpha, 1) -> Eltwise PROD with product_input_
+    into the top.  Backward (only with propagate_down[0]) runs them in reverse, the
+    Eltwise asked for both bottoms' gradients."""
+    bottom, top, shape = q.bottom(0), q.top(0), q.bottoms[0]
+    product_in, square_in, square_out, pool_out, power_out = (
+        q.buffer(name) for name in ("product_input", "square_input", "square_output", "pool_output", "power_output")
+    )
+    pool = pool_steps(_POOL.AVE, square_out, pool_out, shape, True, q.buffer)
+    setup = tuple(Reshape(blob, shape) for blob in (product_in, square_in, square_out, pool_out, power_out))
+    forward = (Share(product_in, bottom, "data"), Share(square_in, bottom, "data"), write(square_out), read(square_in))
+    forward += pool.forward + (write(power_out), read(pool_out), read(product_in), read(power_out), write(top))
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(top), read(top, "diff"), read(product_in), write(product_in, "diff"), read(power_out), write(power_out, "diff"))
+        backward += (write(pool_out, "diff"), read(power_out, "diff"), read(pool_out), read(power_out)) + pool.backward
+        backward += (write(square_in, "diff"), read(square_out, "diff"), read(square_in))
+        backward += (read(product_in, "diff"), read(square_in, "diff"), write(bottom, "diff"))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("LRN", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/lrn_layer.cpp, cudnn_lrn_layer.cpp, cudnn_lcn_layer.cpp", memory=_lrn_memory)
 def _lrn(q: ShapeQuery) -> LayerShapes:
     """Local response normalisation keeps the bottom's shape in both norm regions.
 
@@ -296,7 +537,20 @@ def _lrn(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(bottom,))
 
 
-@layer("Crop", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=BVLC + "layers/crop_layer.cpp")
+def _crop_memory(q: MemoryQuery) -> LayerMemory:
+    """crop_layer.cpp: Reshape writes three Blob<int>s of one value per axis (offsets,
+    src_strides_, dest_strides_); Backward takes the top's and bottom 0's diffs whatever
+    propagate_down says, and copies only when it is set.  The reference bottom is untouched."""
+    offsets = q.buffer("offsets")
+    copy_back = (read(offsets),) if q.propagate_down[0] else ()
+    return LayerMemory(
+        setup=int_blobs(q, ("offsets", "src_strides", "dest_strides"), len(q.bottoms[0])),
+        forward=(read(q.bottom(0)), write(q.top(0)), read(offsets)),
+        backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")) + copy_back,
+    )
+
+
+@layer("Crop", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=BVLC + "layers/crop_layer.cpp", memory=_crop_memory)
 def _crop(q: ShapeQuery) -> LayerShapes:
     """Axes from ``axis`` on take the second bottom's sizes; the offsets must keep the crop inside."""
     data, like = q.bottoms

@@ -17,13 +17,16 @@ from ..errors import CaffememError, Location
 from ..graph import Layer, ShapedGraph, count
 from ..layers.access import (
     Action,
+    Alloc,
     BlobId,
     LayerMemory,
     MemoryQuery,
     Reshape,
     Share,
     Touch,
+    buffer_id,
     generic_memory,
+    param_id,
     write,
 )
 from ..layers.registry import SpecTable
@@ -200,6 +203,13 @@ class Heap:
             storage.allocated = True
             self._charge(blob_id, storage.category, storage.bytes)
 
+    def alloc(self, blob_id: BlobId, elements: int, elem: str = "float") -> None:
+        """Memory no Blob owns (a bare SyncedMemory written at once, a cudaMalloc): data only."""
+        blob = self.blob(blob_id, elem)
+        if blob.data is None:
+            blob.capacity, blob.data = elements, _Storage(elements * blob.elem_bytes, blob.category)
+        self.touch(blob_id, "data")
+
     def share(self, dst: BlobId, src: BlobId, part: str) -> None:
         target, source = self.blob(dst), self.blob(src)
         storage = getattr(source, part)
@@ -219,6 +229,19 @@ class Heap:
             self._charge(blob_id, storage.category, -storage.bytes)
         setattr(blob, part, None)
 
+    def take_over(self, slots: "SlotAssignment") -> None:
+        """Point the assigned blob parts at shared slot storage (their own is dropped)."""
+        storages: dict[int, _Storage] = {}
+        for (blob_id, part), slot in slots.slot_of.items():
+            blob = self.blob(blob_id)
+            storage = storages.get(slot)
+            if storage is None:
+                category = "activations" if part == "data" else "activation_gradients"
+                storage = storages[slot] = _Storage(slots.slot_bytes[slot], category, refs=0)
+            self._drop(blob_id, blob, part)
+            storage.refs += 1
+            setattr(blob, part, storage)
+
     def apply(self, actions: Iterable[Action]) -> None:
         for action in actions:
             if isinstance(action, Touch):
@@ -227,6 +250,8 @@ class Heap:
                 self.reshape(action.blob, action.shape, action.elem)
             elif isinstance(action, Share):
                 self.share(action.dst, action.src, action.part)
+            elif isinstance(action, Alloc):
+                self.alloc(action.blob, action.count, action.elem)
 
 
 # ----------------------------------------------------------------------------- the pass
@@ -273,6 +298,7 @@ class MemoryReport:
     by_category: dict[str, int]
     peak_layer: str | None  # the layer whose single step allocates the most
     unverified_types: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())  # the layer rules' notes, each once
 
     @property
     def heap_total(self) -> int:
@@ -306,55 +332,98 @@ def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, 
     return tuple(rules)
 
 
-def simulate(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> MemoryReport:
-    """Replay Net::Init, one Forward and (in TRAIN) one Backward over the heap model."""
+Bucket = object  # ("init", i), ("init", "share"), "input", ("fwd", i), ("bwd", i)
+
+
+def shared_parameters(shaped: ShapedGraph) -> list[tuple[BlobId, BlobId]]:
+    """(sharer, owner) for every parameter shared by name (Net::AppendParam)."""
+    owners: dict[str, BlobId] = {}
+    shared: list[tuple[BlobId, BlobId]] = []
+    for layer in shaped.graph.layers:
+        for j in range(len(shaped.layer_shapes[layer.index].params)):
+            name = layer.proto.param[j].name if j < len(layer.proto.param) else ""
+            param = param_id(layer, j)
+            if name and name in owners:
+                shared.append((param, owners[name]))
+            elif name:
+                owners[name] = param
+    return shared
+
+
+def data_tops(shaped: ShapedGraph, specs: SpecTable) -> list[str]:
+    """Tops of the data layers: the run fills them before the first Forward."""
+    return [top for layer in shaped.graph.layers if (s := specs.get(layer.type)) is not None and s.is_data for top in layer.tops]
+
+
+def run_events(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], rules: tuple[LayerMemory, ...]) -> list[tuple[Bucket, Action]]:
+    """Every memory event of Net::Init, the inputs' fill, one Forward and (TRAIN) one
+    Backward, in order, each with the bucket its bytes are charged to."""
+    events: list[tuple[Bucket, Action]] = []
+    layers = shaped.graph.layers
+    for layer, flag, rule in zip(layers, flags, rules):
+        bucket = ("init", layer.index)
+        for j, shape in enumerate(shaped.layer_shapes[layer.index].params):
+            param = param_id(layer, j)
+            events.append((bucket, Reshape(param, shape)))
+            if rule.params_filled:
+                events.append((bucket, write(param)))  # every filler writes the data
+        events.extend((bucket, Reshape(BlobId("blob", top), shape)) for top, shape in zip(layer.tops, shaped.top_shapes(layer.index)))
+        events.extend((bucket, action) for action in rule.setup)
+        events.extend((bucket, write(BlobId("blob", top), "diff")) for top, w in zip(layer.tops, flag.loss_weights) if w)
+    for param, owner in shared_parameters(shaped):  # Net::ShareWeights
+        events += [(("init", "share"), Share(param, owner, "data")), (("init", "share"), Share(param, owner, "diff"))]
+    events.extend(("input", write(BlobId("blob", top))) for top in data_tops(shaped, specs))
+    for layer, flag, rule in zip(layers, flags, rules):
+        bucket = ("fwd", layer.index)
+        events.extend((bucket, action) for action in rule.forward)
+        # Layer::Forward then reads each loss top's data and diff (loss += data . diff).
+        events.extend((bucket, Touch(BlobId("blob", top), part, False)) for top, w in zip(layer.tops, flag.loss_weights) if w for part in ("data", "diff"))
+    if shaped.graph.phase == "TRAIN":
+        for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)):
+            if flag.need_backward:
+                events.extend((("bwd", layer.index), action) for action in rule.backward)
+    return events
+
+
+@dataclass(frozen=True)
+class SlotAssignment:
+    """Shared storage for a run: (blob, part) -> slot, and each slot's size in bytes.
+
+    Storage is taken over after Net::Init, as the memory-multiloading fork does at the
+    end of Init; each slot is allocated whole on the first touch of any member."""
+
+    slot_of: dict[tuple[BlobId, str], int]
+    slot_bytes: dict[int, int]
+
+
+def simulate(
+    shaped: ShapedGraph,
+    specs: SpecTable,
+    dtype: str = "float32",
+    engine: str = "caffe",
+    slots: SlotAssignment | None = None,
+) -> MemoryReport:
+    """Replay Net::Init, one Forward and (in TRAIN) one Backward over the heap model
+    (with ``slots``: as the run would go with that storage sharing)."""
     graph = shaped.graph
     flags = backward_flags(shaped, specs)
     rules = layer_rules(shaped, specs, flags, engine)
     heap = Heap(DTYPE_BYTES[dtype])
     layers = graph.layers
+    shared_params = shared_parameters(shaped)
 
-    owners: dict[str, BlobId] = {}
-    shared_params: list[tuple[BlobId, BlobId]] = []
-    inits: list[int] = []
-    for layer, flag, rule in zip(layers, flags, rules):
-        heap.bucket = ("init", layer.index)
-        params = shaped.layer_shapes[layer.index].params
-        for j, shape in enumerate(params):
-            param = BlobId("param", f"{layer.name}#{j}")
-            heap.reshape(param, shape)
-            heap.touch(param, "data")  # every filler writes the data
-            name = layer.proto.param[j].name if j < len(layer.proto.param) else ""
-            if name:
-                if name in owners:
-                    shared_params.append((param, owners[name]))
-                else:
-                    owners[name] = param
-        for i, shape in enumerate(shaped.top_shapes(layer.index)):
-            heap.reshape(BlobId("blob", layer.tops[i]), shape)
-        heap.apply(rule.setup)
-        heap.apply(write(BlobId("blob", top), "diff") for top, w in zip(layer.tops, flag.loss_weights) if w)
-        inits.append(heap.charged.get(heap.bucket, 0))
-    heap.bucket = ("init", "share")
-    for param, owner in shared_params:  # Net::ShareWeights
-        heap.share(param, owner, "data")
-        heap.share(param, owner, "diff")
-    heap_init = sum(v for k, v in heap.charged.items() if k[0] == "init")
-
-    heap.bucket = "input"
-    data_tops = [top for layer in layers if (s := specs.get(layer.type)) is not None and s.is_data for top in layer.tops]
-    for top in data_tops:
-        heap.touch(BlobId("blob", top), "data")
+    pending = slots
+    for bucket, action in run_events(shaped, specs, flags, rules):
+        if pending is not None and not (isinstance(bucket, tuple) and bucket[0] == "init"):
+            heap.take_over(pending)  # Net::Init is over
+            pending = None
+        heap.bucket = bucket
+        heap.apply((action,))
+    if pending is not None:
+        heap.take_over(pending)
+    inits = [heap.charged.get(("init", layer.index), 0) for layer in layers]
+    heap_init = sum(v for k, v in heap.charged.items() if isinstance(k, tuple) and k[0] == "init")
     input_bytes = heap.charged.get("input", 0)
-
-    for layer, flag, rule in zip(layers, flags, rules):
-        heap.bucket = ("fwd", layer.index)
-        heap.apply(rule.forward)
-    if graph.phase == "TRAIN":
-        for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)):
-            if flag.need_backward:
-                heap.bucket = ("bwd", layer.index)
-                heap.apply(rule.backward)
 
     heap.bucket = "prefetch"
     prefetched_input = 0
@@ -394,6 +463,7 @@ def simulate(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engi
         by_category={category: heap.category_total(category, measured) for category in CATEGORIES},
         peak_layer=peak,
         unverified_types=tuple(sorted({l.type for l in per_layer if not l.verified})),
+        notes=tuple(dict.fromkeys(note for rule in rules for note in rule.notes)),
     )
 
 
@@ -403,15 +473,15 @@ def _owner_params(shaped: ShapedGraph, shared: list[tuple[BlobId, BlobId]]) -> d
     owned = {}
     for layer in shaped.graph.layers:
         for j, shape in enumerate(shaped.layer_shapes[layer.index].params):
-            param = BlobId("param", f"{layer.name}#{j}")
+            param = param_id(layer, j)
             if param not in sharers:
                 owned[param] = shape
     return owned
 
 
 def _layer_bytes(layer: Layer, flag: LayerFlags, rule: LayerMemory, heap: Heap, init: int) -> LayerBytes:
-    own_buffers = {a.blob for a in rule.setup + rule.forward + rule.backward if isinstance(a, (Touch, Reshape)) and a.blob.kind == "buffer"}
-    prefix = len(layer.name) + 1
+    own_buffers = {a.blob for a in rule.setup + rule.forward + rule.backward if isinstance(a, (Touch, Reshape, Alloc)) and a.blob.kind == "buffer"}
+    prefix = len(buffer_id(layer, "").name)
     buckets = {("init", layer.index), ("fwd", layer.index), ("bwd", layer.index)}
     return LayerBytes(
         name=layer.name,

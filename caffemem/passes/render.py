@@ -181,3 +181,68 @@ def _print_process(analysis: Analysis, console: Console) -> None:
         console.print(f"[dim]test net #{test.index}: {test.note}[/dim]")
     for note in process.notes:
         console.print(f"[dim]{note}[/dim]")
+
+
+# ----------------------------------------------------------------------------- optimize
+
+
+def _percent(part: int, whole: int) -> float:
+    return round(100.0 * part / whole, 2) if whole else 0.0
+
+
+def phase_plan_json(phase) -> dict[str, Any]:
+    """One planned phase: the four whole-run figures, the plan, and the peak."""
+    schedule, liveness = phase.schedule, phase.liveness
+    peak_step = schedule.steps[liveness.peak_step] if schedule.steps else None
+    return {
+        "phase": phase.phase,
+        "strategy": phase.plan.strategy,
+        "bytes": {"stock": phase.stock.heap_total, "fork": phase.fork.heap_total, "planned": phase.planned.heap_total, "lower_bound": phase.lower_bound},
+        "savings": {"bytes": phase.savings, "percent": _percent(phase.savings, phase.stock.heap_total)},
+        "gap_to_lower_bound_percent": _percent(phase.planned.heap_total - phase.lower_bound, phase.lower_bound),
+        "fork_plan_safe": phase.fork_safe,
+        "candidates": phase.candidates,
+        "rejected": phase.rejected,
+        "peak": {
+            "step": liveness.peak_step,
+            "at": schedule.step_name(peak_step) if peak_step else None,
+            "alive": [schedule.classes[c].label for c in liveness.alive_at_peak],
+        },
+        "plan": {
+            "slots": [{"id": slot, "bytes": size} for slot, size in sorted(phase.plan_data.slot_bytes.items())],
+            "assign": [{"blob": blob, "kind": kind, "slot": slot} for blob, kind, slot in phase.plan_data.assign],
+        },
+        "kept_private": {schedule.classes[c].label: why for c, why in liveness.kept.items()},
+    }
+
+
+def optimize_json(result) -> dict[str, Any]:
+    phases = [phase_plan_json(p) for p in result.phases]
+    document: dict[str, Any] = {"file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
+    if len(phases) == 1:
+        document.update({k: phases[0][k] for k in ("phase", "bytes", "plan")})
+    return document
+
+
+def print_optimize(result, console: Console) -> None:
+    for phase in result.phases:
+        stock = phase.stock.heap_total
+        table = Table(title=f"{result.path} — {phase.phase}: plan '{phase.plan.strategy}', {len(phase.plan.slots)} shared slots", show_header=True, header_style="bold")
+        table.add_column("")
+        table.add_column("bytes", justify="right")
+        table.add_column("vs stock", justify="right")
+        rows = [("stock Caffe", stock), ("memory-multiloading fork", phase.fork.heap_total), ("caffemem plan", phase.planned.heap_total), ("lower bound", phase.lower_bound)]
+        for label, value in rows:
+            table.add_row(label, mib(value), f"{-_percent(stock - value, stock):+.1f}%")
+        console.print(table)
+        saved = phase.savings
+        console.print(f"saves {mib(saved)} ({_percent(saved, stock):.1f}%) against stock Caffe, {mib(phase.fork.heap_total - phase.planned.heap_total)} against the fork; {_percent(phase.planned.heap_total - phase.lower_bound, phase.lower_bound):.2f}% above the lower bound.")
+        schedule, liveness = phase.schedule, phase.liveness
+        if schedule.steps:
+            alive = [schedule.classes[c].label for c in liveness.alive_at_peak]
+            shown = ", ".join(alive[:12]) + (f" and {len(alive) - 12} more" if len(alive) > 12 else "")
+            console.print(f"peak of shared storage at step {liveness.peak_step} ({schedule.step_name(schedule.steps[liveness.peak_step])}): {shown or 'nothing'}")
+        if not phase.fork_safe:
+            console.print("[yellow]the fork's own plan fails caffemem's verifier on this net (see `caffemem verify`)[/yellow]")
+        for name, why in phase.rejected.items():
+            console.print(f"[yellow]strategy {name} rejected by the verifier: {why}[/yellow]")

@@ -1,0 +1,122 @@
+"""The memory-multiloading fork's planner (yjxiong/caffe action_recog, Net::MemoryOptimize_v2),
+reproduced exactly — defects included — as the baseline every caffemem plan is compared with.
+
+Entry point: :func:`fork_assignment`.  See docs/fork-memopt.md: a one-hop name → root map
+links storage that Split/Flatten/Reshape share; a dry run visits every layer forward then
+backward (in every phase, ignoring need_backward for diffs), taking a first-fit slot for
+each output and dropping a reference for each input — except, in TRAIN, the inputs of a
+layer that needs backward, which are never released; a slot is as large as its largest
+member, data and diff alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..graph import ShapedGraph, count
+from ..layers.access import BlobId
+from ..layers.registry import SpecTable
+from .memory import SlotAssignment, backward_flags
+from .liveness import net_outputs_of
+
+
+class _Slots:
+    """The fork's slot list: (key, references); an empty key is a free slot."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.refs: list[int] = []
+
+    def acquire(self, key: str) -> int:
+        for i, held in enumerate(self.keys):
+            if held == "":
+                self.keys[i], self.refs[i] = key, 1
+                return i
+        self.keys.append(key)
+        self.refs.append(1)
+        return len(self.keys) - 1
+
+    def find(self, key: str) -> int:
+        try:
+            return self.keys.index(key)
+        except ValueError:
+            return -1
+
+    def add_ref(self, index: int) -> None:
+        while index >= len(self.keys):  # C++ operator[] on an empty vector: keep it defined
+            self.keys.append("")
+            self.refs.append(0)
+        self.refs[index] += 1
+
+    def release(self, index: int) -> None:
+        if index < 0 or self.refs[index] <= 0:
+            return  # undefined in the fork; never reached on real nets
+        self.refs[index] -= 1
+        if self.refs[index] == 0:
+            self.keys[index] = ""
+
+
+def fork_assignment(shaped: ShapedGraph, specs: SpecTable, exclude: Iterable[str] = (), dtype_bytes: int = 4) -> SlotAssignment:
+    """The slots the fork would give this net's blobs (names are `<blob>_data`/`_diff`)."""
+    layers = shaped.graph.layers
+    flags = backward_flags(shaped, specs)
+    link: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        return link.setdefault(name, name)  # one hop only, as the fork does
+
+    for layer in layers:
+        spec = specs.get(layer.type)
+        shares = spec.fork_shares if spec is not None else ()
+        for it, top in enumerate(layer.tops):
+            top_data, top_diff = root(top + "_data"), root(top + "_diff")
+            for ib, bottom in enumerate(layer.bottoms):
+                bottom_data, bottom_diff = root(bottom + "_data"), root(bottom + "_diff")
+                paired = ib == 0 if layer.type == "Split" else it == ib
+                if paired and "data" in shares:
+                    link[top_data] = bottom_data
+                if paired and "diff" in shares:
+                    link[bottom_diff] = top_diff
+
+    excluded: set[str] = set()
+    named = set(exclude) | net_outputs_of(shaped.graph)
+    named |= {top for layer in layers if not layer.bottoms for top in layer.tops}
+    named |= {top for layer, flag in zip(layers, flags) for top, w in zip(layer.tops, flag.loss_weights) if w}
+    for name in named:
+        excluded |= {root(name + "_data"), root(name + "_diff")}
+
+    slots = _Slots()
+    slot_of: dict[str, int] = {}
+    train = shaped.graph.phase == "TRAIN"
+    steps = [(i, True) for i in range(len(layers))] + [(i, False) for i in reversed(range(len(layers)))]
+    for i, forward in steps:
+        layer = layers[i]
+        outs, ins, suffix = (layer.tops, layer.bottoms, "_data") if forward else (layer.bottoms, layer.tops, "_diff")
+        for blob in outs:
+            name = blob + suffix
+            head = root(name)
+            if head in excluded:
+                continue
+            held = slots.find(name)
+            if held != -1:
+                slots.add_ref(held)
+            elif head == name:
+                slot_of[name] = slots.acquire(name)
+            else:
+                slot_of[name] = slot_of.setdefault(head, 0)
+                slots.add_ref(slot_of[name])
+        for blob in ins:
+            head = root(blob + suffix)
+            if head in excluded or (train and forward and flags[i].need_backward):
+                continue
+            slots.release(slots.find(head))
+
+    sizes: dict[int, int] = {}
+    assignment: dict[tuple[BlobId, str], int] = {}
+    for name, slot in slot_of.items():
+        blob, part = name.rsplit("_", 1)
+        if blob not in shaped.blob_shapes:
+            continue
+        assignment[(BlobId("blob", blob), part)] = slot
+        sizes[slot] = max(sizes.get(slot, 0), count(shaped.blob_shapes[blob]) * dtype_bytes)
+    return SlotAssignment(assignment, sizes)

@@ -1,0 +1,131 @@
+"""Pass 8, liveness: when each storage class holds a value someone will still read.
+
+Entry point: :func:`lifetimes`.  A class is live from the step that first writes it to
+the step that last reads it.  What may never share storage, by default: the net's inputs
+(data-layer tops) and outputs, loss tops, parameters, every ``--exclude-blob``, and any
+class read before it is written (Caffe relies on a fresh SyncedMemory being zero-filled,
+e.g. a Split summing a gradient nobody wrote).  Layer buffers that every step refills
+before reading (the im2col column buffer) may share with ``share_buffers``.  The lower
+bound is the peak, over the steps, of the bytes of shareable classes alive together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..graph import Graph
+from .schedule import Schedule, StorageClass
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """One storage class's live steps: a span, or for a scratch buffer single steps."""
+
+    storage: int
+    bytes: int
+    spans: tuple[tuple[int, int], ...]  # inclusive [first, last] step ranges
+
+    @property
+    def start(self) -> int:
+        return self.spans[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.spans[-1][1]
+
+    def overlaps(self, other: "Lifetime") -> bool:
+        return any(a0 <= b1 and b0 <= a1 for a0, a1 in self.spans for b0, b1 in other.spans)
+
+
+@dataclass(frozen=True)
+class Liveness:
+    schedule: Schedule
+    shareable: tuple[Lifetime, ...]  # what a planner may assign to slots
+    kept: dict[int, str]  # storage class -> why it keeps its own storage
+    lower_bound_peak: int  # most bytes of shareable classes alive at one step
+    peak_step: int
+    alive_at_peak: tuple[int, ...]  # storage classes alive at the peak step
+
+
+def net_outputs_of(graph: Graph) -> set[str]:
+    """Blobs no layer consumes (Caffe's net outputs), as Net::Init's available_blobs."""
+    available: set[str] = set()
+    for layer in graph.layers:
+        available.difference_update(layer.bottoms)
+        available.update(layer.tops)
+    return available
+
+
+def _touches(schedule: Schedule) -> dict[int, list[tuple[int, bool, bool]]]:
+    """storage -> [(step, first access in the step is a write, the step reads it)]."""
+    seen: dict[int, list[tuple[int, bool, bool]]] = {}
+    for step in schedule.steps:
+        first: dict[int, bool] = {}
+        reads: set[int] = set()
+        for access in step.accesses:
+            first.setdefault(access.storage, access.write)
+            if not access.write:
+                reads.add(access.storage)
+        for storage, writes_first in first.items():
+            seen.setdefault(storage, []).append((step.index, writes_first, storage in reads))
+    return seen
+
+
+def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bool = False) -> Liveness:
+    """Every class's lifetime and which classes a planner may share."""
+    excluded_blobs = set(exclude) | schedule.data_tops | schedule.loss_tops | net_outputs_of(schedule.shaped.graph)
+    touches = _touches(schedule)
+    shareable: list[Lifetime] = []
+    kept: dict[int, str] = {}
+    for storage in schedule.classes:
+        uses = touches.get(storage.id)
+        if not uses:
+            continue  # never touched: never allocated
+        reason = _kept_reason(storage, uses, excluded_blobs, share_buffers)
+        if reason:
+            kept[storage.id] = reason
+            continue
+        if storage.kind == "buffer":
+            spans = tuple((step, step) for step, _, _ in uses)
+        else:
+            last_read = max((step for step, _, read in uses if read), default=uses[0][0])
+            spans = ((uses[0][0], max(last_read, uses[0][0])),)
+        shareable.append(Lifetime(storage.id, storage.bytes, spans))
+
+    peak, peak_step, alive = _peak(shareable, len(schedule.steps))
+    return Liveness(schedule, tuple(shareable), kept, peak, peak_step, alive)
+
+
+def _kept_reason(storage: StorageClass, uses, excluded: set[str], share_buffers: bool) -> str | None:
+    if storage.kind == "param":
+        return "a parameter"
+    if storage.kind == "buffer":
+        if not share_buffers:
+            return "a layer buffer (see --share-buffers)"
+        if not all(writes_first for _, writes_first, _ in uses):
+            return "a layer buffer that keeps values between steps"
+        return None
+    names = {blob.name for blob, _ in storage.members}
+    hit = sorted(names & excluded)
+    if hit:
+        return f"'{hit[0]}' is an input, output, loss or excluded blob"
+    if not uses[0][1]:
+        return "read before it is written (relies on zero-filled fresh memory)"
+    return None
+
+
+def _peak(shareable: list[Lifetime], steps: int) -> tuple[int, int, tuple[int, ...]]:
+    """Sweep the steps: the most bytes alive at once, where, and what."""
+    delta = [0] * (steps + 1)
+    for life in shareable:
+        for start, end in life.spans:
+            delta[start] += life.bytes
+            delta[end + 1] -= life.bytes
+    best, best_step, running = 0, 0, 0
+    for step in range(steps):
+        running += delta[step]
+        if running > best:
+            best, best_step = running, step
+    alive = tuple(life.storage for life in shareable if any(s <= best_step <= e for s, e in life.spans))
+    return best, best_step, alive

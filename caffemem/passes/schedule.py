@@ -1,0 +1,167 @@
+"""Pass 7, schedule: the run as steps, each reading and writing storage classes.
+
+Entry point: :func:`build_schedule`.  Step 0 is Net::Init plus the filling of the
+inputs; then one step per layer Forward, in order; then (TRAIN) one step per layer
+Backward, in reverse, for the layers that need it.  The accesses come from the same
+event stream the memory pass replays (each layer's memory rule), and storage that Caffe
+shares — in-place tops, ShareData/ShareDiff of Split, Flatten, Reshape, shared
+parameters — is merged into one class with a union-find, as the memory-multiloading
+fork does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..graph import ShapedGraph, count
+from ..layers.access import BlobId, Reshape, Share, Touch
+from ..layers.registry import SpecTable
+from .memory import DTYPE_BYTES, INT_BYTES, backward_flags, layer_rules, run_events
+
+Part = str
+Member = tuple[BlobId, Part]
+
+
+@dataclass(frozen=True)
+class Access:
+    storage: int  # a StorageClass id
+    write: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    kind: str  # "init", "forward" or "backward"
+    layer: int | None  # index into the graph's layers (None for init)
+    accesses: tuple[Access, ...]  # in the order the layer makes them
+
+
+@dataclass(frozen=True)
+class StorageClass:
+    """Memory Caffe keeps as one SyncedMemory (after its own sharing)."""
+
+    id: int
+    members: tuple[Member, ...]
+    bytes: int
+    kind: str  # "blob" (a net blob's data or diff), "param" or "buffer"
+    part: Part  # "data" or "diff"
+    owner: str  # the blob that owns the storage: the root of its alias chain
+
+    @property
+    def label(self) -> str:
+        return f"{self.owner}:{self.part}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    shaped: ShapedGraph
+    steps: tuple[Step, ...]
+    classes: tuple[StorageClass, ...]
+    class_of: dict[Member, int]
+    need_backward: tuple[bool, ...]
+    loss_tops: frozenset[str]
+    data_tops: frozenset[str]
+    dtype: str
+
+    def step_name(self, step: Step) -> str:
+        if step.layer is None:
+            return "init"
+        return f"{step.kind} {self.shaped.graph.layers[step.layer].name}"
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[Member, Member] = {}
+
+    def find(self, item: Member) -> Member:
+        parent = self.parent.setdefault(item, item)
+        while parent != item:
+            grand = self.parent.setdefault(parent, parent)
+            self.parent[item] = grand
+            item, parent = parent, grand
+        return item
+
+    def union(self, child: Member, root: Member) -> None:
+        """Merge child's class into root's (root stays the representative)."""
+        a, b = self.find(child), self.find(root)
+        if a != b:
+            self.parent[a] = b
+
+
+def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> Schedule:
+    """The steps of one run and the storage classes they touch."""
+    flags = backward_flags(shaped, specs)
+    rules = layer_rules(shaped, specs, flags, engine)
+    events = run_events(shaped, specs, flags, rules)
+    float_bytes = DTYPE_BYTES[dtype]
+
+    union = _UnionFind()
+    elements: dict[BlobId, int] = {}
+    elem_bytes: dict[BlobId, int] = {}
+    for _, action in events:
+        if isinstance(action, Reshape):
+            elements[action.blob] = max(elements.get(action.blob, 0), count(action.shape))
+            elem_bytes[action.blob] = INT_BYTES if action.elem == "int" else float_bytes
+        elif isinstance(action, Share):
+            union.union((action.dst, action.part), (action.src, action.part))
+        elif isinstance(action, Touch):
+            union.find((action.blob, action.part))
+
+    members: dict[Member, list[Member]] = {}
+    for member in list(union.parent):
+        members.setdefault(union.find(member), []).append(member)
+    blob_order = {name: i for i, name in enumerate(shaped.blob_shapes)}
+    classes: list[StorageClass] = []
+    class_of: dict[Member, int] = {}
+    for root, group in members.items():
+        size = max(elements.get(blob, 0) * elem_bytes.get(blob, float_bytes) for blob, _ in group)
+        # The owner is the member Caffe created first: the bottom of a Split/Flatten/Reshape chain.
+        owner = min(group, key=lambda m: (blob_order.get(m[0].name, len(blob_order)), m[0].name))[0]
+        classes.append(StorageClass(len(classes), tuple(group), size, root[0].kind, root[1], owner.name))
+        for member in group:
+            class_of[member] = classes[-1].id
+
+    steps: list[Step] = []
+    current_bucket: object = None
+    accesses: list[Access] = []
+
+    def close() -> None:
+        if current_bucket is None:
+            return
+        kind, layer = _step_of(current_bucket)
+        steps.append(Step(len(steps), kind, layer, tuple(accesses)))
+
+    for bucket, action in events:
+        step_key = _step_key(bucket)
+        if step_key != current_bucket:
+            close()
+            current_bucket, accesses = step_key, []
+        if isinstance(action, Touch):
+            accesses.append(Access(class_of[(action.blob, action.part)], action.write))
+    close()
+
+    layers = shaped.graph.layers
+    return Schedule(
+        shaped=shaped,
+        steps=tuple(steps),
+        classes=tuple(classes),
+        class_of=class_of,
+        need_backward=tuple(f.need_backward for f in flags),
+        loss_tops=frozenset(top for layer, f in zip(layers, flags) for top, w in zip(layer.tops, f.loss_weights) if w),
+        data_tops=frozenset(top for layer in layers if (s := specs.get(layer.type)) is not None and s.is_data for top in layer.tops),
+        dtype=dtype,
+    )
+
+
+def _step_key(bucket: object) -> object:
+    """Init, the ShareWeights and the input fill are one step: everything before Forward."""
+    if bucket == "input" or (isinstance(bucket, tuple) and bucket[0] == "init"):
+        return "init"
+    return bucket
+
+
+def _step_of(key: object) -> tuple[str, int | None]:
+    if key == "init":
+        return "init", None
+    direction, layer = key  # type: ignore[misc]
+    return ("forward" if direction == "fwd" else "backward"), layer
