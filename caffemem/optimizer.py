@@ -41,7 +41,7 @@ class PhasePlan:
     shaped: ShapedGraph
     schedule: Schedule
     liveness: Liveness
-    plan: Plan
+    strategy: str  # the strategy whose plan was kept
     plan_data: PlanData
     stock: MemoryReport
     planned: MemoryReport
@@ -69,7 +69,7 @@ def plan_data(plan: Plan, schedule: Schedule) -> PlanData:
     classes = schedule.classes
     return PlanData(
         {slot.id: slot.bytes for slot in plan.slots},
-        tuple((classes[m].owner, classes[m].part, slot.id) for slot in plan.slots for m in slot.members),
+        tuple((classes[m].owner, classes[m].part, slot.id, offset) for slot in plan.slots for m, offset in slot.placements()),
     )
 
 
@@ -84,47 +84,50 @@ def slot_assignment(plan: Plan, schedule: Schedule) -> SlotAssignment:
 
 
 def fork_plan_data(assignment: SlotAssignment) -> PlanData:
-    return PlanData(dict(assignment.slot_bytes), tuple((blob.name, part, slot) for (blob, part), slot in assignment.slot_of.items()))
+    return PlanData(dict(assignment.slot_bytes), tuple((blob.name, part, slot, 0) for (blob, part), slot in assignment.slot_of.items()))
 
 
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
-    """Plan one built net (one phase)."""
+    """Plan one built net (one phase): every strategy asked for, replayed and verified."""
     stock = simulate(shaped, specs, options.dtype, options.engine)
     schedule = build_schedule(shaped, specs, options.dtype, options.engine)
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers)
-    _, candidates = make_plan(liveness, settings.strategy)
 
-    safe: dict[str, tuple[Plan, MemoryReport]] = {}
+    fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype])
+    fork = simulate(shaped, specs, options.dtype, options.engine, fork_slots)
+    fork_data = fork_plan_data(fork_slots)
+    fork_violations = verify_plan(schedule, fork_data)
+
+    # strategy -> (plan as data, replayed run)
+    safe: dict[str, tuple[PlanData, MemoryReport]] = {}
     rejected: dict[str, str] = {}
-    for name, candidate in candidates.items():
-        violations = verify_plan(schedule, plan_data(candidate, schedule))
-        if violations:
-            rejected[name] = str(violations[0])
-            continue
-        safe[name] = (candidate, simulate(shaped, specs, options.dtype, options.engine, slot_assignment(candidate, schedule)))
+    if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations):
+        safe["fork"] = (fork_data, fork)
+    if settings.strategy != "fork":
+        for name, candidate in make_plan(liveness, settings.strategy).items():
+            data = plan_data(candidate, schedule)
+            violations = verify_plan(schedule, data)
+            if violations:
+                rejected[name] = str(violations[0])
+                continue
+            safe[name] = (data, simulate(shaped, specs, options.dtype, options.engine, slot_assignment(candidate, schedule)))
     if not safe:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
-    name, (plan, planned) = min(safe.items(), key=lambda item: (item[1][1].heap_total, len(item[1][0].slots)))
-
-    dtype_bytes = DTYPE_BYTES[options.dtype]
-    fork_slots = fork_assignment(shaped, specs, settings.exclude, dtype_bytes)
-    fork = simulate(shaped, specs, options.dtype, options.engine, fork_slots)
-    fork_safe = not verify_plan(schedule, fork_plan_data(fork_slots))
+    name, (data, planned) = min(safe.items(), key=lambda item: (item[1][1].heap_total, len(item[1][0].slot_bytes), item[0] == "fork"))
 
     shareable = sum(life.bytes for life in liveness.shareable)
-    lower_bound = stock.heap_total - shareable + liveness.lower_bound_peak
     return PhasePlan(
         phase=shaped.graph.phase,
         shaped=shaped,
         schedule=schedule,
         liveness=liveness,
-        plan=plan,
-        plan_data=plan_data(plan, schedule),
+        strategy=name,
+        plan_data=data,
         stock=stock,
         planned=planned,
         fork=fork,
-        fork_safe=fork_safe,
-        lower_bound=lower_bound,
+        fork_safe=not fork_violations,
+        lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak,
         candidates={k: v[1].heap_total for k, v in safe.items()},
         rejected=rejected,
     )

@@ -34,9 +34,9 @@ def shape_of():
     return run_shape_rule
 
 
-def run_memory_net(tmp_path: Path, body: str, inputs: dict[str, tuple[int, ...]], phase: str = "TRAIN", force_backward: bool = True, engine: str = "caffe"):
+def run_memory_report(tmp_path: Path, body: str, inputs: dict[str, tuple[int, ...]], phase: str = "TRAIN", force_backward: bool = True, engine: str = "caffe"):
     """Write a net of one Input layer per entry of ``inputs`` followed by ``body`` (layer
-    text), analyze it and return its MemoryReport's layers by name (the memory tests)."""
+    text) and return its MemoryReport (the memory tests)."""
     from caffemem.api import Options, analyze
 
     lines = ["force_backward: true"] if force_backward else []
@@ -45,11 +45,16 @@ def run_memory_net(tmp_path: Path, body: str, inputs: dict[str, tuple[int, ...]]
         lines.append(f'layer {{ name: "{name}" type: "Input" top: "{name}" input_param {{ shape {{ {dims} }} }} }}')
     path = tmp_path / "net.prototxt"
     path.write_text("\n".join(lines) + "\n" + body)
-    memory = analyze(str(path), Options(phase=phase, engine=engine)).nets[0].memory
-    return {layer.name: layer for layer in memory.layers}
+    return analyze(str(path), Options(phase=phase, engine=engine)).nets[0].memory
 
 
 @pytest.fixture
 def memory_of(tmp_path):
-    """`memory_of('layer {...}', {"x": (2, 3)})["relu"].bwd_alloc` -> bytes."""
-    return lambda body, inputs, **options: run_memory_net(tmp_path, body, inputs, **options)
+    """`memory_of('layer {...}', {"x": (2, 3)})["relu"].bwd_alloc` -> bytes (layers by name)."""
+    return lambda body, inputs, **options: {layer.name: layer for layer in run_memory_report(tmp_path, body, inputs, **options).layers}
+
+
+@pytest.fixture
+def memory_report(tmp_path):
+    """`memory_report('layer {...}', {"x": (2, 3)})` -> the whole MemoryReport."""
+    return lambda body, inputs, **options: run_memory_report(tmp_path, body, inputs, **options)

@@ -47,9 +47,13 @@ def test_plan_is_no_larger_than_the_forks(lenet):
 
 def test_test_phase_of_a_chain_reaches_the_lower_bound(lenet):
     test = lenet.phases[1]
-    # A chain in TEST ping-pongs between two slots: the larger of each neighbour pair.
-    assert len(test.plan.slots) == 2
+    # A chain in TEST needs, at most, one layer's input and output at once.
     assert test.planned.heap_total == test.lower_bound
+
+
+def test_whole_slot_strategies_keep_every_member_at_offset_zero():
+    result = optimize(LENET, Options(phase="TEST"), OptimizeSettings(strategy="best-fit"))
+    assert {offset for _, _, _, offset in result.phases[0].plan_data.assign} == {0}
 
 
 def test_slot_smaller_than_a_member_is_caught(lenet):
@@ -64,10 +68,19 @@ def test_slot_smaller_than_a_member_is_caught(lenet):
 def test_two_live_blobs_in_one_slot_are_caught(lenet):
     phase = lenet.phases[1]
     # conv1 is still read by pool1 when pool1 writes: both in one slot overwrites conv1.
-    assign = [(b, k, 0) if b in ("conv1", "pool1") and k == "data" else (b, k, s) for b, k, s in phase.plan_data.assign]
-    slots = {0: max(phase.plan_data.slot_bytes.values())} | {s: n for s, n in phase.plan_data.slot_bytes.items() if s}
-    violations = verify_plan(phase.schedule, PlanData(slots, tuple(assign)))
-    assert any(v.step_name == "forward pool1" and v.blob == "pool1" and "'conv1'" in v.message for v in violations)
+    assign = [(b, k, s, 0) if b in ("conv1", "pool1") and k == "data" else (b, k, s, o) for b, k, s, o in phase.plan_data.assign]
+    violations = verify_plan(phase.schedule, PlanData(phase.plan_data.slot_bytes, tuple(assign)))
+    assert any(v.step_name == "forward pool1" and v.blob == "pool1" and "over 'conv1'" in v.message for v in violations)
+
+
+def test_a_blob_read_after_another_overwrote_it_is_caught(lenet):
+    phase = lenet.phases[0]
+    # TRAIN: conv2's Backward reads pool1's data, long after conv2 and fc1 (which live
+    # there in the plan) are written in Forward: moving pool1 there loses its value.
+    where = {b: (s, o) for b, k, s, o in phase.plan_data.assign if k == "data"}
+    assign = [(b, k, *where["fc1"]) if b == "pool1" and k == "data" else (b, k, s, o) for b, k, s, o in phase.plan_data.assign]
+    violations = verify_plan(phase.schedule, PlanData(phase.plan_data.slot_bytes, tuple(assign)))
+    assert any(v.blob == "pool1" and v.step_name == "backward conv2" and "overwrote" in v.message for v in violations)
 
 
 def test_optimize_writes_mem_param_and_the_result_still_analyses_the_same(tmp_path):
@@ -91,7 +104,7 @@ def test_fork_target_writes_only_the_forks_fields(tmp_path):
 
 def test_excluded_blob_keeps_its_own_storage():
     result = optimize(LENET, Options(phase="TEST"), OptimizeSettings(exclude=("conv1",)))
-    assert "conv1" not in {blob for blob, _, _ in result.phases[0].plan_data.assign}
+    assert "conv1" not in {blob for blob, _, _, _ in result.phases[0].plan_data.assign}
 
 
 def test_unknown_excluded_blob_is_an_error():

@@ -162,7 +162,7 @@ def _split_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=tuple(Share(q.top(i), q.bottom(0), "data") for i in range(len(q.tops))), backward=backward)
 
 
-@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory)
+@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory, fork_shares=("data",))
 def _split(q: ShapeQuery) -> LayerShapes:
     """Every top is shaped like the bottom; none may be the bottom itself (no in-place)."""
     q.check(not any(q.layer.in_place_tops), "Split layer does not allow in-place computation")
@@ -208,7 +208,15 @@ def _reshape_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=_alias(q), forward=_alias(q))
 
 
-@layer("Reshape", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reshape_layer.cpp", memory=_reshape_memory)
+@layer(
+    "Reshape",
+    "common",
+    bottoms=ONE,
+    tops=ONE,
+    source="caffe master layers/reshape_layer.cpp",
+    memory=_reshape_memory,
+    fork_shares=("data", "diff"),
+)
 def _reshape(q: ShapeQuery) -> LayerShapes:
     """Replaces bottom axes [axis, axis+num_axes) with ``shape``: 0 copies a bottom dim, one -1 is inferred."""
     q.check(not any(q.layer.in_place_tops), "Reshape layer does not allow in-place computation")
@@ -247,7 +255,15 @@ def _flatten_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(Share(q.top(0), q.bottom(0), "data"),), backward=(Share(q.bottom(0), q.top(0), "diff"),))
 
 
-@layer("Flatten", "common", bottoms=ONE, tops=ONE, source="caffe master layers/flatten_layer.cpp", memory=_flatten_memory)
+@layer(
+    "Flatten",
+    "common",
+    bottoms=ONE,
+    tops=ONE,
+    source="caffe master layers/flatten_layer.cpp",
+    memory=_flatten_memory,
+    fork_shares=("data", "diff"),
+)
 def _flatten(q: ShapeQuery) -> LayerShapes:
     """Collapses axes [axis, end_axis] into one (not in place)."""
     q.check(not any(q.layer.in_place_tops), "Flatten layer does not allow in-place computation")
@@ -347,7 +363,14 @@ def _batch_reindex_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
-@layer("BatchReindex", "common", bottoms=Arity.exactly(2), tops=ONE, source="caffe master layers/batch_reindex_layer.cpp", memory=_batch_reindex_memory)
+@layer(
+    "BatchReindex",
+    "common",
+    bottoms=Arity.exactly(2),
+    tops=ONE,
+    source="caffe master layers/batch_reindex_layer.cpp",
+    memory=_batch_reindex_memory,
+)
 def _batch_reindex(q: ShapeQuery) -> LayerShapes:
     """Gathers bottom[0] items by the 1-D index blob bottom[1]: the top's num is bottom[1]'s length."""
     data, index = q.bottoms
@@ -390,7 +413,14 @@ def _parameter_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=share, params_filled=False)
 
 
-@layer("Parameter", "common", bottoms=Arity.exactly(0), tops=ONE, source="caffe master include/caffe/layers/parameter_layer.hpp", memory=_parameter_memory)
+@layer(
+    "Parameter",
+    "common",
+    bottoms=Arity.exactly(0),
+    tops=ONE,
+    source="caffe master include/caffe/layers/parameter_layer.hpp",
+    memory=_parameter_memory,
+)
 def _parameter(q: ShapeQuery) -> LayerShapes:
     """Exposes one learned blob of parameter_param.shape as its top (same shape, separate blob)."""
     shape = reshaped(q, (int32(d) for d in q.proto.parameter_param.shape.dim), "parameter")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..graph import LayerShapes, Shape
-from .access import LayerMemory, MemoryQuery
+from .access import Action, LayerMemory, MemoryQuery, MemoryRule, Reshape, buffer_setup, read, write
 from .blob import int32, reshaped
 from .registry import Arity, NeedsInput, ShapeQuery, layer
 
@@ -95,10 +95,79 @@ def color_channels(is_color: bool) -> int:
     return COLOR_CHANNELS if is_color else GRAY_CHANNELS
 
 
+# ---- memory ------------------------------------------------------------------------
+# A data top's data is counted as the run's input (the memory pass fills it before
+# Forward, as the ground truth's Input layers have it), also where the layer writes it
+# itself (DummyData, HDF5Data: the same bytes, one step earlier).  What a data layer
+# holds besides its tops goes into ``prefetch``: outside the measured heap; its tops'
+# input then lives there, unless its Forward copies it into the tops (older forks).
+
+
 def _input_memory(q: MemoryQuery) -> LayerMemory:
     """input_layer.cpp: LayerSetUp only reshapes the tops; Forward and Backward do nothing.
     The tops' data is the caller's to fill (the memory pass counts it as the input)."""
     return LayerMemory()
+
+
+def prefetch_memory(q: MemoryQuery, batches: int, transformed: bool = True, copies: bool = False) -> LayerMemory:
+    """A prefetching data layer (base_data_layer.cpp): LayerSetUp writes each batch's
+    ``data_`` (top 0's shape) and, with a second top, ``label_`` (top 1's shape), so the
+    thread never allocates; ``transformed_data_`` (one item, [1, ...]) only gets a shape,
+    as load_batch points it into the batch (set_cpu_data).  BVLC master's Forward points
+    the tops at the current batch (set_cpu_data, no bytes: the tops' input is in the
+    batch); older forks' Forward ``copies`` it into the tops' own data instead.
+    A mean_file's ``data_mean_`` (DataTransformer) has the file's size, which caffemem
+    cannot know: it is not counted."""
+    prefetch: tuple[Action, ...] = buffer_setup(q.buffer("transformed_data"), (1,) + q.tops[0][1:]) if transformed else ()
+    for i in range(batches):
+        for name, shape in zip(("data", "label"), q.tops):
+            prefetch += buffer_setup(q.buffer(f"prefetch_{i}/{name}"), shape, filled=True)
+    forward = tuple(write(q.top(i)) for i in range(len(q.tops))) if copies else ()
+    return LayerMemory(forward=forward, prefetch=prefetch)
+
+
+def _prefetching(transformed: bool = True) -> MemoryRule:
+    """BVLC master's BasePrefetchingDataLayer: data_param.prefetch batches (default 4, read
+    even for ImageData/WindowData, whose own parameters have no such field).  WindowData
+    never shapes ``transformed_data_``, and loads a mean_file a second time (its own
+    ``data_mean_``, not counted either)."""
+    return lambda q: prefetch_memory(q, q.proto.data_param.prefetch, transformed)
+
+
+def _dummy_data_memory(q: MemoryQuery) -> LayerMemory:
+    """dummy_data_layer.cpp: LayerSetUp runs Forward once with ``refill_`` inverted, so a top
+    with a "constant" filler (the default with no filler) is written there and never again;
+    the others are written by every Forward."""
+    fillers = q.proto.dummy_data_param.data_filler
+    constant = [(fillers[i if len(fillers) > 1 else 0].type if fillers else "constant") == "constant" for i in range(len(q.tops))]
+    setup = tuple(write(q.top(i)) for i, once in enumerate(constant) if once)
+    return LayerMemory(setup=setup, forward=tuple(write(q.top(i)) for i, once in enumerate(constant) if not once))
+
+
+def _memory_data_memory(q: MemoryQuery) -> LayerMemory:
+    """memory_data_layer.cpp: DataLayerSetUp reshapes ``added_data_`` [batch, C, H, W] and
+    ``added_label_`` [batch] and reads both (allocating them: AddDatumVector/AddMatVector fill
+    them).  Forward reshapes the label top to [batch, 1, 1, 1] (a 16-byte shape buffer
+    replacing the 4-byte one) and points both tops at the memory given to Reset
+    (set_cpu_data): the tops own no data, like a prefetching layer's."""
+    added = buffer_setup(q.buffer("added_data"), q.tops[0]) + buffer_setup(q.buffer("added_label"), q.tops[1])
+    added += (read(q.buffer("added_data")), read(q.buffer("added_label")))
+    return LayerMemory(forward=(Reshape(q.top(1), q.tops[1][:1] + (1, 1, 1)),), prefetch=added)
+
+
+def _hdf5_data_memory(q: MemoryQuery) -> LayerMemory:
+    """hdf5_data_layer.cpp: no prefetch; Forward copies the batch's rows into the tops' own
+    data.  LayerSetUp loads the whole first file into ``hdf_blobs_`` (one blob per top, each
+    dataset's full size), which stays held: the datasets' sizes are in the file, unknown
+    to caffemem, so they are not counted."""
+    return LayerMemory(forward=tuple(write(q.top(i)) for i in range(len(q.tops))))
+
+
+def _python_memory(q: MemoryQuery) -> LayerMemory:
+    """python_layer.hpp: the Python code's reshape() shapes the tops and its forward() fills
+    them (counted as the input, as for an Input layer); whatever else the code allocates is
+    its own (numpy memory), unknown to caffemem."""
+    return LayerMemory(verified=False)
 
 
 @layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory)
@@ -117,7 +186,7 @@ def _input(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an Input layer without input_param.shape is shaped by its caller")
 
 
-@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp")
+@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp", memory=_dummy_data_memory)
 def _dummy_data(q: ShapeQuery) -> LayerShapes:
     """Shapes from dummy_data_param: ``shape`` (once or per top) or legacy num/channels/height/width."""
     param = q.proto.dummy_data_param
@@ -147,7 +216,7 @@ def _dummy_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "")
 
 
-@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp")
+@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp", memory=_memory_data_memory)
 def _memory_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, channels, height, width] and label [batch] from memory_data_param."""
     param = q.proto.memory_data_param
@@ -159,7 +228,7 @@ def _memory_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, channels, height, width), (batch,)], "")
 
 
-@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp")
+@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching())
 def _data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] with C, H, W from the first datum (crop_size fixes H, W); label [batch]."""
     batch = positive_batch(q, q.proto.data_param.batch_size, "data_param.batch_size")
@@ -169,7 +238,7 @@ def _data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "a Data layer's channels (and height, width without crop_size) are stored in its database")
 
 
-@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp")
+@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching())
 def _image_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width or crop_size; label [batch]."""
     param = q.proto.image_data_param
@@ -180,7 +249,7 @@ def _image_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageData layer takes the first image's size")
 
 
-@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp")
+@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=False))
 def _window_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
 
@@ -193,7 +262,7 @@ def _window_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, COLOR_CHANNELS, crop, crop), (batch,)], "")
 
 
-@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp")
+@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory)
 def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     """Each top is [batch_size, dims of the HDF5 dataset of that name...]: only the batch is known."""
     q.check(not q.proto.HasField("transform_param"), "HDF5Data does not transform data (remove transform_param)")
@@ -202,7 +271,7 @@ def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an HDF5Data layer's trailing dimensions are those of the datasets in its files")
 
 
-@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, source="caffe master layers/python_layer.hpp")
+@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, source="caffe master layers/python_layer.hpp", memory=_python_memory)
 def _python(q: ShapeQuery) -> LayerShapes:
     """A Python layer shapes its tops in Python code (its reshape()), which caffemem does not run."""
     param = q.proto.python_param

@@ -70,7 +70,14 @@ def _with_prob(q: ShapeQuery, loss: Shape) -> LayerShapes:
     return LayerShapes(tops=tops)
 
 
-def _softmax_loss_memory(q: MemoryQuery, axis: int, weight: float, extra_setup: tuple[Action, ...] = (), labels_forward: tuple[Action, ...] = (), labels_backward: tuple[Action, ...] = ()) -> LayerMemory:
+def _softmax_loss_memory(
+    q: MemoryQuery,
+    axis: int,
+    weight: float,
+    extra_setup: tuple[Action, ...] = (),
+    labels_forward: tuple[Action, ...] = (),
+    labels_backward: tuple[Action, ...] = (),
+) -> LayerMemory:
     """SoftmaxWithLoss and InfogainLoss: an inner Softmax from bottom[0] to ``prob_``, whose
     SetLossWeights gets ``weight`` (so a non-zero one allocates prob_'s diff at SetUp).
     Forward reads prob_ and the labels and writes the loss; an optional second top is
@@ -96,7 +103,16 @@ def _softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
     return _softmax_loss_memory(q, q.proto.softmax_param.axis, weights[0])
 
 
-@layer("SoftmaxWithLoss", "loss", bottoms=TWO, tops=ONE_OR_TWO, auto_top=True, source="caffe master layers/softmax_loss_layer.cpp", memory=_softmax_with_loss_memory, no_force_backward=LABEL)
+@layer(
+    "SoftmaxWithLoss",
+    "loss",
+    bottoms=TWO,
+    tops=ONE_OR_TWO,
+    auto_top=True,
+    source="caffe master layers/softmax_loss_layer.cpp",
+    memory=_softmax_with_loss_memory,
+    no_force_backward=LABEL,
+)
 def _softmax_with_loss(q: ShapeQuery) -> LayerShapes:
     """Softmax along softmax_param.axis then log loss; the optional second top is the softmax output."""
     loss = _loss(q)
@@ -123,7 +139,16 @@ def _infogain_loss_memory(q: MemoryQuery) -> LayerMemory:
     return _softmax_loss_memory(q, axis, 1.0, setup, (write(sums), read(matrix)), (read(matrix), read(sums)))
 
 
-@layer("InfogainLoss", "loss", bottoms=Arity(2, 3), tops=ONE_OR_TWO, auto_top=True, source="caffe master layers/infogain_loss_layer.cpp", memory=_infogain_loss_memory, no_force_backward=LABEL)
+@layer(
+    "InfogainLoss",
+    "loss",
+    bottoms=Arity(2, 3),
+    tops=ONE_OR_TWO,
+    auto_top=True,
+    source="caffe master layers/infogain_loss_layer.cpp",
+    memory=_infogain_loss_memory,
+    no_force_backward=LABEL,
+)
 def _infogain_loss(q: ShapeQuery) -> LayerShapes:
     """Softmax then an infogain-weighted log loss; H (num_labels x num_labels) is bottom[2] or read from ``source``.
 
@@ -156,7 +181,16 @@ def _sigmoid_cross_entropy_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=buffer_setup(output, q.bottoms[0]) + loss_setup, forward=forward, backward=backward)
 
 
-@layer("SigmoidCrossEntropyLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/sigmoid_cross_entropy_loss_layer.cpp", memory=_sigmoid_cross_entropy_loss_memory, no_force_backward=LABEL)
+@layer(
+    "SigmoidCrossEntropyLoss",
+    "loss",
+    bottoms=TWO,
+    tops=ONE,
+    auto_top=True,
+    source="caffe master layers/sigmoid_cross_entropy_loss_layer.cpp",
+    memory=_sigmoid_cross_entropy_loss_memory,
+    no_force_backward=LABEL,
+)
 def _sigmoid_cross_entropy_loss(q: ShapeQuery) -> LayerShapes:
     """One target per prediction: both bottoms must have the same count."""
     loss = _loss(q)
@@ -175,7 +209,15 @@ def _euclidean_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=buffer_setup(difference, q.bottoms[0]), forward=forward, backward=backward)
 
 
-@layer("EuclideanLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/euclidean_loss_layer.cpp", memory=_euclidean_loss_memory)
+@layer(
+    "EuclideanLoss",
+    "loss",
+    bottoms=TWO,
+    tops=ONE,
+    auto_top=True,
+    source="caffe master layers/euclidean_loss_layer.cpp",
+    memory=_euclidean_loss_memory,
+)
 def _euclidean_loss(q: ShapeQuery) -> LayerShapes:
     """Sum of squared differences: the bottoms must agree in count per item."""
     loss = _loss(q)
@@ -192,7 +234,16 @@ def _hinge_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
-@layer("HingeLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/hinge_loss_layer.cpp, loss_layer.cpp", memory=_hinge_loss_memory, no_force_backward=LABEL)
+@layer(
+    "HingeLoss",
+    "loss",
+    bottoms=TWO,
+    tops=ONE,
+    auto_top=True,
+    source="caffe master layers/hinge_loss_layer.cpp, loss_layer.cpp",
+    memory=_hinge_loss_memory,
+    no_force_backward=LABEL,
+)
 def _hinge_loss(q: ShapeQuery) -> LayerShapes:
     """Only LossLayer's own check: predictions and labels share num."""
     return LayerShapes(tops=(_loss(q),))
@@ -213,7 +264,16 @@ def _multinomial_logistic_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
-@layer("MultinomialLogisticLoss", "loss", bottoms=TWO, tops=ONE, auto_top=True, source="caffe master layers/multinomial_logistic_loss_layer.cpp", memory=_multinomial_logistic_loss_memory, no_force_backward=LABEL)
+@layer(
+    "MultinomialLogisticLoss",
+    "loss",
+    bottoms=TWO,
+    tops=ONE,
+    auto_top=True,
+    source="caffe master layers/multinomial_logistic_loss_layer.cpp",
+    memory=_multinomial_logistic_loss_memory,
+    no_force_backward=LABEL,
+)
 def _multinomial_logistic_loss(q: ShapeQuery) -> LayerShapes:
     """Takes probabilities and one label per item: the label blob is (N, 1, 1, 1) in legacy terms."""
     loss = _loss(q)
@@ -240,7 +300,16 @@ def _contrastive_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("ContrastiveLoss", "loss", bottoms=Arity.exactly(3), tops=ONE, auto_top=True, source="caffe master layers/contrastive_loss_layer.cpp", memory=_contrastive_loss_memory, no_force_backward=(2,))
+@layer(
+    "ContrastiveLoss",
+    "loss",
+    bottoms=Arity.exactly(3),
+    tops=ONE,
+    auto_top=True,
+    source="caffe master layers/contrastive_loss_layer.cpp",
+    memory=_contrastive_loss_memory,
+    no_force_backward=(2,),
+)
 def _contrastive_loss(q: ShapeQuery) -> LayerShapes:
     """Two (N, C, 1, 1) feature blobs and one (N, 1, 1, 1) similarity label."""
     a, b = q.bottoms[0], q.bottoms[1]

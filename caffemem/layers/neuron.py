@@ -151,7 +151,14 @@ def _absval(q: ShapeQuery) -> LayerShapes:
     return _like_bottom(q)
 
 
-@layer("Clip", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/clip_layer.cpp, caffe.proto ClipParameter", memory=neuron_memory("bottom"))
+@layer(
+    "Clip",
+    "neuron",
+    bottoms=ONE,
+    tops=ONE,
+    source="caffe master layers/clip_layer.cpp, caffe.proto ClipParameter",
+    memory=neuron_memory("bottom"),
+)
 def _clip(q: ShapeQuery) -> LayerShapes:
     """Elementwise.  ``min`` and ``max`` are required fields of ClipParameter: a clip_param
     lacking one makes Caffe's parser refuse the file (with no clip_param at all both read 0)."""

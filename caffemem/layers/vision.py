@@ -184,7 +184,9 @@ def _conv_memory(reverse: bool) -> MemoryRule:
     return rule
 
 
-def _caffe_conv_steps(q: MemoryQuery, reverse: bool, geo: ConvGeometry, bias: BlobId | None, multiplier: BlobId, setup, notes) -> LayerMemory:
+def _caffe_conv_steps(
+    q: MemoryQuery, reverse: bool, geo: ConvGeometry, bias: BlobId | None, multiplier: BlobId, setup: tuple[Action, ...], notes: tuple[str, ...]
+) -> LayerMemory:
     """conv_layer.cpp / deconv_layer.cpp over base_conv_layer.cpp's gemm helpers, per image.
 
     forward_cpu_gemm im2cols into the col buffer unless the kernel is 1x1 (stride 1, pad 0);
@@ -211,7 +213,7 @@ def _caffe_conv_steps(q: MemoryQuery, reverse: bool, geo: ConvGeometry, bias: Bl
     return LayerMemory(setup=setup, forward=forward, backward=backward, notes=notes)
 
 
-def _cudnn_conv_steps(q: MemoryQuery, bias: BlobId | None, setup) -> LayerMemory:
+def _cudnn_conv_steps(q: MemoryQuery, bias: BlobId | None, setup: tuple[Action, ...]) -> LayerMemory:
     """cudnn_conv_layer.cu / cudnn_deconv_layer.cu: no col buffer (its shape is still set by
     the base Reshape); Backward takes the weight's diff only with param_propagate_down[0]
     and a bottom's diff only with its propagate_down."""
@@ -360,14 +362,16 @@ def pool_2d(q: ShapeQuery, param, bottom: Shape) -> Shape:
 _POOL = caffe_pb2.PoolingParameter
 
 
-def pool_steps(method: int, bottom: BlobId, top: BlobId, shape: Shape, propagate: bool, own: BuffersOf, mask: BlobId | None = None) -> LayerMemory:
+def pool_steps(
+    method: int, bottom: BlobId, top: BlobId, shape: Shape, propagate: bool, own: BuffersOf, mask: BlobId | None = None, train: bool = True
+) -> LayerMemory:
     """One PoolingLayer from ``bottom`` to ``top`` (of ``shape``), its own blobs named by ``own``.
 
     pooling_layer.cpp: MAX writes its argmax into the ``mask`` top, else into its own
     Blob<int> max_idx_, and reads it back in Backward; Backward does nothing without
     ``propagate``.  STOCHASTIC is NOT_IMPLEMENTED on CPU, so its steps are pooling_layer.cu's:
-    Reshape shapes the Dtype blob rand_idx_, which Forward draws in TRAIN (the phase of every
-    layer built inside another, whose LayerParameter is fresh) and Backward reads."""
+    Reshape shapes the Dtype blob rand_idx_, which Forward draws when ``train`` (TRAIN is the
+    phase of every layer built inside another: its LayerParameter is fresh) and Backward reads."""
     setup: tuple[Action, ...] = ()
     kept: tuple[BlobId, ...] = ()
     if method == _POOL.MAX:
@@ -376,7 +380,8 @@ def pool_steps(method: int, bottom: BlobId, top: BlobId, shape: Shape, propagate
     elif method == _POOL.STOCHASTIC:
         kept = (own("rand_idx"),)
         setup = (Reshape(kept[0], shape),)
-    forward = (read(bottom), write(top)) + tuple(write(blob) for blob in kept)
+    drawn = kept if method == _POOL.MAX or train else ()
+    forward = (read(bottom), write(top)) + tuple(write(blob) for blob in drawn)
     backward = (read(top, "diff"), write(bottom, "diff")) + tuple(read(blob) for blob in kept) if propagate else ()
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
@@ -386,7 +391,7 @@ def _pooling_memory(q: MemoryQuery) -> LayerMemory:
     Backward also reads both data; cuDNN MAX stays Caffe's layer, cuDNN STOCHASTIC aborts."""
     param = q.proto.pooling_param
     mask = q.top(1) if len(q.tops) > 1 else None
-    steps = pool_steps(param.pool, q.bottom(0), q.top(0), q.tops[0], q.propagate_down[0], q.buffer, mask)
+    steps = pool_steps(param.pool, q.bottom(0), q.top(0), q.tops[0], q.propagate_down[0], q.buffer, mask, train=q.phase == "TRAIN")
     if not uses_cudnn(q, param.engine) or mask is not None or param.pool == _POOL.MAX:
         return steps
     if param.pool == _POOL.STOCHASTIC:
@@ -411,20 +416,21 @@ def _spp_memory(q: MemoryQuery) -> LayerMemory:
     ``pooling_output_i`` -> Flatten (``flatten_output_i`` shares the pooled data; in Backward
     the pooled blob shares the flattened diff) -> Concat into the top.  Reshape rebuilds
     each PoolingLayer once (the old max_idx_ shape buffer is freed: no net change).
-    Backward returns at once without propagate_down[0]."""
+    Backward returns at once without propagate_down[0].  The inner layers are constructed
+    directly, not by the layer factory: Caffe's own classes under cuDNN too."""
     spp = q.proto.spp_param
-    bottom, top = q.bottoms[0], q.bottom(0)
-    levels = [pool_2d(shape_query(q), _spp_level_param(spp, level, bottom[2], bottom[3]), bottom) for level in range(spp.pyramid_height)]
+    shape, source = q.bottoms[0], q.bottom(0)
+    levels = [pool_2d(shape_query(q), _spp_level_param(spp, level, shape[2], shape[3]), shape) for level in range(spp.pyramid_height)]
     if len(levels) == 1:
-        return pool_steps(spp.pool, top, q.top(0), levels[0], q.propagate_down[0], q.buffer)
+        return pool_steps(spp.pool, source, q.top(0), levels[0], q.propagate_down[0], q.buffer)
     splits = [q.buffer(f"split_top_{i}") for i in range(len(levels))]
     pooled = [q.buffer(f"pooling_output_{i}") for i in range(len(levels))]
     flat = [q.buffer(f"flatten_output_{i}") for i in range(len(levels))]
     pools = [pool_steps(spp.pool, splits[i], pooled[i], levels[i], True, lambda name, i=i: q.buffer(f"pooling_{i}/{name}")) for i in range(len(levels))]
-    setup = tuple(Reshape(split, bottom) for split in splits)
-    forward = tuple(Share(split, top, "data") for split in splits)
-    for i, shape in enumerate(levels):
-        setup += (Reshape(pooled[i], shape),) + pools[i].setup + (Reshape(flat[i], (shape[0], count(shape[1:]))),)
+    setup = tuple(Reshape(split, shape) for split in splits)
+    forward = tuple(Share(split, source, "data") for split in splits)
+    for i, level in enumerate(levels):
+        setup += (Reshape(pooled[i], level),) + pools[i].setup + (Reshape(flat[i], (level[0], count(level[1:]))),)
         forward += pools[i].forward + (Share(flat[i], pooled[i], "data"),)
     forward += tuple(read(blob) for blob in flat) + (write(q.top(0)),)
     backward: tuple[Action, ...] = ()
@@ -432,7 +438,7 @@ def _spp_memory(q: MemoryQuery) -> LayerMemory:
         backward = (read(q.top(0), "diff"),) + tuple(write(blob, "diff") for blob in flat)
         for i in range(len(levels)):
             backward += (Share(pooled[i], flat[i], "diff"),) + pools[i].backward
-        backward += tuple(read(split, "diff") for split in splits) + (write(top, "diff"),)
+        backward += tuple(read(split, "diff") for split in splits) + (write(source, "diff"),)
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
@@ -500,7 +506,7 @@ def _within_channel_memory(q: MemoryQuery) -> LayerMemory:
     product_input_ and square_input_ (shared data, own diffs) -> Power(2) -> AVE Pooling
     (pad (size-1)/2, stride 1) -> Power(-beta, alpha, 1) -> Eltwise PROD with product_input_
     into the top.  Backward (only with propagate_down[0]) runs them in reverse, the
-    Eltwise asked for both bottoms' gradients."""
+    Eltwise asked for both bottoms' gradients.  (Built directly: Caffe's classes, never cuDNN's.)"""
     bottom, top, shape = q.bottom(0), q.top(0), q.bottoms[0]
     product_in, square_in, square_out, pool_out, power_out = (
         q.buffer(name) for name in ("product_input", "square_input", "square_output", "pool_output", "power_output")

@@ -187,8 +187,9 @@ class Heap:
         blob = self.blob(blob_id, elem)
         needed = INT_BYTES * len(shape)
         if not blob.has_shape or blob.shape_bytes < needed:
+            # A new shape_data_ (written at once in Reshape) replaces a smaller one, freed.
+            self._charge(blob_id, blob.category, needed - blob.shape_bytes)
             blob.has_shape, blob.shape_bytes = True, needed
-            self._charge(blob_id, blob.category, needed)  # written at once in Reshape
         elements = count(shape)
         if elements > blob.capacity:
             blob.capacity = elements
@@ -430,7 +431,11 @@ def simulate(
     for layer, rule in zip(layers, rules):
         if rule.prefetch:
             heap.apply(rule.prefetch)
-            prefetched_input += sum(heap.by_blob.get(BlobId("blob", top), 0) for top in layer.tops if top not in layer.bottoms)
+            # The input data of the tops lives in the batch, unless Forward copies it into
+            # them (older forks); the tops' shape and diff are their own either way.
+            copied = {a.blob for a in rule.forward if isinstance(a, Touch) and a.write and a.part == "data"}
+            inputs = (heap.blob(BlobId("blob", top)).data for top in layer.tops if BlobId("blob", top) not in copied)
+            prefetched_input += sum(storage.bytes for storage in inputs if storage is not None and storage.allocated)
 
     heap.bucket = "unreached"
     untouched = 0

@@ -1,11 +1,17 @@
-"""Pass 9, plan: assign shareable storage to slots; a slot is as large as its largest member.
+"""Pass 9, plan: assign shareable storage to slots.
+
+A slot is one block of memory; a member sits at an offset in it.  Whole-slot sharing
+(every offset 0, a slot as large as its largest member) is what the memory-multiloading
+fork can express; packing members at offsets gets close to the lower bound.
 
 Entry point: :func:`make_plan`.  Strategies:
-- ``fork``: the memory-multiloading fork's own algorithm (see fork.py), the baseline;
+- ``packed``: one slot; largest class first, at the lowest offset where it overlaps no
+  class alive at the same time (greedy by size, as TFLite's arena planner);
 - ``best-fit``: largest class first, into the slot it grows least (ties: least waste);
 - ``first-fit``: in order of first use, into the first slot that is free (lowest index);
 - ``exact``: branch and bound over slot assignments for small nets, within a time limit;
-- ``auto``: every strategy that applies, keeping the smallest total.
+- ``auto``: every strategy that applies (and the fork's plan, see fork.py), keeping the
+  smallest safe total — the choice is made by the optimizer after replay and verify.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from dataclasses import dataclass
 
 from .liveness import Lifetime, Liveness
 
-STRATEGIES = ("auto", "fork", "best-fit", "first-fit", "exact")
+STRATEGIES = ("auto", "fork", "packed", "best-fit", "first-fit", "exact")
 EXACT_MAX_CLASSES = 24
 EXACT_SECONDS = 2.0
 
@@ -25,6 +31,10 @@ class Slot:
     id: int
     bytes: int
     members: tuple[int, ...]  # storage class ids
+    offsets: tuple[int, ...] = ()  # byte offset of each member (empty: all at 0)
+
+    def placements(self) -> list[tuple[int, int]]:
+        return list(zip(self.members, self.offsets or (0,) * len(self.members)))
 
 
 @dataclass(frozen=True)
@@ -129,10 +139,49 @@ def exact(lives: tuple[Lifetime, ...], seconds: float = EXACT_SECONDS) -> Plan |
     return Plan("exact", tuple(Slot(i, max(l.bytes for l in s), tuple(l.storage for l in s)) for i, s in enumerate(best_assign)), note)
 
 
-def make_plan(liveness: Liveness, strategy: str = "auto", fork_plan: Plan | None = None) -> tuple[Plan, dict[str, Plan]]:
-    """The chosen plan and every candidate tried (by strategy name)."""
+PACKING_ORDERS = {
+    "size": lambda l: (-l.bytes, l.start, l.storage),
+    "area": lambda l: (-l.bytes * (l.end - l.start + 1), -l.bytes, l.storage),
+    "start": lambda l: (l.start, -l.bytes, l.storage),
+    "length": lambda l: (-(l.end - l.start), -l.bytes, l.storage),
+}
+
+
+def _pack(lives: tuple[Lifetime, ...], order, best_gap: bool) -> tuple[int, list[tuple[Lifetime, int]]]:
+    """Place each class, in the given order, at the lowest offset (or, with best_gap, in
+    the tightest gap) free of every placed class whose lifetime overlaps its own."""
+    placed: list[tuple[Lifetime, int]] = []
+    for life in sorted(lives, key=order):
+        busy = sorted((offset, offset + other.bytes) for other, offset in placed if life.overlaps(other))
+        gaps, cursor = [], 0
+        for start, end in busy:
+            if start - cursor >= life.bytes:
+                gaps.append((start - cursor, cursor))
+            cursor = max(cursor, end)
+        if best_gap and gaps:
+            offset = min(gaps)[1]
+        else:
+            offset = gaps[0][1] if gaps else cursor
+        placed.append((life, offset))
+    return max((offset + life.bytes for life, offset in placed), default=0), placed
+
+
+def packed(lives: tuple[Lifetime, ...]) -> Plan:
+    """All classes in one slot at offsets; the smallest of a few greedy packings
+    (largest first, biggest area first, earliest first, longest first; first or best gap)."""
+    tries = [_pack(lives, order, best_gap) for order in PACKING_ORDERS.values() for best_gap in (False, True)]
+    size, placed = min(tries, key=lambda t: t[0])
+    if not placed:
+        return Plan("packed", ())
+    return Plan("packed", (Slot(0, size, tuple(l.storage for l, _ in placed), tuple(o for _, o in placed)),))
+
+
+def make_plan(liveness: Liveness, strategy: str = "auto") -> dict[str, Plan]:
+    """The plans of caffemem's own strategies asked for (by name); "fork" is fork.py's."""
     lives = liveness.shareable
     candidates: dict[str, Plan] = {}
+    if strategy in ("auto", "packed"):
+        candidates["packed"] = packed(lives)
     if strategy in ("auto", "best-fit"):
         candidates["best-fit"] = best_fit(lives)
     if strategy in ("auto", "first-fit"):
@@ -143,7 +192,4 @@ def make_plan(liveness: Liveness, strategy: str = "auto", fork_plan: Plan | None
             candidates["exact"] = found
         elif strategy == "exact":
             candidates["best-fit"] = best_fit(lives)
-    if strategy in ("auto", "fork") and fork_plan is not None:
-        candidates["fork"] = fork_plan
-    chosen = min(candidates.values(), key=lambda p: (p.slot_bytes, len(p.slots)))
-    return chosen, candidates
+    return candidates

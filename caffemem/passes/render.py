@@ -196,7 +196,7 @@ def phase_plan_json(phase) -> dict[str, Any]:
     peak_step = schedule.steps[liveness.peak_step] if schedule.steps else None
     return {
         "phase": phase.phase,
-        "strategy": phase.plan.strategy,
+        "strategy": phase.strategy,
         "bytes": {"stock": phase.stock.heap_total, "fork": phase.fork.heap_total, "planned": phase.planned.heap_total, "lower_bound": phase.lower_bound},
         "savings": {"bytes": phase.savings, "percent": _percent(phase.savings, phase.stock.heap_total)},
         "gap_to_lower_bound_percent": _percent(phase.planned.heap_total - phase.lower_bound, phase.lower_bound),
@@ -210,7 +210,7 @@ def phase_plan_json(phase) -> dict[str, Any]:
         },
         "plan": {
             "slots": [{"id": slot, "bytes": size} for slot, size in sorted(phase.plan_data.slot_bytes.items())],
-            "assign": [{"blob": blob, "kind": kind, "slot": slot} for blob, kind, slot in phase.plan_data.assign],
+            "assign": [{"blob": blob, "kind": kind, "slot": slot, "offset": offset} for blob, kind, slot, offset in phase.plan_data.assign],
         },
         "kept_private": {schedule.classes[c].label: why for c, why in liveness.kept.items()},
     }
@@ -227,7 +227,7 @@ def optimize_json(result) -> dict[str, Any]:
 def print_optimize(result, console: Console) -> None:
     for phase in result.phases:
         stock = phase.stock.heap_total
-        table = Table(title=f"{result.path} — {phase.phase}: plan '{phase.plan.strategy}', {len(phase.plan.slots)} shared slots", show_header=True, header_style="bold")
+        table = Table(title=f"{result.path} — {phase.phase}: plan '{phase.strategy}', {len(phase.plan_data.slot_bytes)} shared slots", show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")

@@ -27,13 +27,13 @@ def mem_param(phases, exclude: tuple[str, ...], target: str) -> caffe_pb2.Memory
     block.exclude_blob.extend(exclude)
     if target == "caffemem":
         for phase in phases:
-            by_slot: dict[int, list[tuple[str, str]]] = {}
-            for blob, kind, slot in phase.plan_data.assign:
-                by_slot.setdefault(slot, []).append((blob, kind))
+            by_slot: dict[int, list[tuple[str, str, int]]] = {}
+            for blob, kind, slot, offset in phase.plan_data.assign:
+                by_slot.setdefault(slot, []).append((blob, kind, offset))
             for slot_id, size in sorted(phase.plan_data.slot_bytes.items()):
                 slot = block.slot.add(id=slot_id, bytes=size, phase=caffe_pb2.TRAIN if phase.phase == "TRAIN" else caffe_pb2.TEST)
-                for blob, kind in by_slot.get(slot_id, []):
-                    slot.member.add(blob=blob, kind=kind)
+                for blob, kind, offset in by_slot.get(slot_id, []):
+                    slot.member.add(blob=blob, kind=kind, offset=offset)
     return block
 
 

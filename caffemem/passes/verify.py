@@ -21,7 +21,7 @@ class PlanData:
     """A plan as it travels in files: slots and assignments by blob name."""
 
     slot_bytes: dict[int, int]
-    assign: tuple[tuple[str, str, int], ...]  # (blob, "data"|"diff", slot)
+    assign: tuple[tuple[str, str, int, int], ...]  # (blob, "data"|"diff", slot, byte offset)
 
 
 @dataclass(frozen=True)
@@ -40,18 +40,28 @@ def plan_from_json(document: dict, file: str | None = None) -> PlanData:
     plan = document.get("plan", document)
     try:
         slots = {int(s["id"]): int(s["bytes"]) for s in plan["slots"]}
-        assign = tuple((str(a["blob"]), str(a["kind"]), int(a["slot"])) for a in plan["assign"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise CaffememError(f"not a caffemem plan: {error!r} (expected plan.slots[{{id, bytes}}] and plan.assign[{{blob, kind, slot}}])") from None
+        assign = tuple((str(a["blob"]), str(a["kind"]), int(a["slot"]), int(a.get("offset", 0))) for a in plan["assign"])
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise CaffememError(f"not a caffemem plan: {error!r} (expected plan.slots[{{id, bytes}}] and plan.assign[{{blob, kind, slot, offset}}])") from None
     return PlanData(slots, assign)
+
+
+@dataclass(frozen=True)
+class _Place:
+    slot: int
+    start: int
+    end: int
+
+    def collides(self, other: "_Place") -> bool:
+        return self.slot == other.slot and self.start < other.end and other.start < self.end
 
 
 def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     """Every way the plan would corrupt a run (empty: the plan is safe)."""
     violations: list[Violation] = []
-    slot_of_storage: dict[int, int] = {}
+    place: dict[int, _Place] = {}
     label = {c.id: c.owner for c in schedule.classes}
-    for blob, kind, slot in plan.assign:
+    for blob, kind, slot, offset in plan.assign:
         storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
         if storage is None:
             violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
@@ -59,37 +69,41 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
         if slot not in plan.slot_bytes:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
-        previous = slot_of_storage.setdefault(storage, slot)
-        if previous != slot:
-            violations.append(Violation(0, "plan", blob, f"its {kind} storage is in slots {previous} and {slot} at once"))
         size = schedule.classes[storage].bytes
-        if size > plan.slot_bytes[slot]:
-            violations.append(Violation(0, "plan", blob, f"{kind} needs {size} bytes, slot {slot} has {plan.slot_bytes[slot]}"))
+        where = _Place(slot, offset, offset + size)
+        previous = place.setdefault(storage, where)
+        if previous != where:
+            violations.append(Violation(0, "plan", blob, f"its {kind} storage is placed twice (slot {previous.slot} at {previous.start} and slot {slot} at {offset})"))
+        if offset < 0 or offset + size > plan.slot_bytes[slot]:
+            violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
-    holder: dict[int, int] = {}  # slot -> storage that last wrote it
+    by_slot: dict[int, list[int]] = {}
+    for storage, where in place.items():
+        by_slot.setdefault(where.slot, []).append(storage)
+    neighbours = {s: [o for o in by_slot[w.slot] if o != s and w.collides(place[o])] for s, w in place.items()}
+    clobbered_by: dict[int, int] = {}  # storage -> the storage that overwrote its bytes since it wrote them
     for step in schedule.steps:
         name = schedule.step_name(step)
-        first_write: dict[int, bool] = {}  # storage -> its first access in the step is a write
-        users: dict[int, set[int]] = {}  # slot -> storages the step touches in it
-        writers: dict[int, int] = {}  # slot -> the storage that writes it last in the step
+        first_write: dict[int, bool] = {}
+        written: list[int] = []
         for access in step.accesses:
-            slot = slot_of_storage.get(access.storage)
-            if slot is None:
+            if access.storage not in place:
                 continue
             first_write.setdefault(access.storage, access.write)
-            users.setdefault(slot, set()).add(access.storage)
-            if access.write:
-                writers[slot] = access.storage
+            if access.write and access.storage not in written:
+                written.append(access.storage)
         for storage, writes_first in first_write.items():
-            slot = slot_of_storage[storage]
-            current = holder.get(slot)
-            if not writes_first and current is not None and current != storage:
-                violations.append(Violation(step.index, name, label[storage], f"reads slot {slot}, which '{label[current]}' overwrote"))
-        for slot, storages in users.items():
-            if len(storages) > 1 and slot in writers:
-                other = sorted(label[s] for s in storages if s != writers[slot])
-                violations.append(
-                    Violation(step.index, name, label[writers[slot]], f"writes slot {slot} while the same step uses it for '{other[0]}'")
-                )
-        holder.update(writers)
+            culprit = clobbered_by.get(storage)
+            if not writes_first and culprit is not None:
+                violations.append(Violation(step.index, name, label[storage], f"reads bytes that '{label[culprit]}' overwrote (slot {place[storage].slot})"))
+        for storage in written:
+            for other in neighbours[storage]:
+                if other in first_write:
+                    violations.append(
+                        Violation(step.index, name, label[storage], f"writes slot {place[storage].slot} over '{label[other]}', which the same step uses")
+                    )
+        for storage in written:
+            clobbered_by.pop(storage, None)
+            for other in neighbours[storage]:
+                clobbered_by.setdefault(other, storage)
     return violations

@@ -1,0 +1,40 @@
+"""Issue 4's baseline: `--strategy fork` predicts what the memory-multiloading fork itself
+allocated with its optimizer on (../shared/groundtruth-fork), exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from caffemem.api import Options
+from caffemem.optimizer import OptimizeSettings, optimize
+
+from conftest import SHARED, needs_shared
+
+FORK = SHARED / "groundtruth-fork"
+
+
+def _runs():
+    if not FORK.is_dir():
+        return []
+    return [
+        pytest.param(document["source"], run, id=f"{path.stem}-{run['phase']}")
+        for path in sorted(FORK.glob("*.json"))
+        for document in [json.loads(path.read_text())]
+        for run in document["runs"]
+        if run["ok"]
+    ]
+
+
+@needs_shared
+@pytest.mark.parametrize("source, run", _runs())
+def test_fork_strategy_predicts_the_forks_own_run(source, run):
+    inputs = {name: tuple(shape) for name, shape in run["inputs"].items()}
+    phase = optimize(str(SHARED / source), Options(phase=run["phase"], inputs=inputs), OptimizeSettings(strategy="fork")).phases[0]
+    assert phase.strategy == "fork"
+    assert (phase.planned.heap_forward, phase.planned.heap_backward) == (run["heap_forward"], run["heap_backward"])
+    # The fork has no Input layer (its inputs are net-level), so its layer list starts
+    # after ours; the layers themselves allocate the same, one by one.
+    ours = [(l.fwd_alloc, l.bwd_alloc) for l, layer in zip(phase.planned.layers, phase.shaped.graph.layers) if layer.bottoms]
+    assert ours == [(l["fwd_alloc"], l["bwd_alloc"]) for l in run["layers"]]
