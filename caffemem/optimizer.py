@@ -18,7 +18,7 @@ from .passes.filter import make_state
 from .passes.fork import fork_assignment
 from .passes.liveness import Liveness, lifetimes
 from .passes.load import NetSource, SolverSource, load
-from .passes.memory import DTYPE_BYTES, MemoryReport, SlotAssignment, simulate
+from .passes.memory import DTYPE_BYTES, MemoryReport, SlotAssignment, prepare, replay
 from .passes.plan import Plan, make_plan
 from .passes.schedule import Schedule, build_schedule
 from .passes.upgrade import upgrade_net
@@ -48,7 +48,7 @@ class PhasePlan:
     fork: MemoryReport
     fork_safe: bool
     lower_bound: int
-    candidates: dict[str, int]  # strategy -> whole-run bytes (safe candidates only)
+    candidates: dict[str, int]  # strategy -> whole-run bytes (candidates not rejected)
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
 
     @property
@@ -73,14 +73,14 @@ def plan_data(plan: Plan, schedule: Schedule) -> PlanData:
     )
 
 
-def slot_assignment(plan: Plan, schedule: Schedule) -> SlotAssignment:
+def _assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:
     """Every member storage of every planned class pointed at its slot."""
     slot_of = {}
-    for slot in plan.slots:
-        for storage in slot.members:
-            for member in schedule.classes[storage].members:
-                slot_of[member] = slot.id
-    return SlotAssignment(slot_of, {slot.id: slot.bytes for slot in plan.slots})
+    for blob, kind, slot, _ in data.assign:
+        storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
+        for member in schedule.classes[storage].members:
+            slot_of[member] = slot
+    return SlotAssignment(slot_of, dict(data.slot_bytes))
 
 
 def fork_plan_data(assignment: SlotAssignment) -> PlanData:
@@ -89,31 +89,40 @@ def fork_plan_data(assignment: SlotAssignment) -> PlanData:
 
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, replayed and verified."""
-    stock = simulate(shaped, specs, options.dtype, options.engine)
-    schedule = build_schedule(shaped, specs, options.dtype, options.engine)
+    run = prepare(shaped, specs, options.dtype, options.engine)
+    stock = replay(run)
+    schedule = build_schedule(shaped, specs, options.dtype, options.engine, run)
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers)
 
-    fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype])
-    fork = simulate(shaped, specs, options.dtype, options.engine, fork_slots)
+    fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
+    fork = replay(run, fork_slots)
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan(schedule, fork_data)
 
-    # strategy -> (plan as data, replayed run)
-    safe: dict[str, tuple[PlanData, MemoryReport]] = {}
-    rejected: dict[str, str] = {}
+    # Every shareable class is touched, so a plan's run costs the stock run, less the
+    # classes' own storage, plus its slots: candidates are ranked by that, and only the
+    # best one that passes the verifier is replayed.
+    shareable = sum(life.bytes for life in liveness.shareable)
+    ranked: list[tuple[int, int, bool, str, PlanData]] = []
     if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations):
-        safe["fork"] = (fork_data, fork)
+        ranked.append((fork.heap_total, len(fork_data.slot_bytes), True, "fork", fork_data))
     if settings.strategy != "fork":
         for name, candidate in make_plan(liveness, settings.strategy).items():
-            data = plan_data(candidate, schedule)
-            violations = verify_plan(schedule, data)
-            if violations:
-                rejected[name] = str(violations[0])
-                continue
-            safe[name] = (data, simulate(shaped, specs, options.dtype, options.engine, slot_assignment(candidate, schedule)))
-    if not safe:
+            cost = stock.heap_total - shareable + candidate.slot_bytes
+            ranked.append((cost, len(candidate.slots), False, name, plan_data(candidate, schedule)))
+    ranked.sort(key=lambda item: item[:3])
+    rejected: dict[str, str] = {}
+    chosen = None
+    for cost, _, _, name, data in ranked:
+        violations = [] if name == "fork" else verify_plan(schedule, data)
+        if not violations:
+            chosen = (name, data)
+            break
+        rejected[name] = str(violations[0])
+    if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
-    name, (data, planned) = min(safe.items(), key=lambda item: (item[1][1].heap_total, len(item[1][0].slot_bytes), item[0] == "fork"))
+    name, data = chosen
+    planned = fork if name == "fork" else replay(run, _assignment_of(data, schedule))
 
     shareable = sum(life.bytes for life in liveness.shareable)
     return PhasePlan(
@@ -128,7 +137,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         fork=fork,
         fork_safe=not fork_violations,
         lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak,
-        candidates={k: v[1].heap_total for k, v in safe.items()},
+        candidates={name: cost for cost, _, _, name, _ in ranked if name not in rejected},
         rejected=rejected,
     )
 

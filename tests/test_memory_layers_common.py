@@ -136,3 +136,13 @@ def test_eltwise_max_keeps_the_winners(memory_of):
     body = 'layer { name: "l" type: "Eltwise" bottom: "x" bottom: "y" top: "z" eltwise_param { operation: MAX } }'
     layer = memory_of(body, {"x": (2, 3), "y": (2, 3)})["l"]
     assert _bytes(layer) == (16, 48, 72)
+
+
+def test_parameter_loss_top_is_read_through_the_shared_blob(memory_of):
+    # layer.hpp Layer::Forward: after Forward_cpu, a loss top's data and diff are read
+    # (loss += data . diff).  Init: blob shape 8, top shape 8, SetLossWeights writes the
+    # top's own diff 24.  Forward: ShareDiff drops that diff (-24); the reads then allocate
+    # the blob's data (24) and diff (24) -> 24 net.
+    body = 'layer { name: "l" type: "Parameter" top: "p" loss_weight: 1 parameter_param { shape { dim: 2 dim: 3 } } }'
+    layer = memory_of(body, {}, phase="TEST")["l"]
+    assert _bytes(layer) == (40, 24, 0)

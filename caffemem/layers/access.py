@@ -10,7 +10,7 @@ liveness pass reads the same lists to know what each step reads and writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, NamedTuple
 
 from ..graph import Layer, Shape
 
@@ -18,12 +18,14 @@ Part = Literal["data", "diff"]
 Elem = Literal["float", "int"]  # int covers Caffe's Blob<int> and Blob<unsigned int>: 4 bytes
 
 
-@dataclass(frozen=True)
-class BlobId:
-    """One Caffe Blob: a net blob, a parameter blob or a layer's own buffer."""
+class BlobId(NamedTuple):
+    """One Caffe Blob: a net blob, a parameter blob or a layer's own buffer.
+
+    A NamedTuple, not a dataclass: the memory model hashes these hundreds of thousands
+    of times per net, and a tuple hashes in C."""
 
     kind: Literal["blob", "param", "buffer"]
-    name: str  # blob name; "layer#j" for parameter j; "layer/buffer" for a buffer
+    name: str  # blob name; "i:layer#j" for parameter j, "i:layer/buffer" for a buffer (i: layer index)
 
 
 @dataclass(frozen=True)

@@ -79,11 +79,13 @@ def _inner_product(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, bottom[:axis] + (n,)),), params=params)
 
 
-def _alias(q: MemoryQuery) -> tuple[Action, ...]:
-    """top[0]->ShareData(*bottom[0]); top[0]->ShareDiff(*bottom[0]) in Reshape, which
-    Layer::Forward calls again (re-pointing the top if the bottom's storage changed since,
-    e.g. a Split top that took its source's data)."""
-    return (Share(q.top(0), q.bottom(0), "data"), Share(q.top(0), q.bottom(0), "diff"))
+def _alias_memory(q: MemoryQuery) -> LayerMemory:
+    """reshape_layer.cpp (and Concat of one bottom, Slice to one top): Reshape does
+    top[0]->ShareData(*bottom[0]) and ShareDiff, and Layer::Forward calls Reshape again
+    (re-pointing the top if the bottom's storage changed since, e.g. a Split top that took
+    its source's data); Forward_cpu and Backward_cpu touch nothing."""
+    alias = (Share(q.top(0), q.bottom(0), "data"), Share(q.top(0), q.bottom(0), "diff"))
+    return LayerMemory(setup=alias, forward=alias)
 
 
 def _concat_memory(q: MemoryQuery) -> LayerMemory:
@@ -91,7 +93,7 @@ def _concat_memory(q: MemoryQuery) -> LayerMemory:
     otherwise Forward copies every bottom into the top, Backward the top's diff back into
     the diffs propagate_down asks for."""
     if len(q.bottoms) == 1:
-        return LayerMemory(setup=_alias(q), forward=_alias(q))
+        return _alias_memory(q)
     bottoms = range(len(q.bottoms))
     forward = (write(q.top(0)),) + tuple(read(q.bottom(i)) for i in bottoms)
     backward = (read(q.top(0), "diff"),) + tuple(write(q.bottom(i), "diff") for i in bottoms if q.propagate_down[i])
@@ -119,7 +121,7 @@ def _slice_memory(q: MemoryQuery) -> LayerMemory:
     top, and Backward (when propagate_down[0]) every top's diff into the bottom's, reading
     the diffs of tops nobody back-propagated into (allocating them)."""
     if len(q.tops) == 1:
-        return LayerMemory(setup=_alias(q), forward=_alias(q))
+        return _alias_memory(q)
     tops = range(len(q.tops))
     forward = (read(q.bottom(0)),) + tuple(write(q.top(i)) for i in tops)
     backward = ((write(q.bottom(0), "diff"),) + tuple(read(q.top(i), "diff") for i in tops)) if q.propagate_down[0] else ()
@@ -202,19 +204,13 @@ def _eltwise(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(first,))
 
 
-def _reshape_memory(q: MemoryQuery) -> LayerMemory:
-    """reshape_layer.cpp: the top aliases the bottom's data and diff (Reshape); Forward_cpu
-    and Backward_cpu are empty."""
-    return LayerMemory(setup=_alias(q), forward=_alias(q))
-
-
 @layer(
     "Reshape",
     "common",
     bottoms=ONE,
     tops=ONE,
     source="caffe master layers/reshape_layer.cpp",
-    memory=_reshape_memory,
+    memory=_alias_memory,
     fork_shares=("data", "diff"),
 )
 def _reshape(q: ShapeQuery) -> LayerShapes:

@@ -109,16 +109,18 @@ def _input_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory()
 
 
-def prefetch_memory(q: MemoryQuery, batches: int, transformed: bool = True, copies: bool = False) -> LayerMemory:
+def prefetch_memory(q: MemoryQuery, batches: int, transformed: tuple[int, ...] = (0,), copies: bool = False) -> LayerMemory:
     """A prefetching data layer (base_data_layer.cpp): LayerSetUp writes each batch's
     ``data_`` (top 0's shape) and, with a second top, ``label_`` (top 1's shape), so the
-    thread never allocates; ``transformed_data_`` (one item, [1, ...]) only gets a shape,
-    as load_batch points it into the batch (set_cpu_data).  BVLC master's Forward points
-    the tops at the current batch (set_cpu_data, no bytes: the tops' input is in the
-    batch); older forks' Forward ``copies`` it into the tops' own data instead.
-    A mean_file's ``data_mean_`` (DataTransformer) has the file's size, which caffemem
-    cannot know: it is not counted."""
-    prefetch: tuple[Action, ...] = buffer_setup(q.buffer("transformed_data"), (1,) + q.tops[0][1:]) if transformed else ()
+    thread never allocates; the ``transformed_`` blob of each top in ``transformed`` (one
+    item, [1, ...]) only gets a shape, as load_batch points it into the batch
+    (set_cpu_data).  BVLC master's Forward points the tops at the current batch
+    (set_cpu_data, no bytes: the tops' input is in the batch); older forks' Forward
+    ``copies`` it into the tops' own data instead.  A mean_file's ``data_mean_``
+    (DataTransformer) has the file's size, which caffemem cannot know: it is not counted."""
+    prefetch: tuple[Action, ...] = ()
+    for i in transformed:
+        prefetch += buffer_setup(q.buffer(f"transformed_{('data', 'label')[i]}"), (1,) + q.tops[i][1:])
     for i in range(batches):
         for name, shape in zip(("data", "label"), q.tops):
             prefetch += buffer_setup(q.buffer(f"prefetch_{i}/{name}"), shape, filled=True)
@@ -126,7 +128,7 @@ def prefetch_memory(q: MemoryQuery, batches: int, transformed: bool = True, copi
     return LayerMemory(forward=forward, prefetch=prefetch)
 
 
-def _prefetching(transformed: bool = True) -> MemoryRule:
+def _prefetching(transformed: tuple[int, ...] = (0,)) -> MemoryRule:
     """BVLC master's BasePrefetchingDataLayer: data_param.prefetch batches (default 4, read
     even for ImageData/WindowData, whose own parameters have no such field).  WindowData
     never shapes ``transformed_data_``, and loads a mean_file a second time (its own
@@ -249,7 +251,7 @@ def _image_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageData layer takes the first image's size")
 
 
-@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=False))
+@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()))
 def _window_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
 

@@ -20,8 +20,10 @@ layer's Backward reads the loss top's diff (the loss weight).
 
 from __future__ import annotations
 
-from ..graph import LayerShapes, Shape, count as elements
-from .access import Action, BlobId, LayerMemory, MemoryQuery, Share, buffer_setup, read, write
+from collections.abc import Sequence
+
+from ..graph import LayerShapes, Shape
+from .access import Action, LayerMemory, MemoryQuery, Share, buffer_setup, read, write
 from .blob import axis_index, count, dim, format_shape, legacy_dim
 from .neuron import canonical_axis, inner_loss, softmax_memory
 from .registry import Arity, ShapeQuery, layer
@@ -73,19 +75,19 @@ def _with_prob(q: ShapeQuery, loss: Shape) -> LayerShapes:
 def _softmax_loss_memory(
     q: MemoryQuery,
     axis: int,
-    weight: float,
+    weights: Sequence[float],
     extra_setup: tuple[Action, ...] = (),
     labels_forward: tuple[Action, ...] = (),
     labels_backward: tuple[Action, ...] = (),
 ) -> LayerMemory:
     """SoftmaxWithLoss and InfogainLoss: an inner Softmax from bottom[0] to ``prob_``, whose
-    SetLossWeights gets ``weight`` (so a non-zero one allocates prob_'s diff at SetUp).
+    SetLossWeights gets ``weights`` (a non-zero one allocates prob_'s diff at SetUp).
     Forward reads prob_ and the labels and writes the loss; an optional second top is
     pointed at prob_'s data.  Backward (when propagate_down[0]) writes bottom[0]'s diff
     from prob_ and the labels.  ``labels_*``: what the infogain matrix adds."""
     prob = q.buffer("prob")
     softmax = softmax_memory(q, q.bottom(0), prob, q.bottoms[0], axis, "softmax/")
-    loss_setup, loss_forward = inner_loss(prob, weight)
+    loss_setup, loss_forward = inner_loss(prob, weights)
     setup = buffer_setup(prob, q.bottoms[0]) + softmax.setup + loss_setup + extra_setup
     forward = softmax.forward + loss_forward + (read(prob), read(q.bottom(1))) + labels_forward + (write(q.top(0)),)
     forward += (Share(q.top(1), prob, "data"),) if len(q.tops) > 1 else ()
@@ -99,8 +101,7 @@ def _softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
     """softmax_loss_layer.cpp: the inner Softmax is built from a copy of this layer's param
     after LossLayer::LayerSetUp added the default loss_weight 1, so prob_'s diff is allocated
     at SetUp unless the file says loss_weight: 0."""
-    weights = list(q.proto.loss_weight) or [1.0]
-    return _softmax_loss_memory(q, q.proto.softmax_param.axis, weights[0])
+    return _softmax_loss_memory(q, q.proto.softmax_param.axis, list(q.proto.loss_weight) or [1.0])
 
 
 @layer(
@@ -133,10 +134,10 @@ def _infogain_loss_memory(q: MemoryQuery) -> LayerMemory:
     if len(q.bottoms) > 2:
         matrix = q.bottom(2)
         backward: tuple[Action, ...] = (read(matrix), write(sums), read(sums))
-        return _softmax_loss_memory(q, axis, 1.0, setup, (read(matrix),), backward)
+        return _softmax_loss_memory(q, axis, [1.0], setup, (read(matrix),), backward)
     matrix = q.buffer("infogain")
     setup += buffer_setup(matrix, (1, 1, labels, labels), filled=True) + (read(matrix), write(sums))
-    return _softmax_loss_memory(q, axis, 1.0, setup, (write(sums), read(matrix)), (read(matrix), read(sums)))
+    return _softmax_loss_memory(q, axis, [1.0], setup, (write(sums), read(matrix)), (read(matrix), read(sums)))
 
 
 @layer(
@@ -173,7 +174,7 @@ def _sigmoid_cross_entropy_loss_memory(q: MemoryQuery) -> LayerMemory:
     bottom[0]) is constructed with the param as written, before LossLayer adds the default
     weight: only a loss_weight given in the file allocates its diff at SetUp."""
     output = q.buffer("sigmoid_output")
-    loss_setup, loss_forward = inner_loss(output, q.proto.loss_weight[0] if len(q.proto.loss_weight) else 0)
+    loss_setup, loss_forward = inner_loss(output, q.proto.loss_weight)
     forward = (read(q.bottom(0)), write(output)) + loss_forward + (read(q.bottom(0)), read(q.bottom(1)), write(q.top(0)))
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:

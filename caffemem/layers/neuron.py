@@ -12,6 +12,7 @@ it is not the obvious Forward_cpu/Backward_cpu.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from ..graph import LayerShapes, Shape, count
 from .access import Action, BlobId, LayerMemory, MemoryQuery, MemoryRule, Reshape, buffer_setup, read, write
@@ -41,10 +42,11 @@ def uses_cudnn(q: MemoryQuery, engine: int) -> bool:
     return engine == 2 or (engine == 0 and q.engine == "cudnn")
 
 
-def inner_loss(blob: BlobId, weight: float) -> tuple[tuple[Action, ...], tuple[Action, ...]]:
-    """A layer built inside another with a non-zero loss_weight on its one top: its
-    SetLossWeights writes the top's diff (SetUp), Layer::Forward reads data and diff."""
-    if not weight:
+def inner_loss(blob: BlobId, weights: Sequence[float]) -> tuple[tuple[Action, ...], tuple[Action, ...]]:
+    """(SetUp, Forward) touches of a layer built inside another, given the loss_weight list
+    of the LayerParameter it was built from: a non-zero weight on its one top makes its
+    SetLossWeights write the top's diff, and its Layer::Forward read data and diff."""
+    if not (len(weights) and weights[0]):
         return (), ()
     return (write(blob, "diff"),), (read(blob), read(blob, "diff"))
 
@@ -105,7 +107,7 @@ def _swish_memory(q: MemoryQuery) -> LayerMemory:
     Sigmoid up before Reshape shapes its input, so its output is first a 1-element scalar
     blob (whose diff a loss_weight fills), then reshaped like the bottom."""
     sig_in, sig_out = q.buffer("sigmoid_input"), q.buffer("sigmoid_output")
-    loss_setup, loss_forward = inner_loss(sig_out, q.proto.loss_weight[0] if len(q.proto.loss_weight) else 0)
+    loss_setup, loss_forward = inner_loss(sig_out, q.proto.loss_weight)
     setup = (Reshape(sig_out, ()),) + loss_setup + (Reshape(sig_in, q.bottoms[0]), Reshape(sig_out, q.bottoms[0]))
     forward = (read(q.bottom(0)), write(sig_in), write(q.top(0)), read(sig_in), write(sig_out)) + loss_forward + (read(sig_out),)
     backward: tuple[Action, ...] = ()
@@ -371,9 +373,12 @@ def _broadcast(q: MemoryQuery, operand: Shape, axis: int) -> tuple[int, int, int
     return count(bottom[:start]), count(operand), count(bottom[start + len(operand) :])
 
 
-def _operand(q: MemoryQuery, j: int) -> tuple[BlobId, Shape]:
-    """Scale/Bias: the operand is bottom[1] when given, else parameter ``j``."""
-    return (q.bottom(1), q.bottoms[1]) if len(q.bottoms) > 1 else (q.param(j), q.params[j])
+def _operand(q: MemoryQuery) -> tuple[BlobId, Shape, bool]:
+    """Scale/Bias: the operand (bottom[1] when given, else parameter 0), its shape, and
+    whether Backward computes its gradient (propagate_down[1] or param_propagate_down[0])."""
+    if len(q.bottoms) > 1:
+        return q.bottom(1), q.bottoms[1], q.propagate_down[1]
+    return q.param(0), q.params[0], q.param_propagate_down[0]
 
 
 def _bias_memory(q: MemoryQuery, bias: BlobId, shape: Shape, axis: int, data: BlobId, data_grad: bool, bias_grad: bool) -> LayerMemory:
@@ -395,8 +400,7 @@ def _bias_memory(q: MemoryQuery, bias: BlobId, shape: Shape, axis: int, data: Bl
 
 
 def _bias_layer_memory(q: MemoryQuery) -> LayerMemory:
-    bias, shape = _operand(q, 0)
-    bias_grad = q.propagate_down[1] if len(q.bottoms) > 1 else q.param_propagate_down[0]
+    bias, shape, bias_grad = _operand(q)
     return _bias_memory(q, bias, shape, q.proto.bias_param.axis, q.bottom(0), q.propagate_down[0], bias_grad)
 
 
@@ -439,7 +443,7 @@ def _scale_memory(q: MemoryQuery) -> LayerMemory:
     on the top, in place, whose blob is the Scale's last parameter; its Backward (the
     bias's gradient only) runs when that parameter's propagate_down is set."""
     param = q.proto.scale_param
-    scale, shape = _operand(q, 0)
+    scale, shape, scale_grad = _operand(q)
     outer, dim, inner = _broadcast(q, shape, param.axis)
     temp, ones = q.buffer("temp"), q.buffer("sum_multiplier")
     in_place = q.in_place()
@@ -452,7 +456,7 @@ def _scale_memory(q: MemoryQuery) -> LayerMemory:
         bias = _bias_memory(q, q.param(last), q.params[last], param.axis, q.top(0), False, True)
         setup, forward = bias.setup + setup, forward + bias.forward
         backward = bias.backward if q.param_propagate_down[last] else ()
-    if q.propagate_down[1] if len(q.bottoms) > 1 else q.param_propagate_down[0]:
+    if scale_grad:
         backward += _scale_gradient(q, scale, outer, dim, inner, temp)
     if q.propagate_down[0]:
         backward += (read(q.top(0), "diff"), read(scale), write(q.bottom(0), "diff"))

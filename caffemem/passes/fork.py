@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from ..graph import ShapedGraph, count
 from ..layers.access import BlobId
 from ..layers.registry import SpecTable
-from .memory import SlotAssignment, backward_flags
+from .memory import LayerFlags, SlotAssignment, backward_flags
 from .liveness import net_outputs_of
 
 
@@ -56,10 +56,16 @@ class _Slots:
             self.keys[index] = ""
 
 
-def fork_assignment(shaped: ShapedGraph, specs: SpecTable, exclude: Iterable[str] = (), dtype_bytes: int = 4) -> SlotAssignment:
+def fork_assignment(
+    shaped: ShapedGraph,
+    specs: SpecTable,
+    exclude: Iterable[str] = (),
+    dtype_bytes: int = 4,
+    flags: tuple[LayerFlags, ...] | None = None,
+) -> SlotAssignment:
     """The slots the fork would give this net's blobs (names are `<blob>_data`/`_diff`)."""
     layers = shaped.graph.layers
-    flags = backward_flags(shaped, specs)
+    flags = flags or backward_flags(shaped, specs)
     link: dict[str, str] = {}
 
     def root(name: str) -> str:

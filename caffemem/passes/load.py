@@ -78,7 +78,8 @@ def load(path: str | os.PathLike, *, lenient: bool = False, cwd: str | os.PathLi
         solver, notes = _parse_text(text, tokens, caffe_pb2.SolverParameter(), file, lenient)
         return _load_solver(solver, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd())
     net, notes = _parse_text(text, tokens, caffe_pb2.NetParameter(), file, lenient)
-    return NetSource(net, file, _layer_lines(text, _net_layer_blocks(text)), notes=tuple(notes))
+    layer_blocks = [b for b in blocks if b.field in LAYER_FIELDS] if not notes else _net_layer_blocks(text)
+    return NetSource(net, file, _layer_lines(text, layer_blocks), notes=tuple(notes))
 
 
 def _read_bytes(file: str) -> bytes:
@@ -127,7 +128,6 @@ _UNKNOWN_ENUM = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\S+
 def _parse_text(text: str, tokens: list[Token], message, file: str, lenient: bool):
     """text_format.Parse with located errors; --lenient blanks unknown fields out one by one."""
     notes: list[str] = []
-    blocks = top_level_blocks(text, tokens)
     if len(text) > MAX_TEXT_BYTES:
         raise CaffememError(f"text file of {len(text)} bytes is larger than any net definition ({MAX_TEXT_BYTES} max)", Location(file=file))
     while True:
@@ -136,7 +136,7 @@ def _parse_text(text: str, tokens: list[Token], message, file: str, lenient: boo
         except text_format.ParseError as error:
             line, column = error.GetLine(), error.GetColumn()
             detail = _explain_parse_error(str(error))
-            layer = _layer_at(blocks, text, line)
+            layer = _layer_at(top_level_blocks(text, tokens), text, line)
             unknown = _UNKNOWN_FIELD.search(str(error))
             if lenient and unknown and line is not None:
                 index = token_at(tokens, line, column)

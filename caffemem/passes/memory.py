@@ -171,9 +171,9 @@ class Heap:
         self.charged_by_category[key] = self.charged_by_category.get(key, 0) + amount
         self.by_blob[blob_id] = self.by_blob.get(blob_id, 0) + amount
 
-    def category_total(self, category: str, buckets=None) -> int:
-        """Bytes of one category charged to the given buckets (all buckets: None)."""
-        return sum(n for (bucket, cat), n in self.charged_by_category.items() if cat == category and (buckets is None or bucket in buckets))
+    def category_total(self, category: str, buckets: Iterable[object]) -> int:
+        """Bytes of one category charged to the given buckets."""
+        return sum(self.charged_by_category.get((bucket, category), 0) for bucket in buckets)
 
     def blob(self, blob_id: BlobId, elem: str = "float") -> _Blob:
         found = self.blobs.get(blob_id)
@@ -245,14 +245,22 @@ class Heap:
 
     def apply(self, actions: Iterable[Action]) -> None:
         for action in actions:
-            if isinstance(action, Touch):
-                self.touch(action.blob, action.part)
-            elif isinstance(action, Reshape):
-                self.reshape(action.blob, action.shape, action.elem)
-            elif isinstance(action, Share):
-                self.share(action.dst, action.src, action.part)
-            elif isinstance(action, Alloc):
-                self.alloc(action.blob, action.count, action.elem)
+            self.apply_one(action)
+
+    def apply_one(self, action: Action) -> None:
+        kind = type(action)
+        if kind is Touch:  # the common case, kept short: this runs for every event
+            blob = self.blobs.get(action.blob) or self.blob(action.blob)
+            storage = blob.data if action.part == "data" else blob.diff
+            if storage is not None and not storage.allocated:
+                storage.allocated = True
+                self._charge(action.blob, storage.category, storage.bytes)
+        elif kind is Reshape:
+            self.reshape(action.blob, action.shape, action.elem)
+        elif kind is Share:
+            self.share(action.dst, action.src, action.part)
+        elif kind is Alloc:
+            self.alloc(action.blob, action.count, action.elem)
 
 
 # ----------------------------------------------------------------------------- the pass
@@ -397,6 +405,25 @@ class SlotAssignment:
     slot_bytes: dict[int, int]
 
 
+@dataclass(frozen=True)
+class Run:
+    """What one net's run does to memory, derived once and replayed as often as needed
+    (stock, the fork's plan, each candidate plan)."""
+
+    shaped: ShapedGraph
+    dtype: str
+    flags: tuple[LayerFlags, ...]
+    rules: tuple[LayerMemory, ...]
+    events: tuple[tuple[Bucket, Action], ...]
+
+
+def prepare(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> Run:
+    """Net::Init's flags, each layer's memory rule and the whole event stream."""
+    flags = backward_flags(shaped, specs)
+    rules = layer_rules(shaped, specs, flags, engine)
+    return Run(shaped, dtype, flags, rules, tuple(run_events(shaped, specs, flags, rules)))
+
+
 def simulate(
     shaped: ShapedGraph,
     specs: SpecTable,
@@ -406,20 +433,26 @@ def simulate(
 ) -> MemoryReport:
     """Replay Net::Init, one Forward and (in TRAIN) one Backward over the heap model
     (with ``slots``: as the run would go with that storage sharing)."""
+    return replay(prepare(shaped, specs, dtype, engine), slots)
+
+
+def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
+    """The bytes of a prepared run, with or without shared slots."""
+    shaped, dtype, flags, rules = run.shaped, run.dtype, run.flags, run.rules
     graph = shaped.graph
-    flags = backward_flags(shaped, specs)
-    rules = layer_rules(shaped, specs, flags, engine)
     heap = Heap(DTYPE_BYTES[dtype])
     layers = graph.layers
     shared_params = shared_parameters(shaped)
 
     pending = slots
-    for bucket, action in run_events(shaped, specs, flags, rules):
-        if pending is not None and not (isinstance(bucket, tuple) and bucket[0] == "init"):
-            heap.take_over(pending)  # Net::Init is over
-            pending = None
-        heap.bucket = bucket
-        heap.apply((action,))
+    apply_one = heap.apply_one
+    for bucket, action in run.events:
+        if bucket is not heap.bucket:
+            if pending is not None and not (isinstance(bucket, tuple) and bucket[0] == "init"):
+                heap.take_over(pending)  # Net::Init is over
+                pending = None
+            heap.bucket = bucket
+        apply_one(action)
     if pending is not None:
         heap.take_over(pending)
     inits = [heap.charged.get(("init", layer.index), 0) for layer in layers]

@@ -16,8 +16,11 @@ Entry point: :func:`make_plan`.  Strategies:
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass
+
+import numpy as np
 
 from .liveness import Lifetime, Liveness
 
@@ -52,17 +55,30 @@ class Plan:
 
 
 class _OpenSlot:
+    """A slot being filled: its members' spans never overlap, so they are kept sorted
+    and a new lifetime is checked against its neighbours only (bisect)."""
+
     def __init__(self, index: int) -> None:
         self.index = index
         self.bytes = 0
         self.lives: list[Lifetime] = []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
 
     def fits(self, life: Lifetime) -> bool:
-        return not any(life.overlaps(other) for other in self.lives)
+        for start, end in life.spans:
+            i = bisect.bisect_right(self.starts, end)  # spans starting at or before `end`
+            if i and self.ends[i - 1] >= start:
+                return False
+        return True
 
     def take(self, life: Lifetime) -> None:
         self.lives.append(life)
         self.bytes = max(self.bytes, life.bytes)
+        for start, end in life.spans:
+            i = bisect.bisect_left(self.starts, start)
+            self.starts.insert(i, start)
+            self.ends.insert(i, end)
 
 
 def _finish(strategy: str, slots: list[_OpenSlot], notes: tuple[str, ...] = ()) -> Plan:
@@ -150,20 +166,42 @@ PACKING_ORDERS = {
 def _pack(lives: tuple[Lifetime, ...], order, best_gap: bool) -> tuple[int, list[tuple[Lifetime, int]]]:
     """Place each class, in the given order, at the lowest offset (or, with best_gap, in
     the tightest gap) free of every placed class whose lifetime overlaps its own."""
+    ordered = sorted(lives, key=order)
+    n = sum(len(life.spans) for life in ordered)
+    span_start = np.empty(n, dtype=np.int64)
+    span_end = np.empty(n, dtype=np.int64)
+    span_low = np.empty(n, dtype=np.int64)  # byte range of the placed class owning the span
+    span_high = np.empty(n, dtype=np.int64)
+    filled = 0
     placed: list[tuple[Lifetime, int]] = []
-    for life in sorted(lives, key=order):
-        busy = sorted((offset, offset + other.bytes) for other, offset in placed if life.overlaps(other))
-        gaps, cursor = [], 0
-        for start, end in busy:
-            if start - cursor >= life.bytes:
-                gaps.append((start - cursor, cursor))
-            cursor = max(cursor, end)
-        if best_gap and gaps:
-            offset = min(gaps)[1]
-        else:
-            offset = gaps[0][1] if gaps else cursor
+    for life in ordered:
+        mask = np.zeros(filled, dtype=bool)
+        for start, end in life.spans:
+            mask |= (span_start[:filled] <= end) & (span_end[:filled] >= start)
+        offset = _lowest_gap(span_low[:filled][mask], span_high[:filled][mask], life.bytes, best_gap)
         placed.append((life, offset))
+        for start, end in life.spans:
+            span_start[filled], span_end[filled] = start, end
+            span_low[filled], span_high[filled] = offset, offset + life.bytes
+            filled += 1
     return max((offset + life.bytes for life, offset in placed), default=0), placed
+
+
+def _lowest_gap(lows: np.ndarray, highs: np.ndarray, size: int, best_gap: bool) -> int:
+    """The offset of the first (or tightest) hole of ``size`` bytes among busy ranges."""
+    if not len(lows):
+        return 0
+    order = np.argsort(lows, kind="stable")
+    lows, highs = lows[order], highs[order]
+    reach = np.maximum.accumulate(highs)  # end of busy memory up to each range
+    hole_start = np.concatenate(([0], reach))  # before range i: free from reach[i-1]
+    hole_size = np.concatenate((lows, [np.iinfo(np.int64).max])) - hole_start
+    fitting = np.nonzero(hole_size >= size)[0]
+    if best_gap:
+        finite = fitting[fitting < len(lows)]
+        if len(finite):
+            return int(hole_start[finite[np.argmin(hole_size[finite])]])
+    return int(hole_start[fitting[0]])
 
 
 def packed(lives: tuple[Lifetime, ...]) -> Plan:

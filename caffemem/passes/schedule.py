@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..graph import ShapedGraph, count
 from ..layers.access import BlobId, Reshape, Share, Touch
 from ..layers.registry import SpecTable
-from .memory import DTYPE_BYTES, INT_BYTES, backward_flags, layer_rules, run_events
+from .memory import DTYPE_BYTES, INT_BYTES, Run, prepare
 
 Part = str
 Member = tuple[BlobId, Part]
@@ -88,11 +88,10 @@ class _UnionFind:
             self.parent[a] = b
 
 
-def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> Schedule:
-    """The steps of one run and the storage classes they touch."""
-    flags = backward_flags(shaped, specs)
-    rules = layer_rules(shaped, specs, flags, engine)
-    events = run_events(shaped, specs, flags, rules)
+def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe", run: Run | None = None) -> Schedule:
+    """The steps of one run and the storage classes they touch (``run``: already prepared)."""
+    run = run or prepare(shaped, specs, dtype, engine)
+    flags, events = run.flags, run.events
     float_bytes = DTYPE_BYTES[dtype]
 
     union = _UnionFind()

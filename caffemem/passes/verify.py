@@ -77,10 +77,17 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
         if offset < 0 or offset + size > plan.slot_bytes[slot]:
             violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
-    by_slot: dict[int, list[int]] = {}
-    for storage, where in place.items():
-        by_slot.setdefault(where.slot, []).append(storage)
-    neighbours = {s: [o for o in by_slot[w.slot] if o != s and w.collides(place[o])] for s, w in place.items()}
+    neighbours: dict[int, list[int]] = {storage: [] for storage in place}
+    ordered = sorted(place, key=lambda s: (place[s].slot, place[s].start))
+    for i, storage in enumerate(ordered):  # sweep by offset: only true byte overlaps are paired
+        here = place[storage]
+        for other in ordered[i + 1 :]:
+            there = place[other]
+            if there.slot != here.slot or there.start >= here.end:
+                break
+            if here.collides(there):
+                neighbours[storage].append(other)
+                neighbours[other].append(storage)
     clobbered_by: dict[int, int] = {}  # storage -> the storage that overwrote its bytes since it wrote them
     for step in schedule.steps:
         name = schedule.step_name(step)
