@@ -13,6 +13,27 @@ FIXTURES = REPO / "fixtures"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (models and ground truth) is not beside the repo")
 
 
+def groundtruth_runs(folder: str = "groundtruth") -> list:
+    """One pytest param (source, run) per run real Caffe accepted, in ../shared/<folder>."""
+    import json
+
+    path = SHARED / folder
+    if not path.is_dir():
+        return []
+    return [
+        pytest.param(document["source"], run, id=f"{file.stem}-{run['phase']}")
+        for file in sorted(path.glob("*.json"))
+        for document in [json.loads(file.read_text())]
+        for run in document["runs"]
+        if run["ok"]
+    ]
+
+
+def run_inputs(run: dict) -> dict:
+    """A ground-truth run's data-layer shapes, as --input gives them."""
+    return {name: tuple(shape) for name, shape in run["inputs"].items()}
+
+
 def run_shape_rule(layer_text: str, *bottoms: tuple[int, ...], phase: str = "TRAIN", inputs=None):
     """Parse one LayerParameter in text form and run its registered shape rule."""
     from google.protobuf import text_format

@@ -3,34 +3,18 @@ allocated with its optimizer on (../shared/groundtruth-fork), exactly."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from caffemem.api import Options
 from caffemem.optimizer import OptimizeSettings, optimize
 
-from conftest import SHARED, needs_shared
-
-FORK = SHARED / "groundtruth-fork"
-
-
-def _runs():
-    if not FORK.is_dir():
-        return []
-    return [
-        pytest.param(document["source"], run, id=f"{path.stem}-{run['phase']}")
-        for path in sorted(FORK.glob("*.json"))
-        for document in [json.loads(path.read_text())]
-        for run in document["runs"]
-        if run["ok"]
-    ]
+from conftest import SHARED, groundtruth_runs, needs_shared, run_inputs
 
 
 @needs_shared
-@pytest.mark.parametrize("source, run", _runs())
+@pytest.mark.parametrize("source, run", groundtruth_runs("groundtruth-fork"))
 def test_fork_strategy_predicts_the_forks_own_run(source, run):
-    inputs = {name: tuple(shape) for name, shape in run["inputs"].items()}
+    inputs = run_inputs(run)
     phase = optimize(str(SHARED / source), Options(phase=run["phase"], inputs=inputs), OptimizeSettings(strategy="fork")).phases[0]
     assert phase.strategy == "fork"
     assert (phase.planned.heap_forward, phase.planned.heap_backward) == (run["heap_forward"], run["heap_backward"])

@@ -4,36 +4,20 @@ and Net::Init's need_backward / propagate_down."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from caffemem.api import Options, analyze
 
-from conftest import SHARED, needs_shared
-
-GROUNDTRUTH = SHARED / "groundtruth"
-
-
-def _runs():
-    if not GROUNDTRUTH.is_dir():
-        return []
-    cases = []
-    for path in sorted(GROUNDTRUTH.glob("*.json")):
-        document = json.loads(path.read_text())
-        for run in document["runs"]:
-            if run["ok"]:
-                cases.append(pytest.param(document["source"], run, id=f"{path.stem}-{run['phase']}"))
-    return cases
+from conftest import SHARED, groundtruth_runs, needs_shared, run_inputs
 
 
 def _memory(source: str, run: dict):
-    inputs = {name: tuple(shape) for name, shape in run["inputs"].items()}
+    inputs = run_inputs(run)
     return analyze(str(SHARED / source), Options(phase=run["phase"], inputs=inputs)).nets[0].memory
 
 
 @needs_shared
-@pytest.mark.parametrize("source, run", _runs())
+@pytest.mark.parametrize("source, run", groundtruth_runs())
 def test_net_totals_equal_caffe(source, run):
     memory = _memory(source, run)
     ours = (memory.heap_init, memory.heap_forward, memory.heap_backward, memory.memory_required_for_data, memory.learnable_param_bytes)
@@ -42,7 +26,7 @@ def test_net_totals_equal_caffe(source, run):
 
 
 @needs_shared
-@pytest.mark.parametrize("source, run", _runs())
+@pytest.mark.parametrize("source, run", groundtruth_runs())
 def test_every_layer_allocates_what_caffe_allocated(source, run):
     memory = _memory(source, run)
     ours = [(l.name, l.fwd_alloc, l.bwd_alloc) for l in memory.layers]
@@ -51,7 +35,7 @@ def test_every_layer_allocates_what_caffe_allocated(source, run):
 
 
 @needs_shared
-@pytest.mark.parametrize("source, run", _runs())
+@pytest.mark.parametrize("source, run", groundtruth_runs())
 def test_backward_flags_equal_net_init(source, run):
     memory = _memory(source, run)
     ours = [(l.name, l.need_backward, list(l.propagate_down)) for l in memory.layers]

@@ -3,44 +3,28 @@ the same blobs, in the same order, with the same shapes, and the same layers."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from caffemem.api import Options, analyze
 from caffemem.passes.render import to_json
 
-from conftest import SHARED, needs_shared
-
-GROUNDTRUTH = SHARED / "groundtruth"
-
-
-def _runs():
-    if not GROUNDTRUTH.is_dir():
-        return []
-    cases = []
-    for path in sorted(GROUNDTRUTH.glob("*.json")):
-        document = json.loads(path.read_text())
-        for run in document["runs"]:
-            if run["ok"]:
-                cases.append(pytest.param(document["source"], run, id=f"{path.stem}-{run['phase']}"))
-    return cases
+from conftest import SHARED, groundtruth_runs, needs_shared, run_inputs
 
 
 def _analyze(source: str, run: dict) -> dict:
-    inputs = {name: tuple(shape) for name, shape in run["inputs"].items()}
+    inputs = run_inputs(run)
     return to_json(analyze(str(SHARED / source), Options(phase=run["phase"], inputs=inputs)))
 
 
 @needs_shared
-@pytest.mark.parametrize("source, run", _runs())
+@pytest.mark.parametrize("source, run", groundtruth_runs())
 def test_blobs_match_caffe(source, run):
     ours = _analyze(source, run)
     assert [(b["name"], b["shape"]) for b in ours["blobs"]] == [(b["name"], b["shape"]) for b in run["blobs"]]
 
 
 @needs_shared
-@pytest.mark.parametrize("source, run", _runs())
+@pytest.mark.parametrize("source, run", groundtruth_runs())
 def test_layers_match_caffe(source, run):
     ours = _analyze(source, run)
     replaced = {name for name in run["inputs"]}

@@ -21,7 +21,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ..graph import LayerShapes, Shape
+from ..graph import LayerShapes, Shape, count
+from .access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, buffer_setup, read, write
 from .blob import dim, format_shape, int32, legacy4, legacy_dim, reshaped
 from .data import (
     COLOR_CHANNELS,
@@ -32,9 +33,11 @@ from .data import (
     follow_data,
     image_size,
     positive_batch,
+    prefetch_memory,
     resolve_tops,
 )
 from .loss import _loss as loss_layer_checks
+from .neuron import softmax_memory
 from .registry import Arity, ShapeQuery, layer
 
 NONE = Arity.exactly(0)
@@ -67,6 +70,19 @@ def _float32(value: float) -> float:
     return struct.unpack("f", struct.pack("f", value))[0]
 
 
+def _nchw(shape: Shape) -> Shape:
+    """Blob::num/channels/height/width of a blob the shape rule accepted (missing axes: 1)."""
+    return tuple(shape[i] if i < len(shape) else 1 for i in range(4))
+
+
+def _reads(*blobs: BlobId) -> tuple[Action, ...]:
+    return tuple(read(blob) for blob in blobs)
+
+
+def _writes(*blobs: BlobId, part: str = "data") -> tuple[Action, ...]:
+    return tuple(write(blob, part) for blob in blobs)  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- BN
 
 
@@ -83,7 +99,81 @@ def _segnet_bn(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=((num, channels, height, width),) + (stat,) * (tops - 1), params=(stat, stat))
 
 
-@layer("BN", "forks", bottoms=ONE, tops=Arity(1, 3), source=YJXIONG + "bn_layer.cpp; SegNet variant: " + SEGNET + "bn_layer.cpp")
+def _is_segnet_bn(proto: Any) -> bool:
+    """SegNet's BN is the one whose bn_param sets one of its own fields."""
+    return _set(proto.bn_param, "scale_filler", "shift_filler", "bn_mode")
+
+
+def _tsn_bn_memory(q: MemoryQuery) -> LayerMemory:
+    """yjxiong bn_layer.cpp (hszhao/PSPNet's is the same but for the blobs' axes).  Reshape
+    shapes ``broadcast_buffer_`` and ``x_norm_`` like the bottom, ``spatial_statistic_``
+    [N, C, 1, 1], ``batch_statistic_`` and ``x_inv_std_`` [1, C, 1, 1], and writes the ones of
+    ``spatial_sum_multiplier_`` [1, 1, H, W] and ``batch_sum_multiplier_`` [N, 1, 1, 1].
+    Forward uses the stored mean/variance (blobs 2, 3) when frozen or in TEST, else the
+    batch's (updating the blobs), and keeps ``x_norm_``, ``x_inv_std_`` unless frozen.
+    Backward: frozen, only the bottom's diff (when propagate_down); else the slope's and
+    bias's diffs (param_propagate_down) and the bottom's."""
+    num, channels, height, width = _nchw(q.bottoms[0])
+    names = ("broadcast_buffer", "spatial_statistic", "batch_statistic", "x_norm", "x_inv_std", "spatial_sum_multiplier", "batch_sum_multiplier")
+    broadcast, spatial, batch, x_norm, inv_std, spatial_ones, batch_ones = (q.buffer(name) for name in names)
+    stat = (1, channels, 1, 1)
+    setup = buffer_setup(broadcast, q.bottoms[0]) + buffer_setup(spatial, (num, channels, 1, 1)) + buffer_setup(batch, stat)
+    setup += buffer_setup(x_norm, q.bottoms[0]) + buffer_setup(inv_std, stat)
+    setup += buffer_setup(spatial_ones, (1, 1, height, width), filled=True) + buffer_setup(batch_ones, (num, 1, 1, 1), filled=True)
+    frozen = q.proto.bn_param.frozen
+    stored = frozen or q.phase == "TEST"
+    forward = _reads(q.bottom(0), q.top(0), q.param(0), q.param(1), spatial_ones, batch_ones) + _writes(q.top(0), batch, spatial, broadcast)
+    forward += _reads(q.param(2), q.param(3)) if stored else _writes(q.param(2), q.param(3))
+    forward += () if frozen else _writes(x_norm, inv_std)
+    backward: tuple[Action, ...] = ()
+    if frozen:
+        if q.propagate_down[0]:
+            backward = _reads(q.param(3), q.param(0)) + (read(q.top(0), "diff"), write(batch), write(q.bottom(0), "diff"))
+        return LayerMemory(setup=setup, forward=forward, backward=backward)
+    for j in (0, 1):
+        if q.param_propagate_down[j]:
+            backward += (read(q.top(0), "diff"), write(q.param(j), "diff"), read(x_norm), write(broadcast), write(spatial))
+    if q.propagate_down[0]:
+        backward += (read(q.top(0), "diff"), read(q.param(0)), read(x_norm), read(inv_std), write(q.bottom(0), "diff"), write(batch))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+def _segnet_bn_memory(q: MemoryQuery) -> LayerMemory:
+    """caffe-segnet bn_layer.cpp.  Reshape shapes ``x_norm_`` and ``buffer_blob_`` [N, C, H, W],
+    ``spatial_mean_``, ``spatial_variance_`` [N, C, 1, 1], ``batch_mean_``, ``batch_variance_``
+    [1, C, 1, 1], and writes ``spatial_sum_multiplier_`` [1, 1, H, W] and
+    ``batch_sum_multiplier_`` [N, 1, 1, 1]: ones in the data, zeros in the diff.  Forward in
+    LEARN mode computes the batch statistics (copied to tops 1 and 2 when present) and keeps
+    ``x_norm_``; in INFERENCE mode it only scales and shifts.  Backward never tests
+    propagate_down: it writes the bottom's diff, both parameters' diffs and, as scratch,
+    the diffs of ``spatial_variance_`` and ``spatial_mean_``."""
+    num, channels, height, width = _nchw(q.bottoms[0])
+    names = ("x_norm", "buffer_blob", "spatial_mean", "spatial_variance", "batch_mean", "batch_variance", "spatial_sum_multiplier", "batch_sum_multiplier")
+    x_norm, buffer, spatial_mean, spatial_variance, batch_mean, batch_variance, spatial_ones, batch_ones = (q.buffer(name) for name in names)
+    stat = (1, channels, 1, 1)
+    setup = buffer_setup(x_norm, (num, channels, height, width)) + buffer_setup(spatial_mean, (num, channels, 1, 1)) + buffer_setup(batch_mean, stat)
+    setup += buffer_setup(spatial_variance, (num, channels, 1, 1)) + buffer_setup(batch_variance, stat) + buffer_setup(buffer, (num, channels, height, width))
+    for ones, shape in ((spatial_ones, (1, 1, height, width)), (batch_ones, (num, 1, 1, 1))):
+        setup += buffer_setup(ones, shape, filled=True) + (write(ones, "diff"),)
+    forward = _reads(q.bottom(0), q.param(0), q.param(1), spatial_ones, batch_ones) + (write(q.top(0)),)
+    learn = q.proto.bn_param.bn_mode == q.proto.bn_param.LEARN
+    if learn:
+        forward += _writes(buffer, spatial_mean, batch_mean, spatial_variance, batch_variance) + _writes(*(q.top(i) for i in range(1, len(q.tops))))
+        forward += (write(x_norm),)
+    else:
+        forward += _writes(spatial_variance, buffer, spatial_mean)
+    backward = _reads(q.bottom(0), q.param(0)) + (read(q.top(0), "diff"), write(q.bottom(0), "diff"), write(buffer))
+    backward += _writes(q.param(0), q.param(1), spatial_variance, spatial_mean, part="diff") + (write(spatial_variance),)
+    if learn:
+        backward += (read(x_norm), write(spatial_mean), write(batch_mean), read(batch_variance))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+def _bn_memory(q: MemoryQuery) -> LayerMemory:
+    return _segnet_bn_memory(q) if _is_segnet_bn(q.proto) else _tsn_bn_memory(q)
+
+
+@layer("BN", "forks", bottoms=ONE, tops=Arity(1, 3), source=YJXIONG + "bn_layer.cpp; SegNet variant: " + SEGNET + "bn_layer.cpp", memory=_bn_memory)
 def _bn(q: ShapeQuery) -> LayerShapes:
     """Batch normalisation with its own slope/bias and running mean/variance.
 
@@ -92,7 +182,7 @@ def _bn(q: ShapeQuery) -> LayerShapes:
     cannot be told apart, so the yjxiong shapes are reported).  SegNet's layer (bn_param
     with scale_filler / shift_filler / bn_mode) has two [1, C, 1, 1] blobs instead.
     """
-    if _set(q.proto.bn_param, "scale_filler", "shift_filler", "bn_mode"):
+    if _is_segnet_bn(q.proto):
         return _segnet_bn(q)
     q.check(len(q.layer.tops) <= 1, f"BN layer takes exactly 1 top, got {len(q.layer.tops)}")
     stat: Shape = (1, legacy_dim(q, q.bottoms[0], 1))
@@ -153,20 +243,53 @@ _C3D_VIDEO_FIELDS = (
 _TSN_VIDEO_FIELDS = ("num_segments", "modality", "name_pattern", "encoded", "grayscale")
 
 
-@layer("VideoData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=YJXIONG + "video_data_layer.cpp; C3D variant: " + C3D + "video_data_layer.cpp")
+def _is_c3d_video(proto: Any) -> bool:
+    """A VideoData layer setting one of C3D's own fields and none of yjxiong's is C3D's."""
+    return _set(proto.video_data_param, *_C3D_VIDEO_FIELDS) and not _set(proto.video_data_param, *_TSN_VIDEO_FIELDS)
+
+
+def _video_data_memory(q: MemoryQuery) -> LayerMemory:
+    """yjxiong base_data_layer.cpp, video_data_layer.cpp: one ``prefetch_data_`` and
+    ``prefetch_label_`` batch, written in LayerSetUp, copied into the tops by Forward;
+    ``transformed_data_`` [1, C, H, W] only shaped.  C3D-v1.1 base_data_layer.cpp: BVLC
+    master's prefetching (data_param.prefetch batches, tops pointed at the batch)."""
+    if _is_c3d_video(q.proto):
+        return prefetch_memory(q, q.proto.data_param.prefetch)
+    return prefetch_memory(q, 1, copies=True)
+
+
+@layer(
+    "VideoData",
+    "forks",
+    bottoms=NONE,
+    tops=TWO,
+    is_data=True,
+    source=YJXIONG + "video_data_layer.cpp; C3D variant: " + C3D + "video_data_layer.cpp",
+    memory=_video_data_memory,
+)
 def _video_data(q: ShapeQuery) -> LayerShapes:
     """Video clips: yjxiong's (TSN, 4-D, frames stacked in channels) or C3D's (5-D) layer.
 
     A layer setting one of C3D's own fields (use_image, root_folder, ...) and none of
     yjxiong's (num_segments, modality, ...) is C3D's; any other is read as yjxiong's.
     """
-    param = q.proto.video_data_param
-    if _set(param, *_C3D_VIDEO_FIELDS) and not _set(param, *_TSN_VIDEO_FIELDS):
-        return _c3d_video(q)
-    return _tsn_video(q)
+    return _c3d_video(q) if _is_c3d_video(q.proto) else _tsn_video(q)
 
 
-@layer("DenseImageData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=SEGNET + "dense_image_data_layer.cpp")
+# Older forks' prefetching: (batches, tops with a transformed_ blob); Forward copies the batch.
+# caffe-segnet: one prefetch_data_/prefetch_label_ pair, transformed_data_ and transformed_label_.
+# s9xie/hed BasePrefetchingLabelmapDataLayer: PREFETCH_COUNT = 3 batches, transformed_data_ and
+# transformed_labelmap_.  weiliu89 ssd BasePrefetchingDataLayer: PREFETCH_COUNT = 3 batches
+# (its data_param.prefetch is not read), transformed_data_ only.
+_COPYING_PREFETCH = {"DenseImageData": (1, (0, 1)), "ImageLabelmapData": (3, (0, 1)), "AnnotatedData": (3, (0,))}
+
+
+def _copying_prefetch_memory(q: MemoryQuery) -> LayerMemory:
+    batches, transformed = _COPYING_PREFETCH[q.layer.type]
+    return prefetch_memory(q, batches, transformed, copies=True)
+
+
+@layer("DenseImageData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp", memory=_copying_prefetch_memory)
 def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     """Image and per-pixel label image: data [batch, 3 or 1, H, W], label [batch, 1, H, W].
 
@@ -192,7 +315,15 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "without a crop or new_height/new_width a DenseImageData layer takes the first image's size")
 
 
-@layer("ImageLabelmapData", "forks", bottoms=NONE, tops=TWO, is_data=True, source="s9xie/hed src/caffe/layers/image_labelmap_data_layer.cpp")
+@layer(
+    "ImageLabelmapData",
+    "forks",
+    bottoms=NONE,
+    tops=TWO,
+    is_data=True,
+    source="s9xie/hed src/caffe/layers/image_labelmap_data_layer.cpp, base_data_layer.cpp",
+    memory=_copying_prefetch_memory,
+)
 def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
     """HED: data [batch, 3 or 1, H, W] and its edge map [batch, 1, H, W] (image_data_param, crop_size)."""
     param = q.proto.image_data_param
@@ -220,7 +351,15 @@ def _ssd_image_size(q: ShapeQuery, batch: int) -> tuple[Dim, Dim]:
     return (crop_h or height, crop_w or width)
 
 
-@layer("AnnotatedData", "forks", bottoms=NONE, tops=Arity(1, 2), is_data=True, source=SSD + "annotated_data_layer.cpp, data_transformer.cpp")
+@layer(
+    "AnnotatedData",
+    "forks",
+    bottoms=NONE,
+    tops=Arity(1, 2),
+    is_data=True,
+    source=SSD + "annotated_data_layer.cpp, base_data_layer.cpp, data_transformer.cpp",
+    memory=_copying_prefetch_memory,
+)
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
 
@@ -241,7 +380,28 @@ def _annotated_data(q: ShapeQuery) -> LayerShapes:
 # --------------------------------------------------------------------------- SSD layers
 
 
-@layer("Normalize", "forks", bottoms=ONE, tops=ONE, source=SSD + "normalize_layer.cpp")
+def _normalize_memory(q: MemoryQuery) -> LayerMemory:
+    """normalize_layer.cpp.  LayerSetUp shapes ``buffer_`` [1, C, H, W], ``buffer_channel_``
+    [1, C, 1, 1], ``buffer_spatial_`` [1, 1, H, W] and ``norm_`` ([N, 1, 1, 1] across_spatial,
+    else [N, 1, H, W]), and writes the ones of ``sum_channel_multiplier_`` [1, C, 1, 1] and
+    ``sum_spatial_multiplier_`` [1, 1, H, W].  Forward writes the top, ``buffer_`` and
+    ``norm_``.  Backward takes the bottom's diff and writes ``buffer_channel_`` and
+    ``buffer_spatial_`` before any propagate_down test; the scale's diff when
+    param_propagate_down[0]."""
+    num, channels, height, width = _nchw(q.bottoms[0])
+    names = ("buffer", "buffer_channel", "buffer_spatial", "norm", "sum_channel_multiplier", "sum_spatial_multiplier")
+    buffer, by_channel, by_place, norm, channel_ones, spatial_ones = (q.buffer(name) for name in names)
+    setup = buffer_setup(buffer, (1, channels, height, width)) + buffer_setup(by_channel, (1, channels, 1, 1))
+    setup += buffer_setup(by_place, (1, 1, height, width))
+    setup += buffer_setup(norm, (num, 1, 1, 1) if q.proto.norm_param.across_spatial else (num, 1, height, width))
+    setup += buffer_setup(channel_ones, (1, channels, 1, 1), filled=True) + buffer_setup(spatial_ones, (1, 1, height, width), filled=True)
+    forward = _reads(q.bottom(0), q.param(0), channel_ones, spatial_ones) + _writes(q.top(0), buffer, norm)
+    backward = _reads(q.top(0), q.bottom(0), q.param(0), norm) + (read(q.top(0), "diff"), write(q.bottom(0), "diff"))
+    backward += _writes(buffer, by_channel, by_place) + ((write(q.param(0), "diff"),) if q.param_propagate_down[0] else ())
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("Normalize", "forks", bottoms=ONE, tops=ONE, source=SSD + "normalize_layer.cpp", memory=_normalize_memory)
 def _normalize(q: ShapeQuery) -> LayerShapes:
     """L2 normalisation with a learned scale: one scalar (channel_shared) or one per channel."""
     bottom = q.bottoms[0]
@@ -251,7 +411,24 @@ def _normalize(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(bottom,), params=(scale,))
 
 
-@layer("Permute", "forks", bottoms=ONE, tops=ONE, source=SSD + "permute_layer.cpp")
+def _permute_memory(q: MemoryQuery) -> LayerMemory:
+    """permute_layer.cpp.  LayerSetUp and Reshape write the int blobs ``permute_order_``,
+    ``old_steps_``, ``new_steps_`` [num_axes, 1, 1, 1].  When the order changes nothing,
+    Forward shares the bottom's data and Backward gives the bottom the top's diff; else
+    Forward writes the top and Backward writes both diffs, whatever propagate_down says."""
+    axes = len(q.bottoms[0])
+    steps = tuple(q.buffer(name) for name in ("permute_order", "old_steps", "new_steps"))
+    setup: tuple[Action, ...] = ()
+    for blob in steps:
+        setup += buffer_setup(blob, (axes, 1, 1, 1), "int", filled=True)
+    given = list(q.proto.permute_param.order)
+    if given + [axis for axis in range(axes) if axis not in given] == list(range(axes)):  # need_permute_ false
+        return LayerMemory(setup=setup, forward=(Share(q.top(0), q.bottom(0), "data"),), backward=(Share(q.bottom(0), q.top(0), "diff"),))
+    forward = (write(q.bottom(0)), write(q.top(0))) + _reads(*steps)
+    return LayerMemory(setup=setup, forward=forward, backward=(write(q.top(0), "diff"), write(q.bottom(0), "diff")))
+
+
+@layer("Permute", "forks", bottoms=ONE, tops=ONE, source=SSD + "permute_layer.cpp", memory=_permute_memory)
 def _permute(q: ShapeQuery) -> LayerShapes:
     """The bottom's axes in permute_param.order, the unnamed axes following in their order."""
     bottom = q.bottoms[0]
@@ -314,7 +491,13 @@ def _prior_box_checks(q: ShapeQuery) -> None:
 
 # prior_box_layer.hpp declares ExactBottomBlobs() (sic: no "Num"), which overrides nothing,
 # so Caffe checks no bottom count; Reshape reads bottom[0], Forward bottom[1].
-@layer("PriorBox", "forks", bottoms=Arity(1), tops=ONE, source=SSD + "prior_box_layer.cpp")
+def _prior_box_memory(q: MemoryQuery) -> LayerMemory:
+    """prior_box_layer.cpp: Forward writes the top from the bottoms' shapes only (their data
+    is never read); Backward does nothing."""
+    return LayerMemory(forward=(write(q.top(0)),))
+
+
+@layer("PriorBox", "forks", bottoms=Arity(1), tops=ONE, source=SSD + "prior_box_layer.cpp", memory=_prior_box_memory)
 def _prior_box(q: ShapeQuery) -> LayerShapes:
     """[1, 2, layer_h * layer_w * num_priors * 4]: every prior's box and its variances."""
     priors = _prior_count(q)
@@ -347,7 +530,18 @@ def _check_predictions(q: ShapeQuery, num_classes: int, share_location: bool) ->
     return num_priors
 
 
-@layer("DetectionOutput", "forks", bottoms=Arity(3, 4), tops=ONE, source=SSD + "detection_output_layer.cpp")
+def _detection_output_memory(q: MemoryQuery) -> LayerMemory:
+    """detection_output_layer.cpp: LayerSetUp shapes ``bbox_preds_`` like the locations,
+    ``bbox_permute_`` too without share_location, ``conf_permute_`` like the confidences
+    (only Forward_gpu fills them: a GPU build also allocates their data).  Forward_cpu reads
+    the predictions and priors and writes the top (the most detections it can keep, see
+    the shape rule); Backward is NOT_IMPLEMENTED."""
+    setup = buffer_setup(q.buffer("bbox_preds"), q.bottoms[0]) + (() if q.proto.detection_output_param.share_location else buffer_setup(q.buffer("bbox_permute"), q.bottoms[0]))
+    setup += buffer_setup(q.buffer("conf_permute"), q.bottoms[1])
+    return LayerMemory(setup=setup, forward=_reads(q.bottom(0), q.bottom(1), q.bottom(2)) + (write(q.top(0)),))
+
+
+@layer("DetectionOutput", "forks", bottoms=Arity(3, 4), tops=ONE, source=SSD + "detection_output_layer.cpp", memory=_detection_output_memory)
 def _detection_output(q: ShapeQuery) -> LayerShapes:
     """[1, 1, kept, 7]: the detections kept after NMS, an upper bound of what Forward allocates.
 
@@ -374,7 +568,83 @@ def _detection_output(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, (1, 1, images * max(per_image, 1), DETECTION_FIELDS)),))
 
 
-@layer("MultiBoxLoss", "forks", bottoms=Arity.exactly(4), tops=ONE, auto_top=True, no_force_backward=(1,), source=SSD + "multibox_loss_layer.cpp")
+def _multibox_location(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId, elements: int) -> tuple[tuple[Action, ...], ...]:
+    """(setup, forward, backward) of MultiBoxLoss's location part: ``loc_pred_``, ``loc_gt_``
+    [1, 4] at SetUp, [1, 4 x matches] in Forward, into an inner SmoothL1Loss (ssd
+    smooth_L1_loss_layer.cpp: ``diff_``, ``errors_`` with the legacy 4 axes) or
+    EuclideanLoss (``diff_`` like its bottom) of loss_weight loc_weight."""
+    param = q.proto.multibox_loss_param
+    smooth = param.loc_loss_type == param.SMOOTH_L1
+    diff, errors = q.buffer("loc_loss_layer/diff"), q.buffer("loc_loss_layer/errors")
+
+    def shaped(size: int) -> tuple[Action, ...]:
+        blobs = (Reshape(pred, (1, size)), Reshape(gt, (1, size)), Reshape(loss, ()))
+        return blobs + ((Reshape(diff, (1, size, 1, 1)), Reshape(errors, (1, size, 1, 1))) if smooth else (Reshape(diff, (1, size)),))
+
+    weighted = (write(loss, "diff"),) if param.loc_weight else ()
+    setup = (Reshape(loss, (1,)),) + shaped(BOX_COORDS) + weighted
+    forward = shaped(elements) + _writes(pred, gt) + _reads(pred, gt) + _writes(diff, loss) + ((write(errors),) if smooth else ())
+    backward = (write(q.bottom(0), "diff"), write(diff), read(loss, "diff"), write(pred, "diff"), read(q.top(0), "diff"))
+    return setup, forward, backward
+
+
+def _multibox_confidence(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId, rows: int) -> tuple[tuple[Action, ...], ...]:
+    """(setup, forward, backward) of MultiBoxLoss's confidence part: ``conf_pred_``,
+    ``conf_gt_`` with one row at SetUp, ``rows`` in Forward, into an inner SoftmaxWithLoss
+    (prob_, its Softmax's buffers) or SigmoidCrossEntropyLoss (sigmoid_output_), built with
+    an explicit loss_weight 1: their inner layer's output diff is written at SetUp (and
+    dropped when Forward grows it).  Without mining, conf_pred_ shares the confidences'
+    data, and Backward finally gives them conf_pred_'s diff (ShareDiff)."""
+    param = q.proto.multibox_loss_param
+    classes = int32(param.num_classes)
+    mining = param.mining_type != param.NONE
+    softmax = param.conf_loss_type == param.SOFTMAX
+    inner = q.buffer("conf_loss_layer/prob" if softmax else "conf_loss_layer/sigmoid_output")
+
+    def shaped(gt_shape: Shape, pred_shape: Shape) -> tuple[Action, ...]:
+        """conf_gt_, conf_pred_ reshaped, then the inner loss layer's Reshape."""
+        blobs = (Reshape(gt, gt_shape), Reshape(pred, pred_shape), Reshape(loss, ()), Reshape(inner, pred_shape))
+        return blobs + (softmax_memory(q, pred, inner, pred_shape, 1, "conf_loss_layer/softmax/").setup if softmax else ())
+
+    if softmax:
+        setup, forward = shaped((1,), (1, classes)), shaped((rows,), (rows, classes))
+        run = softmax_memory(q, pred, inner, (rows, classes), 1, "conf_loss_layer/softmax/").forward
+    else:
+        setup, forward = shaped((1, classes), (1, classes)), shaped((1, rows, classes), (1, rows, classes))
+        run = (read(pred), write(inner))
+    setup = (Reshape(loss, (1,)),) + setup + (write(inner, "diff"), write(loss, "diff"))
+    forward += (() if mining else (Share(pred, q.bottom(1), "data"),)) + _writes(pred, gt) + run + (read(gt), write(loss))
+    backward = (write(q.bottom(1), "diff"), read(inner), read(gt), write(pred, "diff"), read(loss, "diff"), read(q.top(0), "diff"))
+    backward += () if mining else (Share(q.bottom(1), pred, "diff"),)
+    return setup, forward, backward
+
+
+def _multibox_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """multibox_loss_layer.cpp: a location loss and a confidence loss layer, each built in
+    LayerSetUp on tiny internal blobs, reshaped by Forward to the matches it found, which
+    depend on the data.  caffemem sizes them for the most there can be: every prior
+    matched (4 x all location predictions) and every prior a confidence row (exact
+    without mining).  Backward writes the location and confidence diffs when asked
+    (propagate_down 0 and 1)."""
+    names = ("loc_pred", "loc_gt", "loc_loss", "conf_pred", "conf_gt", "conf_loss")
+    loc_pred, loc_gt, loc_loss, conf_pred, conf_gt, conf_loss = (q.buffer(name) for name in names)
+    loc = _multibox_location(q, loc_pred, loc_gt, loc_loss, count(q.bottoms[0]))
+    conf = _multibox_confidence(q, conf_pred, conf_gt, conf_loss, count(q.bottoms[1]) // int32(q.proto.multibox_loss_param.num_classes))
+    forward = _reads(*(q.bottom(i) for i in range(4))) + loc[1] + conf[1] + (write(q.top(0)),)
+    backward = (loc[2] if q.propagate_down[0] else ()) + (conf[2] if q.propagate_down[1] else ())
+    return LayerMemory(setup=loc[0] + conf[0], forward=forward, backward=backward)
+
+
+@layer(
+    "MultiBoxLoss",
+    "forks",
+    bottoms=Arity.exactly(4),
+    tops=ONE,
+    auto_top=True,
+    no_force_backward=(1,),
+    source=SSD + "multibox_loss_layer.cpp, smooth_L1_loss_layer.cpp",
+    memory=_multibox_loss_memory,
+)
 def _multibox_loss(q: ShapeQuery) -> LayerShapes:
     """SSD's loss over loc, conf, priors and ground truth: a scalar, no parameters."""
     param = q.proto.multibox_loss_param
@@ -399,7 +669,33 @@ def _multibox_loss(q: ShapeQuery) -> LayerShapes:
 # --------------------------------------------------------------------------- other forks
 
 
-@layer("SmoothL1Loss", "forks", bottoms=Arity(2, 4), tops=ONE, auto_top=True, source="rbgirshick/caffe-fast-rcnn faster-rcnn src/caffe/layers/smooth_L1_loss_layer.cpp")
+def _smooth_l1_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """py-faster-rcnn smooth_L1_loss_layer.cpp (Reshape) and smooth_L1_loss_layer.cu: its
+    Forward_cpu/Backward_cpu are NOT_IMPLEMENTED, so this follows the GPU code.  Reshape
+    shapes ``diff_``, ``errors_`` and ``ones_`` with the bottom's legacy 4 axes and writes
+    the ones.  Forward writes ``diff_`` and ``errors_`` (reading the inside and outside
+    weights when given); Backward rewrites ``diff_`` and writes the diff of each of the
+    first two bottoms propagate_down asks for."""
+    shape = _nchw(q.bottoms[0])
+    diff, errors, ones = q.buffer("diff"), q.buffer("errors"), q.buffer("ones")
+    setup = buffer_setup(diff, shape) + buffer_setup(errors, shape) + buffer_setup(ones, shape, filled=True)
+    forward = _reads(*(q.bottom(i) for i in range(len(q.bottoms))), ones) + _writes(diff, errors, q.top(0))
+    backward: tuple[Action, ...] = (write(diff),)
+    for i in (0, 1):
+        if q.propagate_down[i]:
+            backward += (read(q.top(0), "diff"), write(q.bottom(i), "diff")) + _reads(*(q.bottom(j) for j in range(2, len(q.bottoms))))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer(
+    "SmoothL1Loss",
+    "forks",
+    bottoms=Arity(2, 4),
+    tops=ONE,
+    auto_top=True,
+    source="rbgirshick/caffe-fast-rcnn faster-rcnn src/caffe/layers/smooth_L1_loss_layer.cpp, smooth_L1_loss_layer.cu",
+    memory=_smooth_l1_loss_memory,
+)
 def _smooth_l1_loss(q: ShapeQuery) -> LayerShapes:
     """py-faster-rcnn's loss: prediction, target (+ inside and outside weights), all alike."""
     q.check(len(q.bottoms) != 3, "If weights are used, must specify both inside and outside weights")
@@ -414,7 +710,24 @@ def _smooth_l1_loss(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=((),))
 
 
-@layer("Axpy", "forks", bottoms=Arity.exactly(3), tops=ONE, source="hujie-frank/SENet src/caffe/layers/axpy_layer.cpp")
+def _axpy_memory(q: MemoryQuery) -> LayerMemory:
+    """axpy_layer.cpp.  Reshape writes the ones of ``spatial_sum_multiplier_`` [count(x, 2)].
+    Forward writes the top from scale, x and y.  Backward reads the top's diff first; for
+    the scale (propagate_down[0]) it writes x's diff as scratch and the scale's diff; x's
+    diff for propagate_down[1]; y's for propagate_down[2]."""
+    ones = q.buffer("spatial_sum_multiplier")
+    setup = buffer_setup(ones, (count(q.bottoms[1][2:]),), filled=True)
+    backward: tuple[Action, ...] = (read(q.top(0), "diff"),)
+    if q.propagate_down[0]:
+        backward += (read(q.bottom(1)), read(ones)) + _writes(q.bottom(1), q.bottom(0), part="diff")
+    if q.propagate_down[1]:
+        backward += (read(q.bottom(0)), write(q.bottom(1), "diff"))
+    if q.propagate_down[2]:
+        backward += (write(q.bottom(2), "diff"),)
+    return LayerMemory(setup=setup, forward=_reads(q.bottom(0), q.bottom(1), q.bottom(2)) + (write(q.top(0)),), backward=backward)
+
+
+@layer("Axpy", "forks", bottoms=Arity.exactly(3), tops=ONE, source="hujie-frank/SENet src/caffe/layers/axpy_layer.cpp", memory=_axpy_memory)
 def _axpy(q: ShapeQuery) -> LayerShapes:
     """scale [N, C(, 1, 1)] * x + y, channel-wise: the top is shaped like x (and y)."""
     scale, x, y = q.bottoms
