@@ -54,7 +54,3 @@ class CaffememError(Exception):
             if merged.get(key) is None:
                 merged[key] = value
         return CaffememError(self.message, Location(**merged))  # type: ignore[arg-type]
-
-
-class Warnings(list):
-    """Messages a pass wants the user to see without failing (e.g. --lenient skips)."""

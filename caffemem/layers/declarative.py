@@ -55,7 +55,10 @@ class ShapeTemplate:
             return tuple(base)
         if self.text.strip().lower() == "scalar":
             return ()
-        return tuple(_evaluate(part, query, self.text) for part in _split_top_level(self.text.strip().strip("[]")))
+        text = self.text.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]  # an optional list bracket around the whole shape
+        return tuple(_evaluate(part, query, self.text) for part in _split_top_level(text))
 
 
 def _split_top_level(text: str) -> list[str]:
