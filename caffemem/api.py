@@ -10,14 +10,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .errors import CaffememError, Location
+from .errors import CaffememError, Location, excerpt
 from .graph import Shape, ShapedGraph
 from .layers.registry import SpecTable
 from .passes.filter import filter_net, make_state, phase_name
 from .passes.load import NetSource, SolverSource, load
 from .passes.memory import DTYPE_BYTES, MemoryReport, simulate
 from .passes.solver import ProcessFootprint, solver_footprint
-from .passes.shapes import infer_shapes
+from .passes.shapes import INT_MAX, infer_shapes
 from .passes.splits import insert_splits
 from .passes.upgrade import upgrade_net, upgrade_solver
 from .schema import caffe_pb2
@@ -99,6 +99,8 @@ def build_net(
     """filter → splits → shapes for one upgraded net and one NetState (`role`: a solver's
     "train" or "testK")."""
     file = source.file
+    if not len(upgraded.layer):
+        raise CaffememError("the file defines no layers (is it empty or cut short?)", Location(file=file))
     filtered = filter_net(upgraded, state, file, line_of=source.line_of)
     if not len(filtered.layer):
         raise CaffememError(f"no layer is left in phase {phase_name(state)} (check include/exclude rules and --stage)", Location(file=file))
@@ -181,12 +183,11 @@ def parse_inputs(values: Sequence[str]) -> dict[str, Shape]:
     for value in values:
         name, sep, dims = value.partition("=")
         name = name.strip()
-        try:
-            shape = tuple(int(d) for d in dims.split(",") if d.strip() != "") if sep else None
-        except ValueError:
-            shape = None
-        if not name or shape is None or any(d < 0 for d in shape):
-            raise CaffememError(f"--input '{value}': expected NAME=d0,d1,... with whole numbers >= 0, e.g. data=1,3,224,224")
+        parts = [d.strip() for d in dims.split(",")]
+        # Each dim is one of Caffe's ints: digits only (no sign, no "1e3"), at most INT_MAX.
+        if not name or not sep or not all(re.fullmatch(r"[0-9]{1,10}", d) and int(d) <= INT_MAX for d in parts):
+            raise CaffememError(f"--input '{excerpt(value)}': expected NAME=d0,d1,... with whole numbers from 0 to {INT_MAX}, e.g. data=1,3,224,224")
+        shape = tuple(int(d) for d in parts)
         if name in inputs:
             raise CaffememError(f"--input {name} is given twice")
         inputs[name] = shape

@@ -31,9 +31,20 @@ class Location:
         if position:
             parts.append(position)
         if self.layer is not None:
-            kind = f" ({self.layer_type})" if self.layer_type else ""
-            parts.append(f"layer '{self.layer}'{kind}")
+            kind = f" ({excerpt(self.layer_type)})" if self.layer_type else ""
+            parts.append(f"layer '{excerpt(self.layer)}'{kind}")
         return ": ".join(parts)
+
+
+def excerpt(text: str, limit: int = 80) -> str:
+    """User text quoted in a message, cut short: a hostile file's name or token can be megabytes."""
+    return text if len(text) <= limit else f"{text[: limit - 20]}...({len(text)} characters)"
+
+
+def one_line(text: str) -> str:
+    """Control characters (a newline in a layer name, a terminal escape) written as escapes,
+    so a message stays one line on the terminal it is printed to."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 @dataclass
@@ -45,7 +56,7 @@ class CaffememError(Exception):
 
     def __str__(self) -> str:
         prefix = self.where.describe()
-        return f"{prefix}: {self.message}" if prefix else self.message
+        return one_line(f"{prefix}: {self.message}" if prefix else self.message)
 
     def at(self, **location: object) -> "CaffememError":
         """The same error with more location filled in (known parts are kept)."""

@@ -7,7 +7,7 @@ smallest safe one; the fork's own plan is computed alongside as the baseline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .api import Options, build_net, default_phase, spec_table
 from .errors import CaffememError, Location
@@ -16,9 +16,10 @@ from .layers.access import BlobId
 from .layers.registry import SpecTable
 from .passes.filter import make_state
 from .passes.fork import fork_assignment
+from .passes.inplace import InPlaceResult, make_in_place
 from .passes.liveness import Liveness, lifetimes
 from .passes.load import NetSource, SolverSource, load
-from .passes.memory import DTYPE_BYTES, MemoryReport, SlotAssignment, prepare, replay
+from .passes.memory import DTYPE_BYTES, MemoryReport, Run, SlotAssignment, prepare, replay, simulate
 from .passes.plan import Plan, make_plan
 from .passes.schedule import Schedule, build_schedule
 from .passes.upgrade import upgrade_net
@@ -31,6 +32,7 @@ class OptimizeSettings:
     strategy: str = "auto"
     exclude: tuple[str, ...] = ()
     share_buffers: bool = False
+    inplace: bool = False  # first make layers in place where stock Caffe allows (passes/inplace.py)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class PhasePlan:
     lower_bound: int
     candidates: dict[str, int]  # strategy -> whole-run bytes (candidates not rejected)
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
+    as_given: int | None = None  # with --inplace: stock Caffe's whole-run bytes for the file as given
 
     @property
     def savings(self) -> int:
@@ -62,6 +65,7 @@ class OptimizeResult:
     source: NetSource
     exclude: tuple[str, ...]
     phases: tuple[PhasePlan, ...]
+    inplace: InPlaceResult | None = None  # with --inplace: the layers rewritten and the new text
 
 
 def plan_data(plan: Plan, schedule: Schedule) -> PlanData:
@@ -73,7 +77,7 @@ def plan_data(plan: Plan, schedule: Schedule) -> PlanData:
     )
 
 
-def _assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:
+def assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:
     """Every member storage of every planned class pointed at its slot."""
     slot_of = {}
     for blob, kind, slot, _ in data.assign:
@@ -122,7 +126,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
     name, data = chosen
-    planned = fork if name == "fork" else replay(run, _assignment_of(data, schedule))
+    planned = fork if name == "fork" else replay(run, assignment_of(data, schedule))
 
     shareable = sum(life.bytes for life in liveness.shareable)
     return PhasePlan(
@@ -153,7 +157,12 @@ def optimize(path: str, options: Options, settings: OptimizeSettings, force: boo
         raise CaffememError("the file already has a mem_param (it was planned before); pass --force to plan it again", Location(file=path))
     upgraded, _ = upgrade_net(source.proto, source.file)
     exclude = tuple(dict.fromkeys(tuple(source.proto.mem_param.exclude_blob) + settings.exclude))
-    settings = OptimizeSettings(settings.strategy, exclude, settings.share_buffers)
+    settings = replace(settings, exclude=exclude)
+    as_given, inplace = (source, upgraded), None
+    if settings.inplace:
+        inplace = make_in_place(_text_of(path), source, upgraded, specs, exclude, _run_of(source, options, specs))
+        source = replace(source, proto=inplace.net)
+        upgraded, _ = upgrade_net(inplace.net, source.file)
     if options.phase:
         phases = [options.phase]
     else:
@@ -164,9 +173,29 @@ def optimize(path: str, options: Options, settings: OptimizeSettings, force: boo
         state = make_state(phase, options.stages, options.level, base=upgraded.state)
         shaped = build_net(source, upgraded, state, options, specs)
         known |= set(shaped.blob_shapes)
-        results.append(plan_phase(shaped, specs, options, settings))
+        planned = plan_phase(shaped, specs, options, settings)
+        if inplace is not None:
+            original = build_net(*as_given, state, options, specs)
+            known |= set(original.blob_shapes)
+            planned = replace(planned, as_given=simulate(original, specs, options.dtype, options.engine).heap_total)
+        results.append(planned)
     unknown = [name for name in settings.exclude if name not in known]
     if unknown:
         raise CaffememError(f"--exclude-blob {unknown[0]}: no blob of that name in the net", Location(file=path))
-    return OptimizeResult(path, source, exclude, tuple(results))
+    return OptimizeResult(path, source, exclude, tuple(results), inplace)
+
+
+def _text_of(path: str) -> str:
+    with open(path, encoding="utf-8", errors="surrogateescape") as handle:  # a rewrite keeps undecodable bytes
+        return handle.read()
+
+
+def _run_of(source: NetSource, options: Options, specs: SpecTable):
+    """For --inplace: an upgraded net's run in one phase (its reads and writes)."""
+
+    def run_of(net: caffe_pb2.NetParameter, phase: str) -> Run:
+        state = make_state(phase, options.stages, options.level, base=net.state)
+        return prepare(build_net(source, net, state, options, specs), specs, options.dtype, options.engine)
+
+    return run_of
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf import text_encoding
+
 OPEN = "{<"
 CLOSE = "}>"
 
@@ -62,10 +64,14 @@ class Block:
     name: str | None  # the block's `name: "..."` (for V0 `layers { layer { name } }` too)
 
 
-def _string_value(token: Token) -> str:
+def string_value(token: Token) -> str:
+    """A value token as protobuf reads it: a string literal unescaped, else as written."""
     raw = token.text
     if raw[:1] in "\"'":
-        return bytes(raw[1:-1], "utf-8").decode("unicode_escape", errors="replace")
+        try:  # protobuf's own unescaping, so a non-ASCII name ("région") reads as protobuf reads it
+            return text_encoding.CUnescape(raw[1:-1]).decode("utf-8", errors="replace")
+        except (ValueError, UnicodeError):  # a malformed escape: protobuf refuses the file anyway
+            return raw[1:-1]
     return raw
 
 
@@ -131,7 +137,7 @@ def _block_name(tokens: list[Token], start: int, end: int) -> str | None:
             depth -= 1
         elif text == "name" and i + 2 < len(tokens) and tokens[i + 1].text == ":":
             if depth == 1 or (depth == 2 and inner_layer_depth == 2):
-                return _string_value(tokens[i + 2])
+                return string_value(tokens[i + 2])
     return None
 
 
@@ -146,3 +152,39 @@ def token_at(tokens: list[Token], line: int, column: int) -> int | None:
         if (token.line, token.column) >= (line, column):
             return i
     return None
+
+
+def unknown_fields(tokens: list[Token], descriptor) -> list[tuple[Token, str]]:
+    """Each field name the schema does not know, with the message it stands in, in file
+    order: what protobuf's ``allow_unknown_field`` skipped without saying.  The tokens must
+    be valid text format (protobuf parsed them); one pass, however many there are."""
+    found: list[tuple[Token, str]] = []
+    stack: list[tuple[str, object]] = [("message", descriptor)]  # ("message" | "list", message descriptor)
+    i = 0
+    while i < len(tokens):
+        text = tokens[i].text
+        kind, current = stack[-1]
+        if text in CLOSE or (text == "]" and kind == "list"):
+            stack.pop()
+            i += 1
+        elif text in ",;":
+            i += 1
+        elif kind == "list":  # a list of messages: [ {...}, {...} ]
+            stack.append(("message", current))
+            i += 1
+        else:
+            field = current.fields_by_name.get(text)  # type: ignore[attr-defined]
+            value = i + 2 if i + 1 < len(tokens) and tokens[i + 1].text == ":" else i + 1
+            opener = tokens[value].text if value < len(tokens) else ""
+            if field is None:
+                found.append((tokens[i], current.name))  # type: ignore[attr-defined]
+                i = field_extent(tokens, i)
+            elif field.message_type is not None and opener in OPEN:
+                stack.append(("message", field.message_type))
+                i = value + 1
+            elif field.message_type is not None and opener == "[":
+                stack.append(("list", field.message_type))
+                i = value + 1
+            else:
+                i = field_extent(tokens, i)
+    return found

@@ -79,9 +79,14 @@ class LayerMemory:
     verified: bool = True  # False: a generic guess, reported as such
     params_filled: bool = True  # False: LayerSetUp only reshapes its parameter blobs (no filler writes them)
     # A prefetching data layer's batches (BasePrefetchingDataLayer): real memory, but
-    # outside the measured heap; its tops then point into a batch instead of owning data.
+    # outside the measured heap; its tops then point into a batch instead of owning data
+    # (unless ``forward`` writes them: older forks copy the batch into the tops).
     prefetch: tuple[Action, ...] = ()
     notes: tuple[str, ...] = ()  # what the user must know about these figures (estimates)
+    # Reads above that only take the pointer (cpu_data()) and never use the values, e.g.
+    # Eltwise SUM's top data in Backward: they allocate like any read, but what they would
+    # see may change (`optimize --inplace` asks).
+    pointer_only: tuple[Touch, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,11 @@ Caffe.  Keeping them here lets every family reproduce both the arithmetic and th
 
 from __future__ import annotations
 
+import math
+import struct
 from typing import Iterable
 
+from ..errors import CaffememError
 from ..graph import Shape, count as element_count
 from .registry import ShapeQuery
 
@@ -74,6 +77,25 @@ def format_shape(shape: Shape) -> str:
 
 
 def int32(value: int) -> int:
-    """A uint32/int64 proto field as Caffe's ``int`` variable holding it sees it (two's complement)."""
-    value &= 0xFFFFFFFF
-    return value - 2**32 if value >= 2**31 else value
+    """A uint32/int64 proto field read into Caffe's ``int``.  A value outside it is refused:
+    Caffe would silently wrap it (a dim of 2^40 becomes 0), so no figure for it is true."""
+    if not -(2**31) <= value <= INT_MAX:
+        wrapped = (value & 0xFFFFFFFF) - (2**32 if value & 0x80000000 else 0)
+        raise CaffememError(f"{value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {wrapped})")
+    return value
+
+
+def float32(value: float) -> float:
+    """A double stored in a C++ ``float``: rounded to float32; beyond its range ±inf, as the
+    conversion gives on every platform Caffe runs on (Python's struct would raise)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def c_divide(numerator: float, denominator: float) -> float:
+    """``numerator / denominator`` on C++ doubles: dividing by zero gives ±inf or nan, not an exception."""
+    if denominator:
+        return numerator / denominator
+    return math.nan if numerator == 0 or math.isnan(numerator) else math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)

@@ -175,7 +175,8 @@ def _eltwise_memory(q: MemoryQuery) -> LayerMemory:
     """eltwise_layer.cpp: MAX keeps the winning bottom per element in the int blob
     ``max_idx_`` (shaped in Reshape, written in Forward, read in Backward).  Backward reads
     the top's data and diff, then per bottom asked for: its data and diff, and for PROD the
-    other bottoms (stable_prod_grad, the default) or the top's data."""
+    other bottoms (stable_prod_grad, the default) or the top's data: only then are the top's
+    values used (the first read of it just takes the pointer)."""
     param = caffe_pb2.EltwiseParameter
     op = q.proto.eltwise_param.operation
     mask = q.buffer("max_idx")
@@ -188,7 +189,13 @@ def _eltwise_memory(q: MemoryQuery) -> LayerMemory:
             backward += tuple(read(q.bottom(j)) for j in bottoms if j != i)
         elif op == param.MAX:
             backward += (read(mask),)
-    return LayerMemory(setup=buffer_setup(mask, q.bottoms[0], "int") if op == param.MAX else (), forward=forward, backward=backward)
+    top_values_used = op == param.PROD and not q.proto.eltwise_param.stable_prod_grad
+    return LayerMemory(
+        setup=buffer_setup(mask, q.bottoms[0], "int") if op == param.MAX else (),
+        forward=forward,
+        backward=backward,
+        pointer_only=() if top_values_used else (read(q.top(0)),),
+    )
 
 
 @layer("Eltwise", "common", bottoms=Arity(2), tops=ONE, source="caffe master layers/eltwise_layer.cpp", memory=_eltwise_memory)

@@ -103,6 +103,11 @@ def color_channels(is_color: bool) -> int:
 # input then lives there, unless its Forward copies it into the tops (older forks).
 
 
+def layer_note(q: MemoryQuery, what: str) -> str:
+    """A note on bytes a layer's rule cannot know (or only bounds)."""
+    return f"layer '{q.layer.name}' ({q.layer.type}): {what}"
+
+
 def _input_memory(q: MemoryQuery) -> LayerMemory:
     """input_layer.cpp: LayerSetUp only reshapes the tops; Forward and Backward do nothing.
     The tops' data is the caller's to fill (the memory pass counts it as the input)."""
@@ -125,7 +130,8 @@ def prefetch_memory(q: MemoryQuery, batches: int, transformed: tuple[int, ...] =
         for name, shape in zip(("data", "label"), q.tops):
             prefetch += buffer_setup(q.buffer(f"prefetch_{i}/{name}"), shape, filled=True)
     forward = tuple(write(q.top(i)) for i in range(len(q.tops))) if copies else ()
-    return LayerMemory(forward=forward, prefetch=prefetch)
+    notes = (layer_note(q, "its mean_file is loaded into a blob of the file's size, not counted"),) if q.proto.transform_param.mean_file else ()
+    return LayerMemory(forward=forward, prefetch=prefetch, notes=notes)
 
 
 def _prefetching(transformed: tuple[int, ...] = (0,)) -> MemoryRule:
@@ -162,14 +168,15 @@ def _hdf5_data_memory(q: MemoryQuery) -> LayerMemory:
     data.  LayerSetUp loads the whole first file into ``hdf_blobs_`` (one blob per top, each
     dataset's full size), which stays held: the datasets' sizes are in the file, unknown
     to caffemem, so they are not counted."""
-    return LayerMemory(forward=tuple(write(q.top(i)) for i in range(len(q.tops))))
+    note = layer_note(q, "it holds the whole current HDF5 file (hdf_blobs_), not counted")
+    return LayerMemory(forward=tuple(write(q.top(i)) for i in range(len(q.tops))), notes=(note,))
 
 
 def _python_memory(q: MemoryQuery) -> LayerMemory:
     """python_layer.hpp: the Python code's reshape() shapes the tops and its forward() fills
     them (counted as the input, as for an Input layer); whatever else the code allocates is
     its own (numpy memory), unknown to caffemem."""
-    return LayerMemory(verified=False)
+    return LayerMemory(verified=False, notes=(layer_note(q, "what its Python code allocates is not counted"),))
 
 
 @layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory)

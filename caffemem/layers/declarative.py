@@ -24,7 +24,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 
-from ..errors import CaffememError, Location
+from ..errors import CaffememError, Location, excerpt
 from ..graph import LayerShapes, Shape
 from .registry import Arity, LayerSpec, NeedsInput, ShapeQuery
 
@@ -32,6 +32,7 @@ _LIKE = re.compile(r"^\s*like\s+bottom\s+(\d+)\s*(?:with\s+(.*))?$", re.IGNORECA
 _AXIS = re.compile(r"^\s*axis\s+(-?\d+)\s*=\s*(.+)$", re.IGNORECASE)
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _FUNCTIONS = {"min": min, "max": max}
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,10 @@ class ShapeTemplate:
             for clause in _split_top_level(like.group(2) or ""):
                 axis_match = _AXIS.match(clause)
                 if not axis_match:
-                    raise query.fail(f"declared shape '{self.text}': expected 'axis A = EXPR', got '{clause}'")
+                    raise query.fail(f"declared shape '{excerpt(self.text)}': expected 'axis A = EXPR', got '{excerpt(clause)}'")
                 axis = int(axis_match.group(1))
                 if not -len(base) <= axis < len(base):
-                    raise query.fail(f"declared shape '{self.text}': axis {axis} is outside bottom {like.group(1)} of {len(base)} axes")
+                    raise query.fail(f"declared shape '{excerpt(self.text)}': axis {axis} is outside bottom {like.group(1)} of {len(base)} axes")
                 base[axis] = _evaluate(axis_match.group(2), query, self.text)
             return tuple(base)
         if self.text.strip().lower() == "scalar":
@@ -88,9 +89,11 @@ def _bottom(query: ShapeQuery, index: int) -> Shape:
 def _evaluate(expression: str, query: ShapeQuery, context: str) -> int:
     try:
         tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError:
-        raise query.fail(f"declared shape '{context}': cannot read expression '{expression.strip()}'") from None
-    return _Evaluator(query, context).visit(tree.body)
+        return _Evaluator(query, context).visit(tree.body)
+    except (SyntaxError, ValueError):
+        raise query.fail(f"declared shape '{excerpt(context)}': cannot read expression '{excerpt(expression.strip())}'") from None
+    except (RecursionError, MemoryError):  # Python's parser gives up on deep nesting with either
+        raise query.fail(f"declared shape '{excerpt(context)}': expression nests too deeply") from None
 
 
 class _Evaluator(ast.NodeVisitor):
@@ -100,10 +103,17 @@ class _Evaluator(ast.NodeVisitor):
         self.query, self.context = query, context
 
     def fail(self, what: str) -> CaffememError:
-        return self.query.fail(f"declared shape '{self.context}': {what}")
+        return self.query.fail(f"declared shape '{excerpt(self.context)}': {what}")
 
     def generic_visit(self, node: ast.AST):
-        raise self.fail(f"'{ast.unparse(node)}' is not allowed in a shape expression")
+        raise self.fail(f"'{excerpt(ast.unparse(node))}' is not allowed in a shape expression")
+
+    def visit(self, node: ast.AST) -> int:
+        """Every value stays within C++'s int64, as the layer's own code would compute it."""
+        value = super().visit(node)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise self.fail(f"'{excerpt(ast.unparse(node))}' is outside the 64-bit integer range")
+        return value
 
     def visit_Constant(self, node: ast.Constant) -> int:
         if isinstance(node.value, bool) or not isinstance(node.value, int):
@@ -138,7 +148,7 @@ class _Evaluator(ast.NodeVisitor):
             return shape[index]
         values = self._field(node.value)
         if not hasattr(values, "__len__") or not -len(values) <= index < len(values):
-            raise self.fail(f"'{ast.unparse(node)}' has no value at index {index}")
+            raise self.fail(f"'{excerpt(ast.unparse(node))}' has no value at index {index}")
         return int(values[index])
 
     def visit_Attribute(self, node: ast.Attribute) -> int:
@@ -153,10 +163,10 @@ class _Evaluator(ast.NodeVisitor):
         value = self._field(node)
         if hasattr(value, "__len__") and not isinstance(value, str):
             if not len(value):
-                raise self.fail(f"'{ast.unparse(node)}' is empty in this layer")
+                raise self.fail(f"'{excerpt(ast.unparse(node))}' is empty in this layer")
             value = value[0]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(f"'{ast.unparse(node)}' is not a number")
+            raise self.fail(f"'{excerpt(ast.unparse(node))}' is not a number")
         return int(value)
 
     def _field(self, node: ast.AST):
@@ -166,7 +176,7 @@ class _Evaluator(ast.NodeVisitor):
             path.append(node.attr)
             node = node.value
         if not isinstance(node, ast.Name):
-            raise self.fail(f"'{ast.unparse(node)}' is not a field of the layer")
+            raise self.fail(f"'{excerpt(ast.unparse(node))}' is not a field of the layer")
         path.append(node.id)
         value = self.query.proto
         for name in reversed(path):
@@ -230,6 +240,8 @@ def load_declarations(file: str) -> dict[str, LayerSpec]:
         raise CaffememError("--layers file not found", Location(file=file)) from None
     except OSError as error:
         raise CaffememError(f"cannot read --layers file: {error.strerror or error}", Location(file=file)) from None
+    except UnicodeDecodeError:
+        raise CaffememError("not valid TOML: the file is not UTF-8 text", Location(file=file)) from None
     except tomllib.TOMLDecodeError as error:
         line = re.search(r"line (\d+)", str(error))
         raise CaffememError(f"not valid TOML: {error}", Location(file=file, line=int(line.group(1)) if line else None)) from None

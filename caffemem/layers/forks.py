@@ -18,12 +18,11 @@ both sets of fields, see proto/caffe.proto).
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from ..graph import LayerShapes, Shape, count
-from .access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, buffer_setup, read, write
-from .blob import dim, format_shape, int32, legacy4, legacy_dim, reshaped
+from .access import Action, BlobId, LayerMemory, MemoryQuery, Part, Reshape, Share, buffer_setup, read, write
+from .blob import c_divide, dim, float32, format_shape, int32, legacy4, legacy_dim, reshaped
 from .data import (
     COLOR_CHANNELS,
     Dim,
@@ -32,6 +31,7 @@ from .data import (
     color_channels,
     follow_data,
     image_size,
+    layer_note,
     positive_batch,
     prefetch_memory,
     resolve_tops,
@@ -65,11 +65,6 @@ def _set(message: Any, *fields: str) -> bool:
     return any(message.HasField(name) for name in fields)
 
 
-def _float32(value: float) -> float:
-    """A value as the C++ ``float`` holding it (PriorBox compares aspect ratios as floats)."""
-    return struct.unpack("f", struct.pack("f", value))[0]
-
-
 def _nchw(shape: Shape) -> Shape:
     """Blob::num/channels/height/width of a blob the shape rule accepted (missing axes: 1)."""
     return tuple(shape[i] if i < len(shape) else 1 for i in range(4))
@@ -79,8 +74,8 @@ def _reads(*blobs: BlobId) -> tuple[Action, ...]:
     return tuple(read(blob) for blob in blobs)
 
 
-def _writes(*blobs: BlobId, part: str = "data") -> tuple[Action, ...]:
-    return tuple(write(blob, part) for blob in blobs)  # type: ignore[arg-type]
+def _writes(*blobs: BlobId, part: Part = "data") -> tuple[Action, ...]:
+    return tuple(write(blob, part) for blob in blobs)
 
 
 # --------------------------------------------------------------------------- BN
@@ -449,12 +444,12 @@ def _prior_count(q: ShapeQuery) -> int:
         q.check(size > 0, "min_size must be positive.")
     ratios = [1.0]
     for ratio in param.aspect_ratio:
-        ratio = _float32(ratio)
+        ratio = float32(ratio)  # PriorBox compares aspect ratios as floats
         if any(abs(ratio - known) < 1e-6 for known in ratios):
             continue
         ratios.append(ratio)
         if param.flip:
-            ratios.append(_float32(1.0 / ratio))
+            ratios.append(float32(c_divide(1.0, ratio)))  # 1./ar: a ratio of 0 gives inf, as in Caffe
     count = len(ratios) * len(param.min_size)
     if param.max_size:
         q.check(len(param.max_size) == len(param.min_size), "max_size must be given once per min_size")
@@ -632,7 +627,8 @@ def _multibox_loss_memory(q: MemoryQuery) -> LayerMemory:
     conf = _multibox_confidence(q, conf_pred, conf_gt, conf_loss, count(q.bottoms[1]) // int32(q.proto.multibox_loss_param.num_classes))
     forward = _reads(*(q.bottom(i) for i in range(4))) + loc[1] + conf[1] + (write(q.top(0)),)
     backward = (loc[2] if q.propagate_down[0] else ()) + (conf[2] if q.propagate_down[1] else ())
-    return LayerMemory(setup=loc[0] + conf[0], forward=forward, backward=backward)
+    note = layer_note(q, "its buffers grow with the matches found in the data; counted for every prior matched (an upper bound)")
+    return LayerMemory(setup=loc[0] + conf[0], forward=forward, backward=backward, notes=(note,))
 
 
 @layer(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ..graph import LayerShapes, Shape, count
 from .access import Action, BlobId, LayerMemory, MemoryQuery, MemoryRule, Reshape, buffer_setup, read, write
 from .blob import axis_index, format_shape, legacy4, legacy_dim
-from .registry import Arity, LayerSpec, ShapeQuery, layer, register
+from .registry import Arity, LayerSpec, ShapeQuery, in_place_always, layer, register
 
 ONE = Arity.exactly(1)
 ONE_OR_TWO = Arity(1, 2)
@@ -132,6 +132,31 @@ _PLAIN_NEURONS: dict[str, tuple[str, MemoryRule]] = {
     "Threshold": ("threshold_layer.cpp", forward_only_memory),
 }
 
+# Which of them `optimize --inplace` may run in place (top 0 = bottom 0, so the top's data
+# and diff ARE the bottom's), from each file's Forward_cpu/Backward_cpu and .cu twin.
+# Left out: BNLL (Backward reads bottom_data: in place that is log(1+e^x), not x), Power
+# (Backward reads bottom_data, and its caffe_set of bottom_diff wipes top_diff before the
+# final caffe_mul reads it).
+_IN_PLACE = {
+    # Backward tests bottom_data > 0, in place the top: relu keeps that sign when the
+    # slope is >= 0 (x <= 0 -> slope*x <= 0); cuDNN (slope 0) tests the same on y.
+    "ReLU": lambda proto: proto.relu_param.negative_slope >= 0,
+    # Backward reads the mask rand_vec_ (TRAIN) or copies top_diff (TEST; caffe_copy of a
+    # buffer onto itself is a no-op): never the data.
+    "Dropout": in_place_always,
+    # Backward tests bottom_data > 0 and uses alpha + top_data: with alpha >= 0,
+    # x > 0 <=> y > 0, and y is what the x <= 0 branch needs.
+    "ELU": lambda proto: proto.elu_param.alpha >= 0,
+    # Backward reads top_data only (sigmoid_x, tanhx); cuDNN's sigmoid/tanh derive dx from y.
+    "Sigmoid": in_place_always,
+    "TanH": in_place_always,
+    # Backward reads top_data and the inner Sigmoid's own output; Forward's caffe_mul is
+    # elementwise (bottom_data read before top_data[i] is written).
+    "Swish": in_place_always,
+    # Forward only, elementwise (Backward is NOT_IMPLEMENTED whether in place or not).
+    "Threshold": in_place_always,
+}
+
 for _type, (_file, _memory) in _PLAIN_NEURONS.items():
     register(
         LayerSpec(
@@ -142,10 +167,12 @@ for _type, (_file, _memory) in _PLAIN_NEURONS.items():
             tops=ONE,
             source=f"caffe master layers/{_file}, neuron_layer.cpp",
             memory=_memory,
+            in_place=_IN_PLACE.get(_type),
         )
     )
 
 
+# Never in place: LayerSetUp CHECK_NEs top and bottom (its Backward needs the sign of x).
 @layer("AbsVal", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/absval_layer.cpp", memory=neuron_memory("bottom", top_diff_always=True))
 def _absval(q: ShapeQuery) -> LayerShapes:
     """Elementwise, but Caffe refuses to run it in place (its backward needs the input)."""
@@ -153,6 +180,7 @@ def _absval(q: ShapeQuery) -> LayerShapes:
     return _like_bottom(q)
 
 
+# Not in place: Backward tests min <= bottom_data <= max, always true of a clipped top.
 @layer(
     "Clip",
     "neuron",
@@ -180,13 +208,15 @@ def _log_base(q: ShapeQuery, base: float) -> float:
     return value
 
 
-@layer("Exp", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/exp_layer.cpp", memory=neuron_memory("top"))
+# In place: Forward is elementwise (caffe_exp onto itself), Backward reads top_data only.
+@layer("Exp", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/exp_layer.cpp", memory=neuron_memory("top"), in_place=in_place_always)
 def _exp(q: ShapeQuery) -> LayerShapes:
     """Elementwise base**(shift + scale*x); LayerSetUp CHECKs the base."""
     _log_base(q, q.proto.exp_param.base)
     return _like_bottom(q)
 
 
+# Not in place: Backward reads bottom_data (in place, the log of it).
 @layer("Log", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/log_layer.cpp", memory=neuron_memory("bottom"))
 def _log(q: ShapeQuery) -> LayerShapes:
     """Elementwise log_base(shift + scale*x); LayerSetUp CHECKs that 1/log(base) is finite too."""
@@ -215,7 +245,9 @@ def _prelu_memory(q: MemoryQuery) -> LayerMemory:
     )
 
 
-@layer("PReLU", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/prelu_layer.cpp", memory=_prelu_memory)
+# In place: Forward copies the input to bottom_memory_ (``if (bottom[0] == top[0])``) and
+# Backward reads that copy instead of bottom_data (prelu_layer.cpp and .cu).
+@layer("PReLU", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/prelu_layer.cpp", memory=_prelu_memory, in_place=in_place_always)
 def _prelu(q: ShapeQuery) -> LayerShapes:
     """Learns one slope per channel, or a single 0-axis (scalar) slope if channel_shared.
 
@@ -252,6 +284,8 @@ def _softmax_memory(q: MemoryQuery) -> LayerMemory:
     return softmax_memory(q, q.bottom(0), q.top(0), q.bottoms[0], q.proto.softmax_param.axis)
 
 
+# Not flagged in place: the CPU code is right in place, but cuDNN's softmax Backward
+# with dx aliasing dy is not documented as allowed.
 @layer(
     "Softmax",
     "neuron",
@@ -284,6 +318,7 @@ def _mvn_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
+# Not in place: Backward (normalize_variance) reads both top_data and bottom_data.
 @layer("MVN", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/mvn_layer.cpp", memory=_mvn_memory)
 def _mvn(q: ShapeQuery) -> LayerShapes:
     """Caffe reshapes the top to (num, channels, height, width): always 4 axes, missing ones 1."""
@@ -319,7 +354,10 @@ def _batch_norm_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("BatchNorm", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/batch_norm_layer.cpp", memory=_batch_norm_memory)
+# In place: Forward computes the mean from bottom_data before it edits top_data, Backward
+# copies top_diff to x_norm_'s diff first (``if (bottom[0] != top[0]) ... else``) and
+# reads the saved x_norm_, never the top's data (batch_norm_layer.cpp and .cu).
+@layer("BatchNorm", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/batch_norm_layer.cpp", memory=_batch_norm_memory, in_place=in_place_always)
 def _batch_norm(q: ShapeQuery) -> LayerShapes:
     """Keeps running mean [C], variance [C] and the moving-average factor [1] as its 3 blobs.
 
@@ -404,7 +442,9 @@ def _bias_layer_memory(q: MemoryQuery) -> LayerMemory:
     return _bias_memory(q, bias, shape, q.proto.bias_param.axis, q.bottom(0), q.propagate_down[0], bias_grad)
 
 
-@layer("Bias", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/bias_layer.cpp", memory=_bias_layer_memory)
+# In place (top 0 = bottom 0): Forward skips its copy and adds onto the data, Backward
+# skips copying top_diff (it is the bottom's diff) and reads only top_diff (bias_layer.cpp, .cu).
+@layer("Bias", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/bias_layer.cpp", memory=_bias_layer_memory, in_place=in_place_always)
 def _bias(q: ShapeQuery) -> LayerShapes:
     """Adds bottom[1], or a learned blob covering bottom[0]'s axes [axis, axis+num_axes)."""
     param = q.proto.bias_param
@@ -470,6 +510,9 @@ def _scale_memory(q: MemoryQuery) -> LayerMemory:
     tops=ONE,
     source="caffe master layers/scale_layer.cpp, bias_layer.cpp",
     memory=_scale_memory,
+    # In place: Forward copies the input to temp_ (``if (bottom[0] == top[0])``), Backward
+    # reads temp_ for the scale's gradient before it writes bottom_diff (= top_diff).
+    in_place=in_place_always,
 )
 def _scale(q: ShapeQuery) -> LayerShapes:
     """Multiplies by bottom[1] or a learned blob; with bias_term, an inner Bias layer adds a learned bias.

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from ..graph import LayerShapes, Shape
 from ..schema import caffe_pb2
-from .access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, param_id, read, write
+from .access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, Touch, param_id, read, write
 from .blob import axis_index, count, dim, format_shape, int32
 from .registry import Arity, ShapeQuery, SpecTable, layer
 
@@ -233,7 +234,10 @@ def _static_input(q: MemoryQuery | ShapeQuery, arch: _Unrolled) -> bool:
     return len(q.bottoms) > 2 + _exposed(q, arch)
 
 
-def _rename(action: Action, rename: Callable[[BlobId], BlobId]) -> Action:
+_A = TypeVar("_A", Touch, Reshape, Share)
+
+
+def _rename(action: _A, rename: Callable[[BlobId], BlobId]) -> _A:
     if isinstance(action, Share):
         return replace(action, dst=rename(action.dst), src=rename(action.src))
     return replace(action, blob=rename(action.blob))
@@ -293,7 +297,8 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
     copies = [] if hidden else [a for start, end in zip(arch.hidden_blobs, finals) for a in (read(inner(end)), write(inner(start)))]
     exposed = [Share(q.top(len(arch.outputs) + j), inner(name), "data") for j, name in enumerate(finals[:hidden])]
     forward = links + (share_weights if q.phase == "TEST" else []) + copies + forward + exposed
-    return LayerMemory(setup=tuple(setup), forward=tuple(forward), backward=backward)
+    pointer_only = tuple(_rename(touch, inner) for rule in rules[:last] for touch in rule.pointer_only)
+    return LayerMemory(setup=tuple(setup), forward=tuple(forward), backward=backward, pointer_only=pointer_only)
 
 
 @layer(

@@ -8,7 +8,7 @@ passes never test a type name; they ask the spec.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import CaffememError, Location
 from ..graph import Layer, LayerShapes, Shape
@@ -96,6 +96,15 @@ class LayerSpec:
     # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
     # top's data with bottom 0.
     fork_shares: tuple[str, ...] = ()
+    # `optimize --inplace`: a test of the LayerParameter saying that Caffe's Forward and
+    # Backward give the right result when top i is bottom i (read from the type's CPU and
+    # GPU code, cited where it is set); None: never rewritten in place.
+    in_place: "Callable[[Any], bool] | None" = None
+
+
+def in_place_always(proto: Any) -> bool:
+    """LayerSpec.in_place for a type that is right in place whatever its parameters."""
+    return True
 
 
 _REGISTRY: dict[str, LayerSpec] = {}

@@ -14,14 +14,13 @@ build a cuDNN class instead, the rule follows that class (cudnn_*_layer.cpp/.cu)
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ..graph import LayerShapes, Shape, count
 from ..schema import caffe_pb2
 from .access import Action, Alloc, BlobId, LayerMemory, MemoryQuery, MemoryRule, Reshape, Share, buffer_setup, read, write
-from .blob import axis_index, format_shape, reshaped
+from .blob import axis_index, float32, format_shape, reshaped
 from .neuron import uses_cudnn
 from .registry import Arity, ShapeQuery, layer
 
@@ -41,17 +40,13 @@ def c_div(a: int, b: int) -> int:
     return quotient if (a >= 0) == (b > 0) else -quotient
 
 
-def _float32(x: float) -> float:
-    return struct.unpack("f", struct.pack("f", x))[0]
-
-
 def float_div_rounded(numerator: int, denominator: int, ceil: bool) -> int:
     """``static_cast<int>(ceil|floor(static_cast<float>(n) / d))``: Pooling's float32 rounding.
 
     Division of two float32 values done in double then rounded to float32 is exact IEEE
     float32 division, so this matches Caffe even where float32 loses integer precision.
     """
-    quotient = _float32(_float32(float(numerator)) / _float32(float(denominator)))
+    quotient = float32(float32(float(numerator)) / float32(float(denominator)))
     return int(math.ceil(quotient) if ceil else math.floor(quotient))
 
 

@@ -2,11 +2,14 @@
 
 Entry point: :func:`lifetimes`.  A class is live from the step that first writes it to
 the step that last reads it.  What may never share storage, by default: the net's inputs
-(data-layer tops) and outputs, loss tops, parameters, every ``--exclude-blob``, and any
-class read before it is written (Caffe relies on a fresh SyncedMemory being zero-filled,
-e.g. a Split summing a gradient nobody wrote).  Layer buffers that every step refills
-before reading (the im2col column buffer) may share with ``share_buffers``.  The lower
-bound is the peak, over the steps, of the bytes of shareable classes alive together.
+(data-layer tops) and outputs, loss tops, parameters, every ``--exclude-blob``, any class
+read before it is written (Caffe relies on a fresh SyncedMemory being zero-filled, e.g. a
+Split summing a gradient nobody wrote), and any class Net::Init touches (a plan's storage
+takes over only when Init ends, discarding what Init wrote; layers read it later, not
+always in a way that allocates, e.g. a convolution's geometry blobs).  Layer buffers that
+every step refills before reading (the im2col column buffer) may share with
+``share_buffers``.  The lower bound is the peak, over the steps, of the bytes of
+shareable classes alive together.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
         uses = touches.get(storage.id)
         if not uses:
             continue  # never touched: never allocated
-        reason = _kept_reason(storage, uses, excluded_blobs, share_buffers)
+        reason = _kept_reason(storage, uses, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
         if reason:
             kept[storage.id] = reason
             continue
@@ -97,19 +100,18 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
     return Liveness(schedule, tuple(shareable), kept, peak, peak_step, alive)
 
 
-def _kept_reason(storage: StorageClass, uses, excluded: set[str], share_buffers: bool) -> str | None:
+def _kept_reason(storage: StorageClass, uses, excluded: set[str], share_buffers: bool, init_touched: bool) -> str | None:
     if storage.kind == "param":
         return "a parameter"
-    if storage.kind == "buffer":
-        if not share_buffers:
-            return "a layer buffer (see --share-buffers)"
-        if not all(writes_first for _, writes_first, _ in uses):
-            return "a layer buffer that keeps values between steps"
-        return None
-    names = {blob.name for blob, _ in storage.members}
-    hit = sorted(names & excluded)
+    if storage.kind == "buffer" and not share_buffers:
+        return "a layer buffer (see --share-buffers)"
+    hit = sorted({blob.name for blob, _ in storage.members} & excluded) if storage.kind == "blob" else []
     if hit:
         return f"'{hit[0]}' is an input, output, loss or excluded blob"
+    if init_touched:
+        return "filled during Net::Init (a plan takes over storage only when Init ends)"
+    if storage.kind == "buffer":
+        return None if all(writes_first for _, writes_first, _ in uses) else "a layer buffer that keeps values between steps"
     if not uses[0][1]:
         return "read before it is written (relies on zero-filled fresh memory)"
     return None

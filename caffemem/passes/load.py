@@ -7,18 +7,22 @@ solver reads the train and test nets it names, resolving relative paths as Caffe
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import os
 import re
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from ..errors import CaffememError, Location
+from ..errors import CaffememError, Location, excerpt
 from ..graph import Shape
 from ..schema import caffe_pb2
-from ..textmap import Token, blank_out, field_extent, token_at, tokenize, top_level_blocks
+from ..textmap import tokenize, top_level_blocks, unknown_fields
 
 MAX_TEXT_BYTES = 64 * 1024 * 1024
 MAX_BINARY_BYTES = 2 * 1024 * 1024 * 1024 - 1  # protobuf's own message limit
@@ -64,30 +68,36 @@ class SolverSource:
 Source = NetSource | SolverSource
 
 
-def load(path: str | os.PathLike, *, lenient: bool = False, cwd: str | os.PathLike | None = None) -> Source:
-    """Read a net (text or binary) or a solver file; raises CaffememError on any problem."""
+def load(path: str | os.PathLike, *, lenient: bool = False, cwd: str | os.PathLike | None = None, expect_net: bool = False) -> Source:
+    """Read a net (text or binary) or a solver file; raises CaffememError on any problem.
+
+    ``expect_net``: the file is a solver's net, so a solver here is an error (not a loop)."""
     file = str(path)
     data = _read_bytes(file)
-    text = _as_text(data)
+    text = _as_text(data, file)
     if text is None:
         return _load_binary(data, file)
     del data
-    tokens = tokenize(text)
-    blocks = top_level_blocks(text, tokens)
-    if _looks_like_solver(blocks):
-        solver, notes = _parse_text(text, tokens, caffe_pb2.SolverParameter(), file, lenient)
-        return _load_solver(solver, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd())
-    net, notes = _parse_text(text, tokens, caffe_pb2.NetParameter(), file, lenient)
-    layer_blocks = [b for b in blocks if b.field in LAYER_FIELDS] if not notes else _net_layer_blocks(text)
-    return NetSource(net, file, _layer_lines(text, layer_blocks), notes=tuple(notes))
+    if len(text) > MAX_TEXT_BYTES:  # before any scan: a huge file is refused at once
+        raise CaffememError(f"text file of {len(text)} bytes is larger than any net definition ({MAX_TEXT_BYTES} max)", Location(file=file))
+    message, notes, tokens = _parse_net_or_solver(text, file, lenient)
+    if isinstance(message, caffe_pb2.SolverParameter):
+        if expect_net:
+            raise CaffememError("is a solver, named where a solver expects a net definition", Location(file=file))
+        return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd())
+    layer_blocks = [b for b in top_level_blocks(text, tokens if tokens is not None else tokenize(text)) if b.field in LAYER_FIELDS]
+    return NetSource(message, file, _layer_lines(text, layer_blocks), notes=tuple(notes))
 
 
 def _read_bytes(file: str) -> bytes:
     where = Location(file=file)
     try:
-        size = os.stat(file).st_size
-        if os.path.isdir(file):
+        status = os.stat(file)
+        size = status.st_size
+        if stat.S_ISDIR(status.st_mode):
             raise CaffememError("is a directory, not a net or solver file", where)
+        if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode):
+            raise CaffememError("is a device, not a net or solver file", where)  # /dev/zero would never end
         if size > MAX_BINARY_BYTES:
             raise CaffememError(f"file is {size} bytes, larger than any Caffe net can be", where)
         with open(file, "rb") as handle:
@@ -100,8 +110,10 @@ def _read_bytes(file: str) -> bytes:
         raise CaffememError(f"cannot read: {error.strerror or error}", where) from None
 
 
-def _as_text(data: bytes) -> str | None:
+def _as_text(data: bytes, file: str) -> str | None:
     """The file as text, or None when it is binary (a .caffemodel or garbage)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise CaffememError("is UTF-16 text; Caffe reads a prototxt as ASCII or UTF-8: save it as UTF-8", Location(file=file))
     if b"\x00" in data[:65536]:
         return None
     try:
@@ -115,65 +127,133 @@ def _as_text(data: bytes) -> str | None:
         return text if printable > 0.95 * min(len(text), 65536) else None
 
 
-def _looks_like_solver(blocks) -> bool:
-    net_fields = set(caffe_pb2.NetParameter.DESCRIPTOR.fields_by_name)
-    solver_only = set(caffe_pb2.SolverParameter.DESCRIPTOR.fields_by_name) - net_fields
-    return any(block.field in solver_only for block in blocks)
+_SOLVER_ONLY_FIELDS = frozenset(caffe_pb2.SolverParameter.DESCRIPTOR.fields_by_name) - frozenset(caffe_pb2.NetParameter.DESCRIPTOR.fields_by_name)
 
 
 _UNKNOWN_FIELD = re.compile(r'Message type "caffe\.(\w+)" has no field named "([^"]+)"')
 _UNKNOWN_ENUM = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\S+?)( for field (\S+))?\.?$')
 
 
-def _parse_text(text: str, tokens: list[Token], message, file: str, lenient: bool):
-    """text_format.Parse with located errors; --lenient blanks unknown fields out one by one."""
-    notes: list[str] = []
-    if len(text) > MAX_TEXT_BYTES:
-        raise CaffememError(f"text file of {len(text)} bytes is larger than any net definition ({MAX_TEXT_BYTES} max)", Location(file=file))
-    while True:
-        try:
-            return text_format.Parse(text, message, allow_unknown_extension=False), notes
-        except text_format.ParseError as error:
-            line, column = error.GetLine(), error.GetColumn()
-            detail = _explain_parse_error(str(error))
-            layer = _layer_at(top_level_blocks(text, tokens), text, line)
-            unknown = _UNKNOWN_FIELD.search(str(error))
-            if lenient and unknown and line is not None:
-                index = token_at(tokens, line, column)
-                index = _field_name_index(tokens, index, unknown.group(2))
-                if index is not None:
-                    end = field_extent(tokens, index)
-                    stop = tokens[end - 1].offset + len(tokens[end - 1].text)
-                    text = blank_out(text, tokens[index].offset, stop)
-                    tokens = tokenize(text)
-                    place = f"{file}:{line}:{tokens[index].column if index < len(tokens) else column}"
-                    notes.append(f"warning: {place}: skipped unknown field '{unknown.group(2)}' in {unknown.group(1)}" + (f" (layer '{layer}')" if layer else ""))
-                    message.Clear()
-                    continue
-            hint = " (use --lenient to skip unknown fields)" if unknown else ""
-            raise CaffememError(detail + hint, Location(file=file, line=line, column=column, layer=layer)) from None
-        except RecursionError:
-            raise CaffememError("nesting too deep to be a Caffe definition", Location(file=file)) from None
+def _parse_net_or_solver(text: str, file: str, lenient: bool):
+    """(NetParameter or SolverParameter, notes, tokens or None).
+
+    A solver names a solver-only field at the top level.  protobuf tells cheaply: parsing
+    as a net stops at the first field a net does not have, so garbage fails at its first
+    token without the whole file being scanned.  Only when that field is unknown to both
+    messages (a typo) does one regular-expression scan look for the solver's fields."""
+    net = caffe_pb2.NetParameter()
+    try:
+        return _parse_once(text, net, file), [], None
+    except text_format.ParseError as error:
+        net_error = error
+    unknown = _UNKNOWN_FIELD.search(_head(net_error))
+    if unknown and unknown.group(1) == "NetParameter":
+        if unknown.group(2) in _SOLVER_ONLY_FIELDS or _SOLVER_FIELD_ANYWHERE.search(text):
+            return _parse_text(text, caffe_pb2.SolverParameter(), file, lenient)
+    if not lenient:
+        raise _located(net_error, text, file)  # parsing again would stop at the same place
+    return _parse_text(text, caffe_pb2.NetParameter(), file, lenient)
 
 
-def _field_name_index(tokens: list[Token], index: int | None, name: str) -> int | None:
-    """protobuf points at or after the unknown name: step back to the name token."""
-    if index is None:
-        return None
-    for i in range(min(index, len(tokens) - 1), max(index - 3, -1), -1):
-        if tokens[i].text == name:
-            return i
-    return None
+def _head(error: text_format.ParseError) -> str:
+    """The start of protobuf's message, enough to read which field it is about: the
+    message quotes the offending token, which in a hostile file can be megabytes."""
+    return str(error)[:1000]
 
 
-def _explain_parse_error(raw: str) -> str:
-    """protobuf's wording, made shorter and in caffemem's terms."""
+def _field_names_under(descriptor, seen: set[str] | None = None) -> set[str]:
+    """Every field name of a message and of the messages inside it."""
+    seen = set() if seen is None else seen
+    if descriptor.full_name in seen:
+        return set()
+    seen.add(descriptor.full_name)
+    names = set(descriptor.fields_by_name)
+    for field in descriptor.fields:
+        if field.message_type is not None:
+            names |= _field_names_under(field.message_type, seen)
+    return names
+
+
+# Solver fields no message of a net has (base_lr, max_iter, net, ...): one of them set
+# anywhere marks a solver, found by one regular-expression scan instead of a tokenization.
+_SOLVER_FIELD_ANYWHERE = re.compile(
+    r"(?:^|[\s{};,])(?:" + "|".join(sorted(_SOLVER_ONLY_FIELDS - _field_names_under(caffe_pb2.NetParameter.DESCRIPTOR))) + r")\s*[:{<]"
+)
+
+
+def _parse_once(text: str, message, file: str, lenient: bool = False):
+    """text_format.Parse; a nesting deeper than Python's stack is the user's error."""
+    try:
+        return text_format.Parse(text, message, allow_unknown_extension=False, allow_unknown_field=lenient)
+    except RecursionError:
+        raise CaffememError("nesting too deep to be a Caffe definition", Location(file=file)) from None
+
+
+def _parse_text(text: str, message, file: str, lenient: bool):
+    """(message, notes, tokens or None) with located errors.  --lenient: protobuf skips the
+    unknown fields in its one pass, and one walk of the tokens names each in a warning."""
+    try:
+        _parse_once(text, message, file, lenient)
+    except text_format.ParseError as error:
+        raise _located(error, text, file) from None
+    if not lenient:
+        return message, [], None
+    tokens = tokenize(text)
+    skipped = unknown_fields(tokens, message.DESCRIPTOR)
+    layer_at = _layer_finder(top_level_blocks(text, tokens) if skipped else [], text)
+    notes = []
+    for token, owner in skipped:
+        layer = layer_at(token.offset)
+        notes.append(f"warning: {file}:{token.line}:{token.column}: skipped unknown field '{excerpt(token.text)}' in {owner}" + (f" (layer '{excerpt(layer)}')" if layer else ""))
+    return message, notes, tokens
+
+
+def _located(error: text_format.ParseError, text: str, file: str) -> CaffememError:
+    """protobuf's parse error as a CaffememError naming line, column, layer and field.
+    The file is only tokenized up to the error, so a huge file stays cheap."""
+    line, column = error.GetLine(), error.GetColumn()
+    detail = _explain_parse_error(str(error), text, line)
+    unknown = _UNKNOWN_FIELD.search(_head(error))
+    offset = _offset_of(text, line, column)
+    before = tokenize(text[:offset])
+    layer = _layer_finder(top_level_blocks(text, before), text)(offset) if line is not None else None
+    if detail.startswith("Expected") and len(text) - offset < 100 and len(tokenize(text[offset:])) <= 1:
+        detail = f"the file ends in the middle of a definition (is it cut short?): {detail}"
+    elif not unknown and not detail.startswith("Expected") and len(before) >= 2 and before[-1].text == ":":
+        detail = f"{excerpt(before[-2].text)}: {detail}"  # the field whose value is wrong
+    hint = " (use --lenient to skip unknown fields)" if unknown else ""
+    return CaffememError(detail + hint, Location(file=file, line=line, column=column, layer=layer))
+
+
+def _offset_of(text: str, line: int | None, column: int | None) -> int:
+    """Offset of a 1-based line and column (protobuf's), or 0 when they are unknown."""
+    if line is None:
+        return 0
+    start = 0
+    for _ in range(line - 1):
+        start = text.find("\n", start) + 1
+        if start == 0:
+            return len(text)
+    return min(start + max((column or 1) - 1, 0), len(text))
+
+
+def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
+    """protobuf's wording, made shorter and in caffemem's terms (without the echo of the
+    whole line, which in a one-line file is the whole file)."""
     body = re.sub(r"^\d+:\d+ : ", "", raw)
-    if match := _UNKNOWN_FIELD.search(body):
-        return f"unknown field '{match.group(2)}' in {match.group(1)}"
-    if match := _UNKNOWN_ENUM.search(body):
-        return f"unknown value {match.group(2)} for enum {match.group(1)}"
-    return body.rstrip(".")
+    if line is not None:
+        start = _offset_of(text, line, 1)
+        end = text.find("\n", start)
+        echo = "'" + text[start : end if end >= 0 else len(text)] + "': "
+        for quoted in (echo, "'': "):  # '' at the end of the file
+            if body.startswith(quoted):
+                body = body[len(quoted) :]
+    head = body[:1000]  # a name longer than this is shown as protobuf words it, cut short
+    if match := _UNKNOWN_FIELD.search(head):
+        return f"unknown field '{excerpt(match.group(2))}' in {match.group(1)}"
+    if match := _UNKNOWN_ENUM.search(head):
+        return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}"
+    return excerpt(body.rstrip("."), 200)
 
 
 def _net_layer_blocks(text: str):
@@ -188,17 +268,20 @@ def _layer_lines(text: str, blocks, line_offset: int = 0) -> dict[str, tuple[int
     return {name: tuple(found) for name, found in lines.items()}
 
 
-def _layer_at(blocks, text: str, line: int | None) -> str | None:
-    """Name of the top-level layer block that holds a line (for error messages)."""
-    if line is None:
-        return None
-    holder = None
-    for block in blocks:
-        if block.field in LAYER_FIELDS and block.line <= line:
-            end_line = text.count("\n", 0, block.end) + 1
-            if line <= end_line:
-                holder = block.name
-    return holder
+def _layer_finder(blocks, text: str) -> Callable[[int], str | None]:
+    """offset -> name of the top-level layer block holding it (for messages).  A position
+    just after a block's last token (an error where the file is cut short) is still in it.
+    By bisection: a warning per field of a big file stays cheap."""
+    layers = [block for block in blocks if block.field in LAYER_FIELDS]
+    starts = [block.start for block in layers]
+
+    def layer_at(offset: int) -> str | None:
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0 or not (offset <= layers[i].end or text[layers[i].end : offset].isspace()):
+            return None
+        return layers[i].name
+
+    return layer_at
 
 
 def _load_binary(data: bytes, file: str) -> NetSource:
@@ -287,10 +370,7 @@ def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, not
         return NetSource(value, file, lines, notes=(f"{field_name} is given inline in the solver",))
     path, note = resolve_net_path(value, file, cwd, field_name)
     notes.append(note)
-    loaded = load(path, lenient=lenient, cwd=cwd)
-    if isinstance(loaded, SolverSource):
-        raise CaffememError(f"{field_name} names a solver file, not a net: {path}", Location(file=file))
-    return loaded
+    return load(path, lenient=lenient, cwd=cwd, expect_net=True)  # type: ignore[return-value]
 
 
 def resolve_net_path(value: str, solver_file: str, cwd: Path, field_name: str) -> tuple[str, str]:
@@ -306,5 +386,5 @@ def resolve_net_path(value: str, solver_file: str, cwd: Path, field_name: str) -
     for candidate, how in candidates:
         if candidate.is_file():
             return str(candidate), f"{field_name} '{value}' resolved {how}: {candidate}"
-    tried = ", ".join(str(c) for c, _ in candidates)
+    tried = ", ".join(dict.fromkeys(str(c) for c, _ in candidates))
     raise CaffememError(f"{field_name} '{value}' not found (tried {tried})", Location(file=solver_file))

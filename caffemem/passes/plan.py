@@ -16,12 +16,11 @@ Entry point: :func:`make_plan`.  Strategies:
 
 from __future__ import annotations
 
-import bisect
+import itertools
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
+from ..intervals import Occupancy, SlotTree, step_runs
 from .liveness import Lifetime, Liveness
 
 STRATEGIES = ("auto", "fork", "packed", "best-fit", "first-fit", "exact")
@@ -54,62 +53,52 @@ class Plan:
         return {member: slot.id for slot in self.slots for member in slot.members}
 
 
-class _OpenSlot:
-    """A slot being filled: its members' spans never overlap, so they are kept sorted
-    and a new lifetime is checked against its neighbours only (bisect)."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.bytes = 0
-        self.lives: list[Lifetime] = []
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def fits(self, life: Lifetime) -> bool:
-        for start, end in life.spans:
-            i = bisect.bisect_right(self.starts, end)  # spans starting at or before `end`
-            if i and self.ends[i - 1] >= start:
-                return False
-        return True
-
-    def take(self, life: Lifetime) -> None:
-        self.lives.append(life)
-        self.bytes = max(self.bytes, life.bytes)
-        for start, end in life.spans:
-            i = bisect.bisect_left(self.starts, start)
-            self.starts.insert(i, start)
-            self.ends.insert(i, end)
-
-
-def _finish(strategy: str, slots: list[_OpenSlot], notes: tuple[str, ...] = ()) -> Plan:
-    used = [s for s in slots if s.lives]
-    return Plan(strategy, tuple(Slot(i, s.bytes, tuple(l.storage for l in s.lives)) for i, s in enumerate(used)), notes)
+def _fill(strategy: str, ordered: list[Lifetime], new_position) -> Plan:
+    """Each class, in order, into the first free slot in the order of slot positions, or
+    into a new slot at ``new_position(life)``; slot ids are in order of opening."""
+    tree = SlotTree(len(ordered))
+    slot_at: dict[int, int] = {}  # position -> slot id
+    members: list[list[int]] = []
+    sizes: list[int] = []
+    for life in ordered:
+        runs = step_runs(life.spans)
+        position = tree.first_free(runs)
+        if position is None:
+            position = new_position(life)
+            slot_at[position] = len(members)
+            members.append([])
+            sizes.append(0)
+            tree.open(position, runs)
+        else:
+            tree.add(position, runs)
+        slot = slot_at[position]
+        members[slot].append(life.storage)
+        sizes[slot] = max(sizes[slot], life.bytes)
+    return Plan(strategy, tuple(Slot(i, size, tuple(group)) for i, (size, group) in enumerate(zip(sizes, members))))
 
 
 def best_fit(lives: tuple[Lifetime, ...]) -> Plan:
-    """Largest first; each into the compatible slot it grows least, then wastes least."""
-    slots: list[_OpenSlot] = []
-    for life in sorted(lives, key=lambda l: (-l.bytes, l.start, l.storage)):
-        candidates = [s for s in slots if s.fits(life)]
-        if candidates:
-            best = min(candidates, key=lambda s: (max(0, life.bytes - s.bytes), abs(s.bytes - life.bytes), s.index))
-        else:
-            best = _OpenSlot(len(slots))
-            slots.append(best)
-        best.take(life)
-    return _finish("best-fit", slots)
+    """Largest first; each into the compatible slot it grows least, then wastes least.
+
+    A slot is as large as its first member, the largest, so that is the smallest slot that
+    is free, then the lowest id: slots take positions in blocks by size, smallest first."""
+    block_start: dict[int, int] = {}  # size -> the first position of slots of that size
+    first = 0
+    for size, group in itertools.groupby(sorted(life.bytes for life in lives)):
+        block_start[size], first = first, first + len(list(group))
+    opened: dict[int, int] = {}
+
+    def new_position(life: Lifetime) -> int:
+        opened[life.bytes] = opened.get(life.bytes, -1) + 1
+        return block_start[life.bytes] + opened[life.bytes]
+
+    return _fill("best-fit", sorted(lives, key=lambda l: (-l.bytes, l.start, l.storage)), new_position)
 
 
 def first_fit(lives: tuple[Lifetime, ...]) -> Plan:
     """In order of first use, into the lowest-numbered slot that is free then."""
-    slots: list[_OpenSlot] = []
-    for life in sorted(lives, key=lambda l: (l.start, -l.bytes, l.storage)):
-        target = next((s for s in slots if s.fits(life)), None)
-        if target is None:
-            target = _OpenSlot(len(slots))
-            slots.append(target)
-        target.take(life)
-    return _finish("first-fit", slots)
+    opened = itertools.count()
+    return _fill("first-fit", sorted(lives, key=lambda l: (l.start, -l.bytes, l.storage)), lambda life: next(opened))
 
 
 def exact(lives: tuple[Lifetime, ...], seconds: float = EXACT_SECONDS) -> Plan | None:
@@ -167,48 +156,50 @@ def _pack(lives: tuple[Lifetime, ...], order, best_gap: bool) -> tuple[int, list
     """Place each class, in the given order, at the lowest offset (or, with best_gap, in
     the tightest gap) free of every placed class whose lifetime overlaps its own."""
     ordered = sorted(lives, key=order)
-    n = sum(len(life.spans) for life in ordered)
-    span_start = np.empty(n, dtype=np.int64)
-    span_end = np.empty(n, dtype=np.int64)
-    span_low = np.empty(n, dtype=np.int64)  # byte range of the placed class owning the span
-    span_high = np.empty(n, dtype=np.int64)
-    filled = 0
+    occupancy = Occupancy(max((life.end for life in ordered), default=0) + 1)
     placed: list[tuple[Lifetime, int]] = []
     for life in ordered:
-        mask = np.zeros(filled, dtype=bool)
-        for start, end in life.spans:
-            mask |= (span_start[:filled] <= end) & (span_end[:filled] >= start)
-        offset = _lowest_gap(span_low[:filled][mask], span_high[:filled][mask], life.bytes, best_gap)
+        runs = step_runs(life.spans)
+        if life.bytes == 0:
+            offset = _tightest_gap_for_nothing(placed, life) if best_gap else 0
+        elif best_gap:
+            offset = occupancy.tightest_hole(runs, life.bytes)
+        else:
+            offset = occupancy.lowest_hole(runs, life.bytes)
+        occupancy.place(runs, offset, offset + life.bytes)
         placed.append((life, offset))
-        for start, end in life.spans:
-            span_start[filled], span_end[filled] = start, end
-            span_low[filled], span_high[filled] = offset, offset + life.bytes
-            filled += 1
     return max((offset + life.bytes for life, offset in placed), default=0), placed
 
 
-def _lowest_gap(lows: np.ndarray, highs: np.ndarray, size: int, best_gap: bool) -> int:
-    """The offset of the first (or tightest) hole of ``size`` bytes among busy ranges."""
-    if not len(lows):
-        return 0
-    order = np.argsort(lows, kind="stable")
-    lows, highs = lows[order], highs[order]
-    reach = np.maximum.accumulate(highs)  # end of busy memory up to each range
-    hole_start = np.concatenate(([0], reach))  # before range i: free from reach[i-1]
-    hole_size = np.concatenate((lows, [np.iinfo(np.int64).max])) - hole_start
-    fitting = np.nonzero(hole_size >= size)[0]
-    if best_gap:
-        finite = fitting[fitting < len(lows)]
-        if len(finite):
-            return int(hole_start[finite[np.argmin(hole_size[finite])]])
-    return int(hole_start[fitting[0]])
+def _tightest_gap_for_nothing(placed: list[tuple[Lifetime, int]], life: Lifetime) -> int:
+    """A zero-byte class fits any hole, even an empty one between two touching ranges,
+    which merged summaries do not keep: its tightest hole comes from the placed classes
+    directly (rare: a blob with a zero dimension).  The first gap is always offset 0."""
+    ranges = sorted(
+        ((offset, offset + other.bytes) for other, offset in placed for start, end in other.spans if any(start <= e and end >= s for s, e in life.spans)),
+        key=lambda r: r[0],
+    )
+    best_offset, best_hole, reach = 0, None, 0
+    for low, high in ranges:
+        if low >= reach and (best_hole is None or low - reach < best_hole):
+            best_offset, best_hole = reach, low - reach
+        reach = max(reach, high)
+    return best_offset
 
 
-def packed(lives: tuple[Lifetime, ...]) -> Plan:
+def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     """All classes in one slot at offsets; the smallest of a few greedy packings
-    (largest first, biggest area first, earliest first, longest first; first or best gap)."""
-    tries = [_pack(lives, order, best_gap) for order in PACKING_ORDERS.values() for best_gap in (False, True)]
-    size, placed = min(tries, key=lambda t: t[0])
+    (largest first, biggest area first, earliest first, longest first; first or best gap),
+    the first of equal ones.  A packing as small as ``lower_bound`` (the most bytes alive
+    at once) cannot be beaten, so the later ones are not tried."""
+    best: tuple[int, list[tuple[Lifetime, int]]] | None = None
+    for order, best_gap in itertools.product(PACKING_ORDERS.values(), (False, True)):
+        tried = _pack(lives, order, best_gap)
+        if best is None or tried[0] < best[0]:
+            best = tried
+        if best[0] == lower_bound:
+            break
+    size, placed = best or (0, [])
     if not placed:
         return Plan("packed", ())
     return Plan("packed", (Slot(0, size, tuple(l.storage for l, _ in placed), tuple(o for _, o in placed)),))
@@ -219,7 +210,7 @@ def make_plan(liveness: Liveness, strategy: str = "auto") -> dict[str, Plan]:
     lives = liveness.shareable
     candidates: dict[str, Plan] = {}
     if strategy in ("auto", "packed"):
-        candidates["packed"] = packed(lives)
+        candidates["packed"] = packed(lives, liveness.lower_bound_peak)
     if strategy in ("auto", "best-fit"):
         candidates["best-fit"] = best_fit(lives)
     if strategy in ("auto", "first-fit"):

@@ -197,7 +197,8 @@ def phase_plan_json(phase) -> dict[str, Any]:
     return {
         "phase": phase.phase,
         "strategy": phase.strategy,
-        "bytes": {"stock": phase.stock.heap_total, "fork": phase.fork.heap_total, "planned": phase.planned.heap_total, "lower_bound": phase.lower_bound},
+        "bytes": {"stock": phase.stock.heap_total, "fork": phase.fork.heap_total, "planned": phase.planned.heap_total, "lower_bound": phase.lower_bound}
+        | ({} if phase.as_given is None else {"stock_as_given": phase.as_given}),
         "savings": {"bytes": phase.savings, "percent": _percent(phase.savings, phase.stock.heap_total)},
         "gap_to_lower_bound_percent": _percent(phase.planned.heap_total - phase.lower_bound, phase.lower_bound),
         "fork_plan_safe": phase.fork_safe,
@@ -221,10 +222,33 @@ def optimize_json(result) -> dict[str, Any]:
     document: dict[str, Any] = {"file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
     if len(phases) == 1:
         document.update({k: phases[0][k] for k in ("phase", "bytes", "plan")})
+    if result.inplace is not None:
+        document["inplace"] = [{"layer": r.layer, "type": r.type, "top_was": r.top_was, "now": r.now} for r in result.inplace.rewrites]
+        document["inplace_kept"] = [{"layer": k.layer, "type": k.type, "reason": k.reason} for k in result.inplace.kept]
+        document["inplace_notes"] = list(result.inplace.notes)
     return document
 
 
+def _print_inplace(inplace, console: Console) -> None:
+    """--inplace: the layers rewritten, then those of an in-place type left alone, and why."""
+    if inplace.rewrites:
+        table = Table(title=f"in place: {len(inplace.rewrites)} layers rewritten", header_style="bold")
+        for column in ("layer", "type", "top was", "now"):
+            table.add_column(column, style="cyan" if column == "type" else None)
+        for rewrite in inplace.rewrites:
+            table.add_row(rewrite.layer, rewrite.type, rewrite.top_was, rewrite.now)
+        console.print(table)
+    else:
+        console.print("in place: no layer rewritten")
+    for kept in inplace.kept:
+        console.print(f"[dim]kept {kept.layer} ({kept.type}) as written: {kept.reason}[/dim]")
+    for note in inplace.notes:
+        console.print(f"[yellow]{note}[/yellow]")
+
+
 def print_optimize(result, console: Console) -> None:
+    if result.inplace is not None:
+        _print_inplace(result.inplace, console)
     for phase in result.phases:
         stock = phase.stock.heap_total
         table = Table(title=f"{result.path} — {phase.phase}: plan '{phase.strategy}', {len(phase.plan_data.slot_bytes)} shared slots", show_header=True, header_style="bold")
@@ -232,8 +256,12 @@ def print_optimize(result, console: Console) -> None:
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")
         rows = [("stock Caffe", stock), ("memory-multiloading fork", phase.fork.heap_total), ("caffemem plan", phase.planned.heap_total), ("lower bound", phase.lower_bound)]
+        if phase.as_given is not None:
+            rows[0] = ("stock Caffe, layers in place", stock)
+            rows.insert(0, ("stock Caffe, file as given", phase.as_given))
+        base = rows[0][1]
         for label, value in rows:
-            table.add_row(label, mib(value), f"{-_percent(stock - value, stock):+.1f}%")
+            table.add_row(label, mib(value), f"{-_percent(base - value, base):+.1f}%")
         console.print(table)
         saved = phase.savings
         console.print(f"saves {mib(saved)} ({_percent(saved, stock):.1f}%) against stock Caffe, {mib(phase.fork.heap_total - phase.planned.heap_total)} against the fork; {_percent(phase.planned.heap_total - phase.lower_bound, phase.lower_bound):.2f}% above the lower bound.")

@@ -7,6 +7,7 @@ appended, which protobuf's text format reads the same wherever it stands.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -48,18 +49,34 @@ def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter) ->
     return text + "mem_param {\n" + body + "}\n"
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Write to a temporary file beside the target, then rename: never half a file."""
+def write_atomically(path: str, text: str, *, errors: str = "strict") -> None:
+    """Write to a temporary file beside the target, then rename: never half a file, and no
+    temporary file left behind whatever stops the write.  ``errors="surrogateescape"``
+    writes back the undecodable bytes of a file read that way, as they were."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
+    temporary: str | None = None
     try:
-        handle = tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{target.name}.", suffix=".tmp", delete=False, encoding="utf-8")
-        with handle:
+        with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{target.name}.", suffix=".tmp", delete=False, encoding="utf-8", errors=errors) as handle:
+            temporary = handle.name
             handle.write(text)
-        os.replace(handle.name, target)
-    except OSError as error:
-        try:
-            os.unlink(handle.name)  # type: ignore[possibly-undefined]
-        except (OSError, NameError):
-            pass
-        raise CaffememError(f"cannot write: {error.strerror or error}", Location(file=str(path))) from None
+        os.chmod(temporary, _mode_for(target))
+        os.replace(temporary, target)
+    except BaseException as error:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise CaffememError(f"cannot write: {error.strerror or error}", Location(file=str(path))) from None
+        raise
+
+
+def _mode_for(target: Path) -> int:
+    """The file's own permissions, or a new file's (0666 less the umask): a temporary
+    file is private (0600), which the renamed result must not inherit."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -62,6 +62,9 @@ class Schedule:
     loss_tops: frozenset[str]
     data_tops: frozenset[str]
     dtype: str
+    # Classes Net::Init itself touches: they hold their own storage until Init ends, when a
+    # plan's slots take over (as the fork's MemoryOptimize does) and discard what Init wrote.
+    init_touched: frozenset[int] = frozenset()
 
     def step_name(self, step: Step) -> str:
         if step.layer is None:
@@ -97,7 +100,8 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
     union = _UnionFind()
     elements: dict[BlobId, int] = {}
     elem_bytes: dict[BlobId, int] = {}
-    for _, action in events:
+    init_members: set[Member] = set()
+    for bucket, action in events:
         if isinstance(action, Reshape):
             elements[action.blob] = max(elements.get(action.blob, 0), count(action.shape))
             elem_bytes[action.blob] = INT_BYTES if action.elem == "int" else float_bytes
@@ -105,6 +109,8 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
             union.union((action.dst, action.part), (action.src, action.part))
         elif isinstance(action, Touch):
             union.find((action.blob, action.part))
+            if isinstance(bucket, tuple) and bucket[0] == "init":
+                init_members.add((action.blob, action.part))
 
     members: dict[Member, list[Member]] = {}
     for member in list(union.parent):
@@ -149,6 +155,7 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
         loss_tops=frozenset(top for layer, f in zip(layers, flags) for top, w in zip(layer.tops, f.loss_weights) if w),
         data_tops=frozenset(top for layer in layers if (s := specs.get(layer.type)) is not None and s.is_data for top in layer.tops),
         dtype=dtype,
+        init_touched=frozenset(class_of[member] for member in init_members),
     )
 
 

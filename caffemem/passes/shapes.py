@@ -13,9 +13,8 @@ from collections.abc import Mapping
 
 from ..errors import CaffememError, Location
 from ..graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
+from ..layers.blob import INT_MAX, MAX_BLOB_AXES  # Blob::Reshape's CHECKs on every blob
 from ..layers.registry import LayerSpec, NeedsInput, ShapeQuery, SpecTable
-
-INT_MAX = 2**31 - 1  # Blob::Reshape: CHECK_LE(count_, INT_MAX)
 
 
 def infer_shapes(
@@ -57,17 +56,19 @@ def infer_shapes(
             raise error.at(file=graph.source, line=layer.line, layer=layer.name, layer_type=layer.type) from None
         except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
-        result = _with_stored_params(layer, result, stored_params, notes)
+        result = _with_stored_params(layer, result, stored_params, notes, graph.source)
         if batch is not None and spec.is_data:
             result = LayerShapes(tuple((batch,) + tuple(s[1:]) if s else s for s in result.tops), result.params)
         _check_result(layer, result, graph.source)
+        _check_in_place(layer, query.bottoms, result, graph.source)
         for top, shape in zip(layer.tops, result.tops):
             blob_shapes[top] = shape
         layer_shapes.append(result)
 
     _check_inputs_used(inputs, data_tops, graph)
     if missing:
-        raise CaffememError(_missing_message(missing), Location(file=graph.source))
+        first = missing[0][1]  # located at the first layer that needs a shape
+        raise CaffememError(_missing_message(missing), Location(file=graph.source, line=first.line, layer=first.name, layer_type=first.type))
     return ShapedGraph(graph, blob_shapes, tuple(layer_shapes), tuple(notes))
 
 
@@ -100,17 +101,36 @@ def _check_result(layer: Layer, result: LayerShapes, file: str) -> None:
     if len(result.tops) != len(layer.tops):
         raise CaffememError(f"gives {len(result.tops)} top shapes for {len(layer.tops)} tops", _where(layer, file))
     for name, shape in list(zip(layer.tops, result.tops)) + [(f"parameter {i}", s) for i, s in enumerate(result.params)]:
+        if len(shape) > MAX_BLOB_AXES:
+            raise CaffememError(f"{name} would have {len(shape)} axes; Caffe allows at most {MAX_BLOB_AXES} per blob", _where(layer, file))
         if any(d < 0 for d in shape):
             raise CaffememError(f"{name} would have a negative dimension {list(shape)}: the input is too small for this layer's parameters", _where(layer, file))
         if count(shape) > INT_MAX:
             raise CaffememError(f"{name} of shape {list(shape)} has {count(shape)} elements, more than Caffe's limit of {INT_MAX} per blob", _where(layer, file))
 
 
-def _with_stored_params(layer: Layer, result: LayerShapes, stored: Mapping[str, tuple[Shape, ...]] | None, notes: list[str]) -> LayerShapes:
-    """A .caffemodel's stored parameter shapes are what Caffe would load: keep them, note a mismatch."""
+def _check_in_place(layer: Layer, bottoms: tuple[Shape, ...], result: LayerShapes, file: str) -> None:
+    """In place, top i and bottom i are one blob with one shape: a layer that would give it
+    another shape reshapes it under every layer that reads it, which Caffe never models."""
+    for i, (top, in_place) in enumerate(zip(layer.tops, layer.in_place_tops)):
+        if in_place and result.tops[i] != bottoms[i]:
+            raise CaffememError(
+                f"works in place on '{top}' but would reshape it from {list(bottoms[i])} to {list(result.tops[i])}: give the top a name of its own",
+                _where(layer, file),
+            )
+
+
+def _with_stored_params(layer: Layer, result: LayerShapes, stored: Mapping[str, tuple[Shape, ...]] | None, notes: list[str], file: str) -> LayerShapes:
+    """A .caffemodel's stored parameter shapes are what Caffe would load: keep them, note a
+    mismatch of shapes; a different number of blobs is refused."""
     if not stored or layer.name not in stored:
         return result
     shapes = stored[layer.name]
+    if len(shapes) != len(result.params):  # Caffe refuses ("Incorrect number of weight blobs") or reads past the end
+        raise CaffememError(
+            f"the binary file stores {len(shapes)} parameter blob(s) for this layer, but a {layer.type} layer with these parameters has {len(result.params)}",
+            _where(layer, file),
+        )
     if shapes != result.params:
         notes.append(f"layer '{layer.name}': stored parameter shapes {[list(s) for s in shapes]} differ from the definition's {[list(s) for s in result.params]}; using the stored ones")
     return LayerShapes(result.tops, shapes)

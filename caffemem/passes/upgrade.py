@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
+
 from caffemem.errors import CaffememError, Location
 from caffemem.schema import caffe_pb2
 
@@ -400,12 +402,32 @@ def _set_field(message: Any, field: str, value: Any) -> None:
     repeated = getattr(descriptor, "is_repeated", None)
     if repeated is None:  # protobuf runtimes before `is_repeated` existed
         repeated = descriptor.label == descriptor.LABEL_REPEATED
+    value = _converted(value, descriptor.cpp_type)
     if repeated:
         getattr(message, field).append(value)
     elif descriptor.message_type is not None:
         getattr(message, field).CopyFrom(value)
     else:
         setattr(message, field, value)
+
+
+# C++ integer types by protobuf cpp_type: (bits, signed).
+_INTEGER_TYPES = {
+    FieldDescriptor.CPPTYPE_INT32: (32, True),
+    FieldDescriptor.CPPTYPE_UINT32: (32, False),
+    FieldDescriptor.CPPTYPE_INT64: (64, True),
+    FieldDescriptor.CPPTYPE_UINT64: (64, False),
+}
+
+
+def _converted(value: Any, cpp_type: int) -> Any:
+    """A value copied between fields of different integer types (V0 int32 ``pad`` into V1
+    uint32 ``pad``) as C++'s implicit conversion does: modulo 2^bits, never an exception."""
+    if cpp_type not in _INTEGER_TYPES or isinstance(value, bool) or not isinstance(value, int):
+        return value
+    bits, signed = _INTEGER_TYPES[cpp_type]
+    value %= 2**bits
+    return value - 2**bits if signed and value >= 2 ** (bits - 1) else value
 
 
 def _upgrade_v0_layer(connection: Any, file: str | None, notes: list[str]) -> Any:

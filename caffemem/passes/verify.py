@@ -4,14 +4,17 @@ Entry point: :func:`verify_plan`.  It shares no code with the planners: it takes
 as data (slot sizes, and which blob's data or diff lives in which slot), replays the
 schedule over shadow memory that tags every slot with the storage that last wrote it,
 and reports — naming step, layer and blob — every read of a slot another blob has
-overwritten since, and every slot smaller than one of its members.
+overwritten since, every slot smaller than one of its members, and every planned storage
+that Net::Init fills (slots take over only when Init ends).  Storage of a net blob that
+the run never touches may be assigned anywhere: Caffe never allocates it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-from ..errors import CaffememError
+from ..errors import CaffememError, Location, excerpt
 from ..layers.access import BlobId
 from .schedule import Schedule
 
@@ -37,13 +40,46 @@ class Violation:
 
 def plan_from_json(document: dict, file: str | None = None) -> PlanData:
     """Read the `plan` object of `caffemem optimize --json` (or a --plan-json file)."""
-    plan = document.get("plan", document)
     try:
+        plan = document.get("plan", document)
         slots = {int(s["id"]): int(s["bytes"]) for s in plan["slots"]}
         assign = tuple((str(a["blob"]), str(a["kind"]), int(a["slot"]), int(a.get("offset", 0))) for a in plan["assign"])
-    except (AttributeError, KeyError, TypeError, ValueError) as error:
-        raise CaffememError(f"not a caffemem plan: {error!r} (expected plan.slots[{{id, bytes}}] and plan.assign[{{blob, kind, slot, offset}}])") from None
+        for blob, kind, _, _ in assign:
+            if kind not in ("data", "diff"):
+                raise ValueError(f"blob '{excerpt(blob)}' has kind '{excerpt(kind)}', not 'data' or 'diff'")
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as error:  # OverflowError: int(1e400)
+        detail = f"no key {error}" if isinstance(error, KeyError) else str(error)
+        raise CaffememError(
+            f"not a caffemem plan: {excerpt(detail, 200)} (expected plan.slots[{{id, bytes}}] and plan.assign[{{blob, kind, slot, offset}}])",
+            Location(file=file),
+        ) from None
     return PlanData(slots, assign)
+
+
+def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, PlanData]]:
+    """(phase, plan) for each plan in a plan file: the phases of `optimize --json` or
+    `--plan-json` output (only ``phase`` when given), or one bare plan (phase None)."""
+    where = Location(file=file)
+    try:
+        with open(file, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        raise CaffememError("plan file not found", where) from None
+    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CaffememError(f"cannot read the plan as JSON: {excerpt(getattr(error, 'strerror', None) or str(error), 200)}", where) from None
+    except RecursionError:
+        raise CaffememError("cannot read the plan as JSON: it nests too deeply", where) from None
+    if not isinstance(document, dict):
+        raise CaffememError(f"not a caffemem plan: the JSON is {type(document).__name__}, not an object", where)
+    if "phases" not in document:
+        return [(phase.upper() if phase else None, plan_from_json(document, file))]
+    phases = document["phases"]
+    if not isinstance(phases, list) or not all(isinstance(entry, dict) and entry.get("phase") in ("TRAIN", "TEST") for entry in phases):
+        raise CaffememError("not a caffemem plan: 'phases' must be a list of objects with 'phase' TRAIN or TEST", where)
+    chosen = [entry for entry in phases if not phase or entry["phase"] == phase.upper()]
+    if not chosen:
+        raise CaffememError(f"the plan has no phase {phase}" if phase else "the plan's 'phases' list is empty", where)
+    return [(entry["phase"], plan_from_json(entry, file)) for entry in chosen]
 
 
 @dataclass(frozen=True)
@@ -63,12 +99,15 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     label = {c.id: c.owner for c in schedule.classes}
     for blob, kind, slot, offset in plan.assign:
         storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
-        if storage is None:
-            violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
-            continue
         if slot not in plan.slot_bytes:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
+        if storage is None:
+            if blob not in schedule.shaped.blob_shapes or kind not in ("data", "diff"):
+                violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
+            continue  # a net blob's data or diff the run never touches: never allocated
+        if storage in schedule.init_touched:
+            violations.append(Violation(0, "init", blob, f"its {kind} is filled during Net::Init, before the plan's slots take over, which discards it"))
         size = schedule.classes[storage].bytes
         where = _Place(slot, offset, offset + size)
         previous = place.setdefault(storage, where)

@@ -1,0 +1,662 @@
+"""`caffemem check` as an API: the memory-budget gate for a model repository's CI.
+
+A gate must say the same thing on every clone and every run, and must never hide one
+net's result behind another's problem.  So the steps are pure functions over plain data:
+:func:`collect_files` (paths, folders, globs → files) → :func:`check_file` (one file →
+one :class:`Measurement` per net and phase, or a :class:`Problem` for bad input) →
+:func:`judge` (against the budget and the committed :class:`Baseline`) → a
+:class:`Report` that each renderer turns into text, JSON, Markdown, GitHub workflow
+commands or JUnit XML.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import io
+import json
+import os
+import re
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from . import __version__
+from .api import Options, analyze, default_phase, spec_table
+from .errors import CaffememError, Location
+from .passes.load import NetSource, SolverSource, load
+from .passes.memory import DTYPE_BYTES, MemoryReport
+from .passes.render import mib
+from .passes.upgrade import upgrade_net, upgrade_solver
+from .textmap import top_level_blocks
+
+NET_PATTERN = "*.prototxt"  # what a folder is searched for
+BASELINE_FORMAT = 1
+
+# ----------------------------------------------------------------------------- flag values
+
+SIZE_UNITS = {
+    "": 1, "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """`11GiB`, `1.5 GB`, `4096` → bytes; decimal or binary units as their names say."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else ""
+    if not match or unit not in SIZE_UNITS:
+        raise CaffememError(f"--budget '{text}': expected a size such as 11GiB, 800MB or 4096 (units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return int(Decimal(match.group(1)) * SIZE_UNITS[unit])
+
+
+def parse_tolerance(text: str) -> float:
+    """`2%` or `0.02` → 0.02.  A bare number above 1 is refused: `2` is surely not 200%."""
+    raw = text.strip()
+    percent = raw.endswith("%")
+    try:
+        value = Decimal(raw[:-1] if percent else raw)
+    except InvalidOperation:
+        value = Decimal(-1)
+    fraction = value / 100 if percent else value
+    if not value.is_finite() or value < 0 or (not percent and value > 1):
+        raise CaffememError(f"--tolerance '{text}': expected a percentage such as 2% or a fraction such as 0.02")
+    return float(fraction)
+
+
+def percent(fraction: float) -> str:
+    """0.02 → `2%`, 0.025 → `2.5%`."""
+    return f"{fraction * 100:.4g}%"
+
+
+# ----------------------------------------------------------------------------- files
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The bytes of one net of a file in one phase (a solver: its training process, or
+    one of its test nets)."""
+
+    file: str
+    net: str  # "net"; a solver's "process" or "testK"
+    phase: str
+    bytes: int
+
+    @property
+    def key(self) -> str:
+        """The entry's name inside its file's baseline record."""
+        return self.phase if self.net == "net" else f"{self.net}:{self.phase}"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Bad input: the file (or path) could not be measured, and where to look."""
+
+    file: str
+    phase: str | None
+    message: str
+    at_file: str  # the file the problem is in (a solver's net file, say)
+    line: int
+
+    @property
+    def key(self) -> str:
+        return self.phase or "file"
+
+
+Outcome = Measurement | Problem
+
+
+def collect_files(paths: Sequence[str]) -> list[str | Problem]:
+    """Files named, found in folders (every *.prototxt, hidden folders skipped) or matched
+    by globs, each once and in the order given; a path that names nothing is a Problem."""
+    found: list[str | Problem] = []
+    seen: set[str] = set()
+
+    def add(file: str) -> None:
+        if os.path.abspath(file) not in seen:
+            seen.add(os.path.abspath(file))
+            found.append(file)
+
+    for path in paths:
+        if os.path.isdir(path):
+            files = _nets_under(path)
+            missing = f"no {NET_PATTERN} file in this folder"
+        elif not os.path.exists(path) and glob.has_magic(path):
+            matches = sorted(glob.glob(path, recursive=True))
+            files = [f for match in matches for f in (_nets_under(match) if os.path.isdir(match) else [match])]
+            missing = "no file matches this pattern"
+        else:
+            files, missing = [path], ""
+        for file in files:
+            add(file)
+        if not files:
+            found.append(Problem(path, None, missing, path, 1))
+    return found
+
+
+def _nets_under(folder: str) -> list[str]:
+    nets: list[str] = []
+    for root, folders, files in os.walk(folder):
+        folders[:] = sorted(f for f in folders if not f.startswith("."))
+        nets += [os.path.join(root, f) for f in sorted(files) if fnmatch.fnmatch(f, NET_PATTERN)]
+    return nets
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """How every file is measured: the net options (phase, inputs, layers) and whether
+    the figure is caffemem's optimized plan instead of stock Caffe's footprint."""
+
+    options: Options = Options()
+    optimized: bool = False
+
+
+def check_file(path: str, settings: CheckSettings) -> tuple[Outcome, ...]:
+    """Every net and phase of one file, measured; bad input becomes a Problem (a phase
+    that fails does not hide the phase that builds)."""
+    try:
+        source = load(path, lenient=settings.options.lenient)
+        options = replace(settings.options, inputs=_inputs_named_in(source, settings.options.inputs))
+        if isinstance(source, SolverSource):
+            return _check_solver(path, source, options, settings.optimized)
+        phases = [options.phase] if options.phase else _phases_of(source, options)
+    except (CaffememError, RecursionError) as error:
+        return (problem_of(path, None, error),)
+    outcomes: list[Outcome] = []
+    for phase in phases:
+        try:
+            outcomes.append(Measurement(path, "net", phase, _net_bytes(path, replace(options, phase=phase), settings.optimized)))
+        except (CaffememError, RecursionError) as error:
+            outcomes.append(problem_of(path, phase, error))
+    return tuple(outcomes)
+
+
+def _phases_of(source: NetSource, options: Options) -> list[str]:
+    """Every phase a net has: TRAIN and TEST for a net that trains, TEST for deploy."""
+    upgraded, _ = upgrade_net(source.proto, source.file)
+    return ["TRAIN", "TEST"] if default_phase(upgraded, spec_table(options)) == "TRAIN" else ["TEST"]
+
+
+def _net_bytes(path: str, options: Options, optimized: bool) -> int:
+    """Stock Caffe's whole footprint, or that of caffemem's plan (planned heap + prefetch)."""
+    if not optimized:
+        return analyze(path, options).nets[0].memory.total_bytes
+    from .optimizer import OptimizeSettings, optimize
+
+    return optimize(path, options, OptimizeSettings(), force=True).phases[0].planned.total_bytes
+
+
+def _check_solver(path: str, source: SolverSource, options: Options, optimized: bool) -> tuple[Outcome, ...]:
+    """TRAIN (or no --phase): the training process — train net, solver history and test
+    nets, all alive at once; --phase TEST: each test net on its own."""
+    if options.phase == "TEST":
+        analysis = analyze(path, options)
+        reports = _memory_reports(analysis.nets, options, optimized)
+        return tuple(Measurement(path, f"test{net.index}", "TEST", report.total_bytes) for net, report in zip(analysis.nets, reports))
+    analysis = analyze(path, replace(options, phase=None))
+    process = analysis.process
+    if optimized:
+        from .passes.solver import solver_footprint
+
+        solver, _ = upgrade_solver(source.proto, source.file)
+        reports = _memory_reports(analysis.nets, options, optimized)
+        pairs = [(net.shaped, report) for net, report in zip(analysis.nets, reports)]
+        process = solver_footprint(solver, pairs[0], pairs[1:], DTYPE_BYTES[options.dtype])
+    assert process is not None  # a TRAIN analysis of a solver always has its process
+    return (Measurement(path, "process", "TRAIN", process.total_bytes),)
+
+
+def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
+    if not optimized:
+        return [net.memory for net in nets]
+    from .optimizer import OptimizeSettings, plan_phase
+
+    specs = spec_table(options)
+    return [plan_phase(net.shaped, specs, options, OptimizeSettings()).planned for net in nets]
+
+
+def _inputs_named_in(source: NetSource | SolverSource, inputs: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The --input shapes that concern this file: one flag set serves a whole folder of
+    nets, so a name no layer of this file produces is someone else's input."""
+    nets = [source.train] + [test.net for test in source.tests] if isinstance(source, SolverSource) else [source]
+    names = {top for net in nets for layer in list(net.proto.layer) + list(net.proto.layers) for top in layer.top}
+    names |= {name for net in nets for name in net.proto.input}
+    return {key: shape for key, shape in inputs.items() if key.rpartition(":")[2] in names}
+
+
+def problem_of(path: str, phase: str | None, error: CaffememError | RecursionError) -> Problem:
+    """A Problem pointing at the file and line of the error (the layer's line when the
+    error names only the layer; line 1 when it names neither)."""
+    if isinstance(error, RecursionError):
+        error = CaffememError("the input nests too deeply to be a Caffe definition", Location(file=path))
+    where = error.where
+    at_file = where.file or path
+    line = where.line or (_layer_line(at_file, where.layer) if where.layer else None) or 1
+    elsewhere = os.path.abspath(at_file) != os.path.abspath(path)
+    position = (display_path(at_file) + (f":{where.line}" if where.line else "")) if elsewhere else (f"line {where.line}" if where.line else "")
+    layer = Location(layer=where.layer, layer_type=where.layer_type).describe()
+    prefix = ": ".join(part for part in (position, layer) if part)
+    return Problem(path, phase, f"{prefix}: {error.message}" if prefix else error.message, display_path(at_file), line)
+
+
+def _layer_line(file: str, layer: str) -> int | None:
+    try:
+        text = Path(file).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return next((block.line for block in top_level_blocks(text) if block.name == layer), None)
+
+
+def display_path(file: str) -> str:
+    """Paths under the working directory relative to it (what CI annotations want)."""
+    relative = os.path.relpath(os.path.abspath(file))
+    return relative if not relative.startswith("..") else file
+
+
+def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs: int = 1, advance: Callable[[], None] | None = None) -> tuple[Outcome, ...]:
+    """Every file's outcomes, in the order of `targets` whatever the number of `jobs`;
+    `advance` is called once per file as it finishes (a progress bar)."""
+    files = [target for target in targets if isinstance(target, str)]
+    by_file: dict[str, tuple[Outcome, ...]] = {}
+    if jobs <= 1 or len(files) <= 1:
+        for file in files:
+            by_file[file] = check_file(file, settings)
+            if advance:
+                advance()
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
+            futures = {pool.submit(check_file, file, settings): file for file in files}
+            for future in as_completed(futures):
+                by_file[futures[future]] = future.result()
+                if advance:
+                    advance()
+    return tuple(outcome for target in targets for outcome in ((target,) if isinstance(target, Problem) else by_file[target]))
+
+
+# ----------------------------------------------------------------------------- baseline
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    bytes: int
+    caffemem: str  # the version that measured it: a new model of Caffe may move figures
+    budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The committed figures, per file (relative to the baseline's folder) and entry key."""
+
+    path: str
+    optimized: bool = False
+    nets: Mapping[str, Mapping[str, BaselineEntry]] = field(default_factory=dict)
+
+    def key_of(self, file: str) -> str:
+        """A file's name in the baseline: relative to its folder, so any clone agrees."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        return Path(os.path.relpath(os.path.abspath(file), folder)).as_posix()
+
+    def entry(self, outcome: Outcome) -> BaselineEntry | None:
+        return self.nets.get(self.key_of(outcome.file), {}).get(outcome.key)
+
+
+def read_baseline(path: str, optimized: bool, missing_ok: bool = False) -> Baseline:
+    """The committed baseline; it must have been measured the way this run measures."""
+    where = Location(file=path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        if missing_ok:
+            return Baseline(path, optimized)
+        raise CaffememError("baseline file not found (create it with --update-baseline)", where) from None
+    except (OSError, ValueError) as error:
+        raise CaffememError(f"cannot read the baseline as JSON: {error}", where) from None
+    try:
+        if document.get("format") != BASELINE_FORMAT:
+            raise ValueError(f"unknown format {document.get('format')!r}")
+        nets = {
+            file: {key: BaselineEntry(int(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else int(e["budget"])) for key, e in entries.items()}
+            for file, entries in document["nets"].items()
+        }
+        recorded_optimized = bool(document["optimized"])
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise CaffememError(f"not a caffemem baseline ({type(error).__name__}: {error}); rewrite it with --update-baseline", where) from None
+    if recorded_optimized != optimized and not missing_ok:
+        flag = "with" if recorded_optimized else "without"
+        raise CaffememError(f"the baseline was measured {flag} --optimized: check the same way, or rewrite it with --update-baseline", where)
+    return Baseline(path, recorded_optimized, nets)
+
+
+def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool, budget: int | None) -> Baseline:
+    """The old baseline with every file checked now measured afresh.  Files not checked
+    this run (pre-commit passes only the changed ones) keep their entries while they
+    exist; an entry whose net has bad input now keeps its old figure."""
+    folder = os.path.dirname(os.path.abspath(old.path))
+    comparable = old.optimized == optimized
+    checked = {old.key_of(outcome.file) for outcome in outcomes}
+    nets: dict[str, dict[str, BaselineEntry]] = {}
+    if comparable:
+        nets = {file: dict(entries) for file, entries in old.nets.items() if file not in checked and os.path.exists(os.path.join(folder, file))}
+    for outcome in outcomes:
+        file = old.key_of(outcome.file)
+        entries = nets.setdefault(file, {})
+        if isinstance(outcome, Measurement):
+            entries[outcome.key] = BaselineEntry(outcome.bytes, __version__, budget)
+        elif comparable:
+            kept = old.nets.get(file, {})
+            entries.update({key: entry for key, entry in kept.items() if outcome.phase is None or key == outcome.key})
+    return Baseline(old.path, optimized, {file: entries for file, entries in sorted(nets.items()) if entries})
+
+
+def baseline_text(baseline: Baseline) -> str:
+    """The baseline as a small, stably ordered JSON document (diffs stay readable)."""
+    nets = {
+        file: {key: {"bytes": e.bytes, "caffemem": e.caffemem, **({"budget": e.budget} if e.budget is not None else {})} for key, e in sorted(entries.items())}
+        for file, entries in sorted(baseline.nets.items())
+    }
+    return json.dumps({"format": BASELINE_FORMAT, "optimized": baseline.optimized, "nets": nets}, indent=1) + "\n"
+
+
+# ----------------------------------------------------------------------------- judging
+
+FAILING = ("over-budget", "grew")
+PASSING = ("pass", "new", "shrank", "accepted")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a measurement is held to."""
+
+    budget: int | None = None
+    baseline: Baseline | None = None
+    tolerance: float = 0.02
+    accept_growth: bool = False  # --update-baseline: growth is accepted, the budget still holds
+
+
+@dataclass(frozen=True)
+class Row:
+    """One net and phase of one file, judged (or its bad input)."""
+
+    file: str
+    net: str | None
+    phase: str | None
+    bytes: int | None
+    budget: int | None
+    baseline_bytes: int | None
+    status: str  # pass, new, shrank, accepted | over-budget, grew | error
+    message: str
+    at_file: str  # where an annotation goes
+    line: int
+
+    @property
+    def delta(self) -> int | None:
+        return None if self.bytes is None or self.baseline_bytes is None else self.bytes - self.baseline_bytes
+
+    @property
+    def label(self) -> str:
+        """`TRAIN`, `TRAIN process`, `TEST test net #0`, or `file` for a file that did not load."""
+        if self.phase is None:
+            return "file"
+        if self.net in (None, "net"):
+            return self.phase
+        return f"{self.phase} process" if self.net == "process" else f"{self.phase} test net #{self.net.removeprefix('test')}"
+
+    @property
+    def ok(self) -> bool:
+        return self.status in PASSING
+
+
+def judge(outcome: Outcome, gate: Gate) -> Row:
+    """Hold one measurement to the budget and to its baseline entry."""
+    if isinstance(outcome, Problem):
+        return Row(outcome.file, None, outcome.phase, None, None, None, "error", outcome.message, outcome.at_file, outcome.line)
+    size = outcome.bytes
+    statuses: list[str] = []
+    notes: list[str] = []
+    if gate.budget is not None:
+        if size > gate.budget:
+            statuses.append("over-budget")
+            notes.append(f"{mib(size)} is over the budget of {mib(gate.budget)} by {mib(size - gate.budget)}")
+        else:
+            notes.append(f"{used(size, gate.budget)} of the budget")
+    entry = gate.baseline.entry(outcome) if gate.baseline is not None else None
+    if gate.baseline is not None and entry is None:
+        statuses.append("new")
+        notes.append("new: not in the baseline yet")
+    elif entry is not None:
+        status, note = _against_baseline(size, entry, gate)
+        statuses.append(status)
+        notes.append(note)
+    status = next((s for s in FAILING + ("accepted", "shrank", "new") if s in statuses), "pass")
+    return Row(outcome.file, outcome.net, outcome.phase, size, gate.budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), 1)
+
+
+def _against_baseline(size: int, entry: BaselineEntry, gate: Gate) -> tuple[str, str]:
+    delta = size - entry.bytes
+    change = f"by {mib(abs(delta))} ({signed_percent(delta, entry.bytes)})"
+    version = f" (baseline measured by caffemem {entry.caffemem})" if entry.caffemem != __version__ else ""
+    if delta > gate.tolerance * entry.bytes:
+        if gate.accept_growth:
+            return "accepted", f"grew {change}: accepted into the baseline{version}"
+        return "grew", f"grew {change} against the baseline, more than the {percent(gate.tolerance)} tolerance{version}"
+    if delta > 0:
+        return "pass", f"grew {change}, within the {percent(gate.tolerance)} tolerance{version}"
+    if delta < 0:
+        return "shrank", f"shrank {change} against the baseline: good news{version}"
+    return "pass", f"unchanged against the baseline{version}"
+
+
+def signed(n: int) -> str:
+    """A change in bytes: `+1.20 MiB`, `-4,096 B`, `0 B`."""
+    return ("+" if n > 0 else "-" if n < 0 else "") + mib(abs(n))
+
+
+def signed_percent(delta: int, base: int) -> str:
+    return f"{delta / base:+.1%}" if base else "from 0 B"
+
+
+def used(size: int, budget: int) -> str:
+    return f"{size / budget:.0%}" if budget else "all"
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a run found, and what it was held to."""
+
+    rows: tuple[Row, ...]
+    gate: Gate
+    optimized: bool = False
+    wrote_baseline: str | None = None
+
+    @property
+    def failed(self) -> int:
+        return sum(row.status in FAILING for row in self.rows)
+
+    @property
+    def errors(self) -> int:
+        return sum(row.status == "error" for row in self.rows)
+
+    @property
+    def passed(self) -> int:
+        return sum(row.ok for row in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        """2 when some input could not be checked, else 1 when a net fails, else 0."""
+        return 2 if self.errors else 1 if self.failed else 0
+
+    def summary(self) -> str:
+        """One line: the verdict and what the nets were held to."""
+        verdict = "passed" if self.exit_code == 0 else "failed"
+        counts = f"{self.failed} failed, {self.errors} bad input, {self.passed} passed"
+        held = [f"budget {mib(self.gate.budget)}" if self.gate.budget is not None else "no budget"]
+        if self.gate.baseline is not None:
+            held.append(f"baseline {display_path(self.gate.baseline.path)} ± {percent(self.gate.tolerance)}")
+        held.append("optimized plan" if self.optimized else "stock Caffe")
+        wrote = f"; wrote {display_path(self.wrote_baseline)}" if self.wrote_baseline else ""
+        return f"caffemem check {verdict}: {counts} ({', '.join(held)}){wrote}"
+
+
+def make_report(outcomes: Sequence[Outcome], gate: Gate, optimized: bool = False, wrote_baseline: str | None = None) -> Report:
+    return Report(tuple(judge(outcome, gate) for outcome in outcomes), gate, optimized, wrote_baseline)
+
+
+# ----------------------------------------------------------------------------- formats
+
+
+def _cell(n: int | None) -> str:
+    return "" if n is None else mib(n)
+
+
+def _change(row: Row) -> str:
+    """`+0.64 MiB (+4.8%)` against the baseline, `0 B` unchanged, empty without one."""
+    if row.delta is None or row.baseline_bytes is None:
+        return ""
+    return f"{signed(row.delta)} ({signed_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
+
+
+def render_text(report: Report, width: int = 160, color: bool = False) -> str:
+    """A rich table for people (the budget, the same for every net, is in the summary
+    line under it)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False)
+    compared = report.gate.baseline is not None
+    table = Table(title="caffemem check", header_style="bold")
+    for column in ("file", "phase", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
+        table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
+    table.add_column("note", ratio=1)
+    style = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
+    for row in report.rows:
+        baseline = (_cell(row.baseline_bytes), _change(row)) if compared else ()
+        table.add_row(row.file, row.label, _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", row.message)
+    console.print(table)
+    console.print(report.summary())
+    return out.getvalue()
+
+
+def render_json(report: Report) -> str:
+    """One document: the gate, the verdict and every row with exact bytes."""
+    gate = report.gate
+    document = {
+        "caffemem": __version__,
+        "budget": gate.budget,
+        "baseline": gate.baseline.path if gate.baseline else None,
+        "tolerance": gate.tolerance,
+        "optimized": report.optimized,
+        "wrote_baseline": report.wrote_baseline,
+        "exit_code": report.exit_code,
+        "summary": {"failed": report.failed, "errors": report.errors, "passed": report.passed},
+        "results": [
+            {
+                "file": row.file,
+                "net": row.net,
+                "phase": row.phase,
+                "bytes": row.bytes,
+                "budget": row.budget,
+                "baseline_bytes": row.baseline_bytes,
+                "delta": row.delta,
+                "status": row.status,
+                "message": row.message,
+                "line": row.line,
+            }
+            for row in report.rows
+        ],
+    }
+    return json.dumps(document, indent=1) + "\n"
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report) -> str:
+    """A pull-request comment: the summary line, then a table with ✅/❌ per row."""
+    icon = "✅" if report.exit_code == 0 else "❌"
+    lines = [
+        f"{icon} **{report.summary()}**",
+        "",
+        "| | file | phase | bytes | budget | baseline | change | note |",
+        "|---|---|---|--:|--:|--:|--:|---|",
+    ]
+    for row in report.rows:
+        cells = ["✅" if row.ok else "❌", f"`{row.file}`", row.label, _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), row.message]
+        lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+GITHUB_TITLES = {
+    "error": "bad input",
+    "over-budget": "over the memory budget",
+    "grew": "memory grew beyond the tolerance",
+    "shrank": "memory shrank",
+    "new": "new net",
+    "accepted": "memory growth accepted",
+}
+
+
+def _github_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _github_property(text: str) -> str:
+    return _github_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(report: Report) -> str:
+    """GitHub workflow commands: ::error for a failing net or bad input, ::notice for a
+    new or shrunk net, at the file and line to look at; then the summary line."""
+    lines = []
+    for row in report.rows:
+        if row.status == "pass":
+            continue
+        level = "error" if not row.ok else "notice"
+        title = f"caffemem: {row.label} {GITHUB_TITLES[row.status]}" if row.phase else f"caffemem: {GITHUB_TITLES[row.status]}"
+        lines.append(f"::{level} file={_github_property(row.at_file)},line={row.line},title={_github_property(title)}::{_github_data(row.message)}")
+    lines.append(report.summary())
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(report: Report) -> str:
+    """A JUnit XML report: one testcase per net and phase (a failure when it is over the
+    budget or grew, an error for bad input)."""
+    suite = ElementTree.Element(
+        "testsuite",
+        name="caffemem check",
+        tests=str(len(report.rows)),
+        failures=str(report.failed),
+        errors=str(report.errors),
+        skipped="0",
+        time="0",
+    )
+    for row in report.rows:
+        case = ElementTree.SubElement(suite, "testcase", classname=row.file, name=row.label, file=row.at_file, line=str(row.line), time="0")
+        if row.status == "error":
+            ElementTree.SubElement(case, "error", message=row.message, type="bad-input").text = row.message
+        elif not row.ok:
+            ElementTree.SubElement(case, "failure", message=row.message, type=row.status).text = row.message
+        elif row.message:
+            ElementTree.SubElement(case, "system-out").text = f"{row.status}: {row.message}"
+    root = ElementTree.Element("testsuites", name="caffemem", tests=suite.get("tests", "0"), failures=suite.get("failures", "0"), errors=suite.get("errors", "0"))
+    root.append(suite)
+    ElementTree.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
+
+
+RENDERERS: dict[str, Callable[[Report], str]] = {
+    "text": render_text,
+    "json": render_json,
+    "markdown": render_markdown,
+    "github": render_github,
+    "junit": render_junit,
+}

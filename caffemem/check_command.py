@@ -1,0 +1,99 @@
+"""The `caffemem check` command: flags → :mod:`caffemem.check` → one report on stdout.
+
+Registered on the `caffemem` group by one line in :mod:`caffemem.cli`.  Exit codes: 0
+every net passes, 1 a net is over the budget or grew beyond the tolerance, 2 bad input
+(the other files are still checked and reported).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import click
+
+from .cli import _reports_errors, main
+
+PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--budget", metavar="SIZE", help="Fail a net whose footprint is larger (11GiB, 800MB, 4096; KB/MB/GB decimal, KiB/MiB/GiB binary).")
+@click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), help="Check only this phase (default: every phase each net has).")
+@click.option("--optimized", is_flag=True, help="Measure caffemem's shared-storage plan instead of stock Caffe.")
+@click.option("--baseline", metavar="FILE", help="Committed JSON of each net's bytes: growth beyond --tolerance fails.")
+@click.option("--update-baseline", is_flag=True, help="Rewrite --baseline with the bytes measured now (growth is accepted).")
+@click.option("--tolerance", default="2%", show_default=True, metavar="PCT", help="Growth allowed against the baseline: 2% or 0.02.")
+@click.option("--format", "output_format", type=click.Choice(["text", "json", "markdown", "github", "junit"]), default="text", show_default=True)
+@click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
+@click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
+@click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
+@_reports_errors
+def check(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs) -> None:
+    """Fail when a net outgrows the memory budget or its committed baseline (a CI gate).
+
+    PATHs are files, folders (every *.prototxt below them) and globs; a solver is
+    checked as its whole training process.
+    """
+    from .api import Options, parse_inputs
+    from .check import (
+        RENDERERS,
+        Baseline,
+        CheckSettings,
+        Gate,
+        Measurement,
+        baseline_text,
+        collect_files,
+        make_report,
+        parse_size,
+        parse_tolerance,
+        read_baseline,
+        render_text,
+        updated_baseline,
+    )
+    from .errors import CaffememError, Location
+    from .passes.rewrite import write_atomically
+
+    if update_baseline and not baseline:
+        raise click.UsageError("--update-baseline needs --baseline FILE")
+    budget_bytes = parse_size(budget) if budget is not None else None
+    tolerance_fraction = parse_tolerance(tolerance)
+    options = Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file)
+    old = read_baseline(baseline, optimized, missing_ok=update_baseline) if baseline else None
+    if old is not None and old.optimized != optimized:
+        old = Baseline(old.path, optimized)  # measured the other way: nothing to compare with
+    targets = collect_files(paths)
+    outcomes = _run_with_progress(targets, CheckSettings(options, optimized), jobs)
+    gate = Gate(budget_bytes, old, tolerance_fraction, accept_growth=update_baseline)
+    wrote = None
+    if update_baseline and old is not None and any(isinstance(outcome, Measurement) for outcome in outcomes):
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(old.path)), exist_ok=True)
+        except OSError as error:
+            raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=old.path)) from None
+        write_atomically(old.path, baseline_text(updated_baseline(old, outcomes, optimized, budget_bytes)))
+        wrote = old.path
+    report = make_report(outcomes, gate, optimized, wrote)
+    if output_format == "text":
+        terminal = sys.stdout.isatty()
+        click.echo(render_text(report, shutil.get_terminal_size().columns if terminal else 160, color=terminal), nl=False)
+    else:
+        click.echo(RENDERERS[output_format](report), nl=False)
+    sys.exit(report.exit_code)
+
+
+def _run_with_progress(targets, settings, jobs):
+    """A progress bar on stderr while many files are analysed and someone is watching."""
+    from .check import check_files
+
+    files = sum(isinstance(target, str) for target in targets)
+    if files < PROGRESS_MIN_FILES or not sys.stderr.isatty():
+        return check_files(targets, settings, jobs)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("caffemem check", total=files)
+        return check_files(targets, settings, jobs, lambda: progress.advance(task))

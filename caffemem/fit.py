@@ -1,0 +1,521 @@
+"""`caffemem fit` as an API: the largest batch whose footprint fits a GPU.
+
+Memory is piecewise linear in the batch for most nets, so a line through a few exact
+evaluations predicts the answer.  The prediction is only a starting point: the answer is
+always confirmed by exact evaluations of the memory model at it and at the next batch,
+and where the line is wrong (kinks, steps, a batch the net cannot be built at) an
+exponential then binary search, again with exact evaluations, corrects it.  The only
+promise is the one checked: the batch reported fits and the next one does not.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from .api import Analysis, NetAnalysis, Options, analyze, default_phase, spec_table
+from .errors import CaffememError, Location
+from .passes.load import SolverSource, load
+from .passes.memory import DTYPE_BYTES, MemoryReport
+from .passes.solver import solver_footprint
+from .passes.upgrade import upgrade_net, upgrade_solver
+
+# Size suffixes: binary units are what nvidia-smi prints (MiB); decimal ones are what
+# vendors print on the box.  A bare "G" is refused rather than guessed.
+SIZE_UNITS = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+DEFAULT_RESERVE = "500MiB"
+# The first exact evaluations; the line through the last two predicts the answer (the
+# smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
+PROBES = (1, 2, 4, 8)
+MAX_BATCH = 2**31 - 1  # a blob dimension is an int in Caffe
+
+
+def parse_size(text: str, flag: str) -> int:
+    """`12GiB`, `11.5 GiB`, `500MiB`, `12GB`, `4096` (bytes) as whole bytes (rounded down)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", text)
+    if match is None:
+        raise CaffememError(f"{flag} '{text}': expected a size such as 12GiB, 500MiB or 16GB")
+    unit = match[2].lower() or "b"
+    if unit not in SIZE_UNITS:
+        raise CaffememError(f"{flag} '{text}': unknown unit '{match[2]}'; use B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000)")
+    return int(Decimal(match[1]) * SIZE_UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps a whole part, two decimals."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,} B"
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """The card, what stays free on it, and how training is spread (the CLI flags)."""
+
+    gpu_memory: int
+    reserve: int = parse_size(DEFAULT_RESERVE, "--reserve")
+    gpus: int = 1
+    effective_batch: int | None = None
+    optimized: bool = False  # count caffemem optimize's plan instead of stock Caffe
+
+    @property
+    def budget(self) -> int:
+        """What Caffe's own allocations (SyncedMemory and cuDNN workspaces) may use."""
+        return self.gpu_memory - self.reserve
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """One exact evaluation of the memory model at one batch."""
+
+    bytes: int
+    notes: tuple[str, ...] = ()
+
+
+Measure = Callable[[int], Footprint]  # batch -> footprint; raises CaffememError
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is fitted: memory as a function of the batch, and what the file says around it."""
+
+    kind: str  # "net" or "solver"
+    phase: str  # the phase whose batch varies (a solver: TRAIN, its train net)
+    iter_size: int  # the solver's (1 for a net)
+    measure: Measure
+    test_nets: int = 0  # a solver's test nets (they stay at their own batch)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    batch: int
+    bytes: int | None  # None: the net cannot be built at this batch
+    error: str | None = None
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+
+class Evaluations:
+    """Exact evaluations against a budget, each batch at most once, kept in the order made."""
+
+    def __init__(self, measure: Measure, budget: int) -> None:
+        self.measure = measure
+        self.budget = budget
+        self.made: dict[int, Evaluation] = {}
+
+    def at(self, batch: int) -> Evaluation:
+        if batch not in self.made:
+            self.made[batch] = evaluate(self.measure, batch)
+        return self.made[batch]
+
+    def fits(self, batch: int) -> bool:
+        """Within the budget; a batch past Caffe's limit or one that cannot be built does not fit."""
+        if batch > MAX_BATCH:
+            return False
+        used = self.at(batch).bytes
+        return used is not None and used <= self.budget
+
+
+def evaluate(measure: Measure, batch: int) -> Evaluation:
+    """The model at one batch.  Batch 1 must build (else the input is bad); a larger batch
+    that cannot be built (e.g. a blob past Caffe's INT_MAX elements) is an upper limit."""
+    try:
+        footprint = measure(batch)
+    except CaffememError as error:
+        if batch == 1:
+            raise
+        return Evaluation(batch, None, str(error))
+    return Evaluation(batch, footprint.bytes, None, footprint.notes)
+
+
+@dataclass(frozen=True)
+class BatchSearch:
+    """`batch` fits and `batch + 1` does not (0: not even batch 1 fits)."""
+
+    batch: int
+    guess: int | None = None  # what the line through the last probes predicted
+    line: tuple[int, int] | None = None  # the two batches that line went through
+
+
+def line_guess(first: Evaluation, second: Evaluation, budget: int) -> int | None:
+    """The largest batch the line through two evaluations keeps within the budget (None
+    when that line does not grow)."""
+    assert first.bytes is not None and second.bytes is not None
+    per_sample = Fraction(second.bytes - first.bytes, second.batch - first.batch)
+    if per_sample <= 0:
+        return None
+    return math.floor((budget - (first.bytes - per_sample * first.batch)) / per_sample)
+
+
+def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
+    """Probe, guess with a line, confirm the guess and its successor exactly, and search
+    (exponentially from the last evaluation, then by halves) where the guess was wrong."""
+    fits = evaluations.fits
+    if not fits(1):
+        return BatchSearch(0)
+    low, high = 1, None  # low fits; high (once known) does not
+    for probe in PROBES[1:]:
+        if not fits(probe):
+            high = probe
+            break
+        low = probe
+    guess = line = None
+    if high is None:
+        line = PROBES[-2:]
+        guess = line_guess(evaluations.at(line[0]), evaluations.at(line[1]), evaluations.budget)
+        if guess is not None:
+            guess = min(max(guess, low), MAX_BATCH)
+            if fits(guess):
+                low = guess
+            else:
+                high = guess
+    low, high = _bracket(fits, low, high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    # Both ends were evaluated exactly (high only fails unevaluated past MAX_BATCH): the
+    # answer and its successor are the confirmation.
+    return BatchSearch(low, guess, line)
+
+
+def _bracket(fits: Callable[[int], bool], low: int, high: int | None) -> tuple[int, int]:
+    """From the side known last, step 1, 2, 4, ... until a fitting `low` and a failing
+    `high` are found; when `high` was the last failure, the steps go down from it."""
+    step = 1
+    if high is None:
+        while high is None:
+            candidate = low + step
+            if fits(candidate):
+                low = candidate
+            else:
+                high = candidate
+            step *= 2
+        return low, high
+    while high - step > low:
+        if fits(high - step):
+            return high - step, high
+        high -= step
+        step *= 2
+    return low, high
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """How training reaches its effective batch: effective = batch × iter_size × gpus
+    (Caffe accumulates gradients over iter_size passes; every GPU runs its own batch)."""
+
+    batch: int
+    iter_size: int
+    gpus: int
+    bytes: int
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch * self.iter_size * self.gpus
+
+
+def divisors_descending(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]), reverse=True)
+
+
+def schedule_effective_batch(effective_batch: int, gpus: int, largest: int, evaluations: Evaluations) -> BatchSchedule:
+    """The largest batch per GPU that fits and divides effective_batch / gpus, i.e. the
+    smallest iter_size that reaches the effective batch exactly (`gpus` divides it).  Each
+    candidate is checked exactly (memory need not be monotone)."""
+    per_gpu = effective_batch // gpus
+    for batch in divisors_descending(per_gpu):
+        if batch <= largest and evaluations.fits(batch):
+            return BatchSchedule(batch, per_gpu // batch, gpus, evaluations.at(batch).bytes or 0)
+    raise AssertionError("batch 1 fits, and 1 divides every effective batch")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    path: str
+    subject: Subject
+    request: FitRequest
+    search: BatchSearch
+    schedule: BatchSchedule | None  # None when nothing fits
+    evaluations: tuple[Evaluation, ...]  # every exact evaluation, in the order made
+    notes: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return self.search.batch > 0
+
+    def at(self, batch: int) -> Evaluation | None:
+        return next((e for e in self.evaluations if e.batch == batch), None)
+
+    @property
+    def bytes(self) -> int | None:
+        found = self.at(self.search.batch)
+        return found.bytes if found else None
+
+    @property
+    def following(self) -> Evaluation | None:
+        """The evaluation at batch + 1, which does not fit (None past Caffe's limit)."""
+        return self.at(self.search.batch + 1)
+
+    @property
+    def growth(self) -> tuple[Evaluation, Evaluation] | None:
+        """The two exact evaluations the per-sample figures come from: the largest probe
+        below the answer and the answer (batches 1 and 2 when the answer is 1)."""
+        if not self.fits:
+            return None
+        below = [probe for probe in PROBES if probe < self.search.batch]
+        first, second = (self.at(below[-1]), self.at(self.search.batch)) if below else (self.at(1), self.at(2))
+        if first is None or second is None or first.bytes is None or second.bytes is None:
+            return None
+        return first, second
+
+    @property
+    def bytes_per_sample(self) -> int | None:
+        """What a sample adds: exact where memory is linear there, else an average (rounded)."""
+        growth = self.growth
+        if growth is None:
+            return None
+        first, second = growth
+        return round(Fraction(second.bytes - first.bytes, second.batch - first.batch))  # type: ignore[operator]
+
+    @property
+    def fixed_bytes(self) -> int | None:
+        """The answer's bytes less batch × bytes_per_sample: parameters, gradients, solver
+        history, per-layer buffers, test nets."""
+        per_sample = self.bytes_per_sample
+        return None if per_sample is None or self.bytes is None else self.bytes - self.search.batch * per_sample
+
+
+def fit(path: str, options: Options, request: FitRequest) -> FitResult:
+    """The largest batch per GPU whose footprint fits `request.budget`, and the batch and
+    iter_size that reach `request.effective_batch`.  `options.batch` is ignored: the batch
+    is what varies."""
+    if request.budget <= 0:
+        raise CaffememError(f"--reserve {format_size(request.reserve)} leaves nothing of --gpu-memory {format_size(request.gpu_memory)}")
+    if request.gpus < 1 or (request.effective_batch is not None and request.effective_batch < 1):
+        raise CaffememError("--gpus and --effective-batch must be at least 1")
+    if request.effective_batch is not None and request.effective_batch % request.gpus:
+        raise CaffememError(f"--effective-batch {request.effective_batch} is not a multiple of --gpus {request.gpus} (every GPU runs the same batch)")
+    subject = subject_of(path, options, request.optimized)
+    evaluations = Evaluations(subject.measure, request.budget)
+    search = largest_fitting_batch(evaluations)
+    schedule = None
+    if search.batch:
+        if request.effective_batch is not None:
+            schedule = schedule_effective_batch(request.effective_batch, request.gpus, search.batch, evaluations)
+        else:
+            schedule = BatchSchedule(search.batch, subject.iter_size, request.gpus, evaluations.at(search.batch).bytes or 0)
+    made = tuple(evaluations.made.values())
+    answer = evaluations.made.get(search.batch or 1)
+    notes = subject.notes + (answer.notes if answer else ()) + search_notes(search, made)
+    if request.gpus > 1 and subject.test_nets:
+        notes += ("with several GPUs only the root solver (the first GPU) builds the test nets: these figures are that GPU's, the others need less",)
+    if schedule is not None and request.effective_batch is not None:
+        notes += schedule_notes(schedule, search.batch)
+    return FitResult(path, subject, request, search, schedule, made, tuple(dict.fromkeys(notes)))
+
+
+def search_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...]) -> tuple[str, ...]:
+    """Say where memory was not the line the guess assumed, or not monotone."""
+    notes = []
+    built = sorted((e.batch, e.bytes) for e in evaluations if e.bytes is not None)
+    if search.guess is not None and search.line is not None and search.batch != search.guess and _off_line(search.line, built):
+        notes.append(
+            f"memory is not linear in the batch here: the line through batches {search.line[0]} and {search.line[1]} "
+            f"predicted {search.guess}; exact evaluations ({len(evaluations)}) found {search.batch}"
+        )
+    drops = [(a, b) for (a, used_a), (b, used_b) in zip(built, built[1:]) if used_b < used_a]
+    if drops:
+        smaller, larger = drops[0]
+        notes.append(f"memory is not monotone in the batch (batch {larger} needs less than batch {smaller}): a batch above the answer may fit again")
+    return tuple(notes)
+
+
+def _off_line(line: tuple[int, int], built: list[tuple[int, int]]) -> bool:
+    """Whether an evaluation from the line's first batch on misses the line (a guess can
+    also miss because a batch could not be built, with memory still linear)."""
+    known = dict(built)
+    per_sample = Fraction(known[line[1]] - known[line[0]], line[1] - line[0])
+    return any(used != known[line[0]] + per_sample * (batch - line[0]) for batch, used in built if batch >= line[0])
+
+
+def schedule_notes(schedule: BatchSchedule, largest: int) -> tuple[str, ...]:
+    """When the exact schedule needs a smaller batch than fits, name the nearest one with it."""
+    per_gpu = schedule.batch * schedule.iter_size
+    iter_size = math.ceil(per_gpu / largest)
+    if iter_size >= schedule.iter_size:
+        return ()
+    batch = math.ceil(per_gpu / iter_size)
+    return (
+        f"batch {largest} fits, but the largest batch that divides {per_gpu} samples per GPU and fits is {schedule.batch}; "
+        f"batch {batch} × iter_size {iter_size} would give effective batch {batch * iter_size * schedule.gpus} instead",
+    )
+
+
+# ---------------------------------------------------------------- the memory model
+
+
+def subject_of(path: str, options: Options, optimized: bool) -> Subject:
+    """Memory as a function of the batch: a net's phase (its total_bytes), or a solver's
+    training process (train net at the batch, solver history, test nets at their own batch)."""
+    source = load(path, lenient=options.lenient)
+    if isinstance(source, SolverSource):
+        return _solver_subject(path, source, options, optimized)
+    specs = spec_table(options)
+    phase = options.phase or default_phase(upgrade_net(source.proto, source.file)[0], specs)
+    at_phase = replace(options, phase=phase)
+
+    def measure(batch: int) -> Footprint:
+        analysis = analyze(path, replace(at_phase, batch=batch))
+        net = analysis.nets[0]
+        return Footprint(_report(net, at_phase, optimized).total_bytes, _notes(analysis, net, options))
+
+    notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
+    return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized))
+
+
+def _solver_subject(path: str, source: SolverSource, options: Options, optimized: bool) -> Subject:
+    """Only the train net's batch varies: the test nets keep the batch their files give."""
+    if options.phase not in (None, "TRAIN"):
+        raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=path))
+    solver, _ = upgrade_solver(source.proto, source.file)
+    train_options = replace(options, phase="TRAIN")
+    tests = analyze(path, replace(options, phase="TEST", batch=None)).nets
+    test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]
+
+    def measure(batch: int) -> Footprint:
+        analysis = analyze(path, replace(train_options, batch=batch))
+        train = analysis.nets[0]
+        process = solver_footprint(solver, (train.shaped, _report(train, options, optimized)), test_parts, DTYPE_BYTES[options.dtype])
+        return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes)
+
+    notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
+    return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized))
+
+
+def _report(net: NetAnalysis, options: Options, optimized: bool) -> MemoryReport:
+    """Stock Caffe's figures, or those of the plan `caffemem optimize` makes for this net."""
+    if not optimized:
+        return net.memory
+    from .optimizer import OptimizeSettings, plan_phase
+
+    exclude = tuple(net.shaped.graph.proto.mem_param.exclude_blob)
+    return plan_phase(net.shaped, spec_table(options), options, OptimizeSettings(exclude=exclude)).planned
+
+
+def _optimized_notes(optimized: bool) -> tuple[str, ...]:
+    if not optimized:
+        return ()
+    return ("counts caffemem optimize's plan at each batch: write it for the batch you choose (`caffemem optimize --batch N -o ...`)",)
+
+
+def _notes(analysis: Analysis, net: NetAnalysis, options: Options) -> tuple[str, ...]:
+    return tuple(analysis.notes) + net.notes + net.shaped.notes + _rescaled_inputs_note(net, options)
+
+
+def _rescaled_inputs_note(net: NetAnalysis, options: Options) -> tuple[str, ...]:
+    """--batch sets the first axis of every data top, including those of layers whose code
+    caffemem does not know (Python layers, declared ones): right for a batch axis, wrong
+    for a count of boxes or ROIs."""
+    specs = spec_table(options)
+    opaque = [specs.get(layer.type) for layer in net.shaped.graph.layers]
+    tops = [
+        top
+        for layer, spec in zip(net.shaped.graph.layers, opaque)
+        if spec is not None and spec.is_data and (spec.type == "Python" or spec.family == "declared")
+        for top in layer.tops
+    ]
+    if not tops:
+        return ()
+    return (
+        f"the batch replaces the first axis of every data top, also of those Python or declared layers give ({', '.join(dict.fromkeys(tops))}): "
+        "the figures hold only where that axis is the batch (not a count of boxes or ROIs)",
+    )
+
+
+# ---------------------------------------------------------------- output
+
+
+def fit_json(result: FitResult) -> dict[str, Any]:
+    """One document: the answer, its neighbour, the schedule and every evaluation made."""
+    request, following, schedule = result.request, result.following, result.schedule
+    return {
+        "net": result.path,
+        "kind": result.subject.kind,
+        "phase": result.subject.phase,
+        "optimized": request.optimized,
+        "gpu_memory": request.gpu_memory,
+        "reserve": request.reserve,
+        "budget": request.budget,
+        "gpus": request.gpus,
+        "fits": result.fits,
+        "batch": result.search.batch,
+        "bytes": result.bytes,
+        "next_batch": result.search.batch + 1,
+        "next_bytes": following.bytes if following else None,
+        "next_error": following.error if following else None,
+        "bytes_per_sample": result.bytes_per_sample,
+        "fixed_bytes": result.fixed_bytes,
+        "linear_guess": result.search.guess,
+        "line_batches": list(result.search.line) if result.search.line else None,
+        "schedule": None
+        if schedule is None
+        else {"effective_batch": schedule.effective_batch, "batch": schedule.batch, "iter_size": schedule.iter_size, "gpus": schedule.gpus, "bytes": schedule.bytes},
+        "evaluations": [{"batch": e.batch, "bytes": e.bytes, "error": e.error} for e in result.evaluations],
+        "notes": list(result.notes),
+    }
+
+
+def _sized(n: int) -> str:
+    return format_size(n) if abs(n) < 2**10 else f"{format_size(n)} ({n:,} B)"
+
+
+def fit_lines(result: FitResult) -> list[str]:
+    """The answer for a person: the batch, its bytes, the next batch's, and how it was found."""
+    request, search, subject = result.request, result.search, result.subject
+    counted = "caffemem optimize's plan" if request.optimized else "stock Caffe"
+    what = "training process (solver)" if subject.kind == "solver" else f"{subject.phase} net"
+    lines = [
+        f"{result.path}: {what}, {counted}",
+        f"  budget: {_sized(request.budget)} = GPU {format_size(request.gpu_memory)} - reserve {format_size(request.reserve)}",
+    ]
+    if not result.fits:
+        lines.append(f"  nothing fits: batch 1 needs {_sized(result.at(1).bytes or 0)}")
+        return lines + [f"note: {note}" for note in result.notes]
+    following = result.following
+    lines.append(f"  largest batch per GPU: {search.batch}, needs {_sized(result.bytes or 0)}")
+    if following is None:
+        lines.append(f"  (batch {search.batch} is Caffe's largest)")
+    elif following.bytes is None:
+        lines.append(f"  batch {following.batch} cannot be built: {following.error}")
+    else:
+        lines.append(f"  batch {following.batch} needs {_sized(following.bytes)}: over the budget")
+    if result.bytes_per_sample is not None and result.fixed_bytes is not None:
+        lines.append(f"  per sample: {_sized(result.bytes_per_sample)}; fixed part: {_sized(result.fixed_bytes)}")
+    schedule = result.schedule
+    if schedule is not None:
+        gpus = f"{schedule.gpus} GPU{'s' if schedule.gpus > 1 else ''}"
+        lines.append(f"  effective batch {schedule.effective_batch} = batch {schedule.batch} × iter_size {schedule.iter_size} × {gpus}")
+    found = "confirmed" if search.guess == search.batch else "searched"
+    guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
+    lines.append(f"  found by: {guess}{found} with {len(result.evaluations)} exact evaluations, at {search.batch} and {search.batch + 1} among them")
+    return lines + [f"note: {note}" for note in result.notes]
+
+
+def nothing_fits_message(result: FitResult) -> str:
+    first = result.at(1)
+    used = first.bytes if first and first.bytes is not None else 0
+    return (
+        f"nothing fits: batch 1 needs {_sized(used)}, {format_size(used - result.request.budget)} more than the budget "
+        f"{_sized(result.request.budget)} (GPU {format_size(result.request.gpu_memory)} - reserve {format_size(result.request.reserve)})"
+    )
+

@@ -1,0 +1,318 @@
+"""`caffemem fit`: the batch reported fits the budget and the next one does not, by the
+exact memory model (checked here with direct `analyze`/`optimize` calls), however memory
+grows with the batch; iter_size and multi-GPU arithmetic; the reserve; exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caffemem.api import Options, analyze
+from caffemem.cli import main
+from caffemem.errors import CaffememError
+from caffemem.fit import (
+    Evaluations,
+    FitRequest,
+    Footprint,
+    fit,
+    format_size,
+    largest_fitting_batch,
+    parse_size,
+    subject_of,
+)
+from caffemem.optimizer import OptimizeSettings, optimize
+
+from conftest import FIXTURES
+
+sys.path.insert(0, str(FIXTURES))
+import generate  # noqa: E402  (fixtures/generate.py)
+
+LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
+GiB, MiB = 2**30, 2**20
+
+# The batch axis is folded into a strided spatial axis before an InnerProduct, so the
+# weight grows by a step every 5 samples: memory is a staircase, not a line.
+STRIDED = """
+name: "strided_batch"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 8 dim: 1 dim: 1 dim: 1 } } }
+layer { name: "fold" type: "Reshape" bottom: "data" top: "folded" reshape_param { shape { dim: 1 dim: 1 dim: -1 dim: 1 } } }
+layer { name: "stride" type: "Convolution" bottom: "folded" top: "strided"
+        convolution_param { num_output: 1 kernel_h: 1 kernel_w: 1 stride_h: 5 stride_w: 1 } }
+layer { name: "fc" type: "InnerProduct" bottom: "strided" top: "fc" inner_product_param { num_output: 1000 } }
+"""
+
+PYTHON_DATA = """
+name: "python_data"
+layer { name: "reader" type: "Python" top: "data" top: "im_info" python_param { module: "reader" layer: "Reader" } }
+layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" inner_product_param { num_output: 10 } }
+"""
+
+
+def total_bytes(path: str, batch: int, **options) -> int:
+    """The memory model, asked directly: stock Caffe's footprint at one batch."""
+    return analyze(path, Options(batch=batch, **options)).nets[0].memory.total_bytes
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, ["fit", *args])
+
+
+@pytest.fixture(scope="module")
+def nets(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fit")
+    paths = {"resnet18": generate.resnet(18), "chain": generate.chain(50), "strided": STRIDED, "python": PYTHON_DATA}
+    for name, text in paths.items():
+        (folder / f"{name}.prototxt").write_text(text)
+    solver = folder / "lenet_solver.prototxt"
+    solver.write_text(f'net: "{LENET}"\ntest_iter: 10\ntest_interval: 100\nbase_lr: 0.01\nmomentum: 0.9\niter_size: 2\n')
+    return {name: str(folder / f"{name}.prototxt") for name in paths} | {"solver": str(solver)}
+
+
+@pytest.fixture(scope="module")
+def lenet_1gib():
+    return fit(LENET, Options(), FitRequest(gpu_memory=GiB))
+
+
+# ---------------------------------------------------------------- the answer is exact
+
+
+def test_lenet_batch_fits_and_the_next_does_not(lenet_1gib):
+    batch, budget = lenet_1gib.search.batch, GiB - 500 * MiB
+    assert total_bytes(LENET, batch) == lenet_1gib.bytes <= budget
+    assert total_bytes(LENET, batch + 1) == lenet_1gib.following.bytes > budget
+
+
+def test_lenet_is_linear_so_the_line_through_two_batches_gives_the_answer(lenet_1gib):
+    one, two = total_bytes(LENET, 1), total_bytes(LENET, 2)
+    per_sample = two - one
+    assert lenet_1gib.search.batch == lenet_1gib.search.guess == (GiB - 500 * MiB - one) // per_sample + 1
+    assert lenet_1gib.bytes_per_sample == per_sample
+    assert lenet_1gib.fixed_bytes == one - per_sample
+
+
+def test_lenet_takes_six_evaluations_four_probes_and_the_answer_with_its_successor(lenet_1gib):
+    batch = lenet_1gib.search.batch
+    assert [e.batch for e in lenet_1gib.evaluations] == [1, 2, 4, 8, batch, batch + 1]
+
+
+def test_resnet_batch_fits_and_the_next_does_not(nets):
+    result = fit(nets["resnet18"], Options(), FitRequest(gpu_memory=12 * GiB))
+    batch, budget = result.search.batch, 12 * GiB - 500 * MiB
+    assert total_bytes(nets["resnet18"], batch) == result.bytes <= budget < total_bytes(nets["resnet18"], batch + 1)
+
+
+def test_phase_chooses_the_net_whose_batch_is_fitted():
+    result = fit(LENET, Options(phase="TEST"), FitRequest(gpu_memory=GiB))
+    batch, budget = result.search.batch, GiB - 500 * MiB
+    assert result.subject.phase == "TEST"
+    assert total_bytes(LENET, batch, phase="TEST") <= budget < total_bytes(LENET, batch + 1, phase="TEST")
+
+
+def test_optimized_counts_the_plan_optimize_makes_at_each_batch(nets):
+    result = fit(nets["chain"], Options(), FitRequest(gpu_memory=64 * MiB, reserve=0, optimized=True))
+    batch = result.search.batch
+
+    def planned(b: int) -> int:
+        return optimize(nets["chain"], Options(batch=b, phase="TRAIN"), OptimizeSettings()).phases[0].planned.total_bytes
+
+    assert planned(batch) == result.bytes <= 64 * MiB < planned(batch + 1)
+    assert batch > fit(nets["chain"], Options(), FitRequest(gpu_memory=64 * MiB, reserve=0)).search.batch
+
+
+def test_memory_that_is_a_staircase_in_the_batch_still_gets_the_exact_answer(nets):
+    result = fit(nets["strided"], Options(), FitRequest(gpu_memory=MiB, reserve=0))
+    batch = result.search.batch
+    assert total_bytes(nets["strided"], batch) <= MiB < total_bytes(nets["strided"], batch + 1)
+    assert result.search.guess != batch  # the line through batches 4 and 8 was wrong here
+    assert any("not linear in the batch" in note for note in result.notes)
+
+
+def test_a_batch_past_caffes_blob_limit_does_not_fit_and_says_why():
+    result = fit(LENET, Options(), FitRequest(gpu_memory=2**40))
+    batch = result.search.batch
+    assert total_bytes(LENET, batch) <= result.request.budget
+    # conv1's top is batch × 20 × 24 × 24 elements, at most 2^31 - 1 of them in Caffe.
+    assert batch == (2**31 - 1) // (20 * 24 * 24)
+    assert result.following.bytes is None and "exceeds INT_MAX elements" in result.following.error
+    assert not any("not linear" in note for note in result.notes)  # memory is linear; the build stopped
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4),
+    final_slope=st.integers(1, 50),
+    steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
+    fixed=st.integers(0, 1000),
+    budget=st.integers(0, 20_000),
+)
+def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces, final_slope, steps, fixed, budget):
+    """Lines of several slopes one after the other, plus a step every few samples."""
+    every, step = steps
+
+    def memory(batch: int) -> int:
+        total, start = fixed + step * (batch // every), 0
+        for length, slope in pieces:
+            total += slope * min(max(batch - start, 0), length)
+            start += length
+        return total + final_slope * max(batch - start, 0)
+
+    expected = 0
+    while memory(expected + 1) <= budget:
+        expected += 1
+    assert largest_fitting_batch(Evaluations(lambda batch: Footprint(memory(batch)), budget)).batch == expected
+
+
+# ---------------------------------------------------------------- the training process
+
+
+def test_solver_fits_its_training_process_with_the_test_net_at_its_own_batch(nets):
+    result = fit(nets["solver"], Options(), FitRequest(gpu_memory=GiB))
+    batch, budget = result.search.batch, GiB - 500 * MiB
+    tests = sum(share.bytes for share in analyze(nets["solver"]).process.tests)
+
+    def process(b: int) -> int:
+        return analyze(nets["solver"], Options(phase="TRAIN", batch=b)).process.total_bytes + tests
+
+    assert result.subject.kind == "solver" and result.subject.test_nets == 1
+    assert process(batch) == result.bytes <= budget < process(batch + 1)
+
+
+def test_solver_at_the_batch_its_file_gives_is_analyze_s_training_process(nets):
+    measure = subject_of(nets["solver"], Options(), optimized=False).measure
+    assert measure(64).bytes == analyze(nets["solver"]).process.total_bytes  # lenet's batch is 64
+
+
+def test_solver_is_refused_a_test_phase(nets):
+    with pytest.raises(CaffememError, match="training process"):
+        fit(nets["solver"], Options(phase="TEST"), FitRequest(gpu_memory=GiB))
+
+
+# ---------------------------------------------------------------- iter_size and GPUs
+
+
+def largest_divisor_up_to(n: int, limit: int) -> int:
+    return max(d for d in range(1, limit + 1) if n % d == 0)
+
+
+def test_effective_batch_takes_the_largest_fitting_batch_that_divides_it():
+    result = fit(LENET, Options(), FitRequest(gpu_memory=GiB, effective_batch=10_000))
+    batch = largest_divisor_up_to(10_000, result.search.batch)
+    assert (result.schedule.batch, result.schedule.iter_size, result.schedule.effective_batch) == (batch, 10_000 // batch, 10_000)
+    assert result.schedule.bytes == total_bytes(LENET, batch)
+
+
+def test_effective_batch_is_split_over_the_gpus_first():
+    result = fit(LENET, Options(), FitRequest(gpu_memory=GiB, gpus=2, effective_batch=10_000))
+    batch = largest_divisor_up_to(5_000, result.search.batch)
+    assert (result.schedule.batch, result.schedule.iter_size, result.schedule.gpus) == (batch, 5_000 // batch, 2)
+    assert result.schedule.effective_batch == 10_000
+
+
+def test_effective_batch_that_fits_whole_needs_no_iter_size(lenet_1gib):
+    result = fit(LENET, Options(), FitRequest(gpu_memory=GiB, effective_batch=lenet_1gib.search.batch))
+    assert (result.schedule.batch, result.schedule.iter_size) == (lenet_1gib.search.batch, 1)
+
+
+def test_prime_effective_batch_falls_to_batch_one_and_names_the_nearest_larger_schedule(lenet_1gib):
+    largest = lenet_1gib.search.batch
+    prime = next(n for n in range(largest + 1, 3 * largest) if all(n % d for d in range(2, math.isqrt(n) + 1)))
+    result = fit(LENET, Options(), FitRequest(gpu_memory=GiB, effective_batch=prime))
+    assert (result.schedule.batch, result.schedule.iter_size) == (1, prime)
+    near = math.ceil(prime / 2)  # two passes of a batch that fits
+    assert f"batch {near} × iter_size 2 would give effective batch {2 * near}" in " ".join(result.notes)
+
+
+def test_effective_batch_must_split_evenly_over_the_gpus():
+    with pytest.raises(CaffememError, match="not a multiple of --gpus 3"):
+        fit(LENET, Options(), FitRequest(gpu_memory=GiB, gpus=3, effective_batch=256))
+
+
+def test_gpus_multiply_the_effective_batch_and_not_the_batch_per_gpu(lenet_1gib):
+    result = fit(LENET, Options(), FitRequest(gpu_memory=GiB, gpus=4))
+    assert result.search.batch == lenet_1gib.search.batch
+    assert result.schedule.effective_batch == 4 * lenet_1gib.search.batch
+
+
+def test_solver_iter_size_multiplies_the_effective_batch(nets):
+    result = fit(nets["solver"], Options(), FitRequest(gpu_memory=GiB, gpus=2))
+    assert result.schedule.effective_batch == result.search.batch * 2 * 2  # iter_size 2, 2 GPUs
+    assert any("only the root solver" in note for note in result.notes)
+
+
+# ---------------------------------------------------------------- the reserve
+
+
+def test_reserve_is_taken_off_the_card_before_fitting(lenet_1gib):
+    reserved = fit(LENET, Options(), FitRequest(gpu_memory=GiB, reserve=100 * MiB))
+    assert reserved.search.batch == fit(LENET, Options(), FitRequest(gpu_memory=GiB - 100 * MiB, reserve=0)).search.batch
+    assert lenet_1gib.search.batch < reserved.search.batch  # the default reserve is 500 MiB
+
+
+def test_reserve_that_leaves_nothing_is_bad_input():
+    assert run(LENET, "--gpu-memory", "1GiB", "--reserve", "1GiB").exit_code == 2
+
+
+# ---------------------------------------------------------------- command line
+
+
+def test_cli_json_is_one_document_with_the_answer_and_its_neighbour(lenet_1gib):
+    result = run(LENET, "--gpu-memory", "1GiB", "--effective-batch", "256", "--json")
+    document = json.loads(result.output)
+    assert result.exit_code == 0
+    assert (document["batch"], document["bytes"]) == (lenet_1gib.search.batch, lenet_1gib.bytes)
+    assert (document["next_batch"], document["next_bytes"]) == (lenet_1gib.search.batch + 1, lenet_1gib.following.bytes)
+    assert document["schedule"] == {"effective_batch": 256, "batch": 256, "iter_size": 1, "gpus": 1, "bytes": total_bytes(LENET, 256)}
+    assert document["budget"] == GiB - 500 * MiB
+
+
+def test_cli_text_names_the_batch_and_the_bytes_of_the_next(lenet_1gib):
+    output = run(LENET, "--gpu-memory", "1GiB").output
+    batch = lenet_1gib.search.batch
+    assert f"largest batch per GPU: {batch}, needs" in output
+    assert f"batch {batch + 1} needs" in output and f"({lenet_1gib.following.bytes:,} B): over the budget" in output
+
+
+def test_nothing_fits_exits_1_saying_what_batch_1_needs(nets):
+    needed = total_bytes(nets["resnet18"], 1)
+    result = run(nets["resnet18"], "--gpu-memory", str(needed - 1), "--reserve", "0", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["fits"] is False
+    assert f"nothing fits: batch 1 needs {format_size(needed)} ({needed:,} B), 1 B more than the budget" in result.stderr
+
+
+def test_fit_has_no_batch_flag_since_the_batch_is_what_it_finds():
+    assert run(LENET, "--gpu-memory", "1GiB", "--batch", "3").exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpu-memory", "12G"],  # binary or decimal? refused rather than guessed
+        ["--gpu-memory", "twelve"],
+        ["--gpu-memory", "1GiB", "--gpus", "0"],
+        ["--gpu-memory", "1GiB", "--phase", "TEST", "--input", "nosuch=1,2"],
+    ],
+)
+def test_bad_input_exits_2(args):
+    assert run(LENET, *args).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [("12GiB", 12 * 2**30), ("11.5 GiB", 23 * 2**29), ("500MiB", 500 * 2**20), ("16GB", 16 * 10**9), ("4096", 4096), ("1.5kb", 1500)],
+)
+def test_sizes_are_binary_with_i_and_decimal_without(text, size):
+    assert parse_size(text, "--gpu-memory") == size
+
+
+def test_tops_of_python_layers_are_rescaled_like_any_data_top_and_a_note_says_so(nets):
+    options = Options(inputs={"data": (1, 3, 8, 8), "im_info": (1, 3)})
+    result = fit(nets["python"], options, FitRequest(gpu_memory=MiB, reserve=0))
+    assert any("Python or declared layers give (data, im_info)" in note for note in result.notes)
+    assert analyze(nets["python"], Options(inputs=options.inputs, batch=result.search.batch)).nets[0].shaped.blob_shapes["im_info"] == (result.search.batch, 3)

@@ -1,0 +1,99 @@
+"""The planner on every real net of the ground truth (../shared/groundtruth), in the phase
+and with the inputs real Caffe ran it: `auto` is never worse than the fork's plan, within
+2% of the lower bound and never below it, safe, and costs what the optimizer's ranking
+formula says; `optimize -o` writes a file that still parses and analyses as the original."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import pytest
+from click.testing import CliRunner
+from google.protobuf import text_format
+
+from caffemem.api import Options, analyze
+from caffemem.cli import main
+from caffemem.optimizer import OptimizeSettings, PhasePlan, optimize
+from caffemem.passes.verify import verify_plan
+from caffemem.schema import caffe_pb2
+
+from conftest import SHARED, needs_shared
+
+GROUNDTRUTH = SHARED / "groundtruth"
+
+
+def _runs():
+    if not GROUNDTRUTH.is_dir():
+        return []
+    return [
+        pytest.param(document["source"], run["phase"], json.dumps(run["inputs"], sort_keys=True), id=f"{path.stem}-{run['phase']}")
+        for path in sorted(GROUNDTRUTH.glob("*.json"))
+        for document in [json.loads(path.read_text())]
+        for run in document["runs"]
+        if run["ok"]
+    ]
+
+
+RUNS = _runs()
+
+
+def _options(phase: str, inputs: str) -> Options:
+    return Options(phase=phase, inputs={name: tuple(shape) for name, shape in json.loads(inputs).items()})
+
+
+@lru_cache(maxsize=None)
+def planned(source: str, phase: str, inputs: str) -> PhasePlan:
+    """`auto`'s plan of one run, computed once for all the tests below."""
+    return optimize(str(SHARED / source), _options(phase, inputs), OptimizeSettings()).phases[0]
+
+
+@needs_shared
+@pytest.mark.parametrize("source, phase, inputs", RUNS)
+def test_plan_is_no_larger_than_the_forks(source, phase, inputs):
+    plan = planned(source, phase, inputs)
+    assert plan.planned.heap_total <= plan.fork.heap_total
+
+
+@needs_shared
+@pytest.mark.parametrize("source, phase, inputs", RUNS)
+def test_plan_is_within_two_percent_of_the_lower_bound_and_never_below(source, phase, inputs):
+    plan = planned(source, phase, inputs)
+    assert plan.lower_bound <= plan.planned.heap_total
+    assert (plan.planned.heap_total - plan.lower_bound) / plan.lower_bound <= 0.02
+
+
+@needs_shared
+@pytest.mark.parametrize("source, phase, inputs", RUNS)
+def test_plan_passes_the_verifier(source, phase, inputs):
+    plan = planned(source, phase, inputs)
+    assert verify_plan(plan.schedule, plan.plan_data) == []
+
+
+@needs_shared
+@pytest.mark.parametrize("source, phase, inputs", RUNS)
+def test_plan_costs_what_the_ranking_formula_says(source, phase, inputs):
+    """The optimizer ranks candidates by stock - shareable storage + slots, unreplayed."""
+    plan = planned(source, phase, inputs)
+    shareable = sum(life.bytes for life in plan.liveness.shareable)
+    assert plan.planned.heap_total == plan.stock.heap_total - shareable + sum(plan.plan_data.slot_bytes.values())
+
+
+@needs_shared
+@pytest.mark.parametrize("source, phase, inputs", RUNS)
+def test_forks_own_plan_passes_the_verifier(source, phase, inputs):
+    assert planned(source, phase, inputs).fork_safe
+
+
+@needs_shared
+@pytest.mark.parametrize("source, phase, inputs", RUNS)
+def test_optimized_file_parses_and_analyses_as_the_original(source, phase, inputs, tmp_path):
+    out = tmp_path / "planned.prototxt"
+    flags = [f"--input={name}={','.join(map(str, shape))}" for name, shape in json.loads(inputs).items()]
+    result = CliRunner().invoke(main, ["optimize", str(SHARED / source), "--phase", phase, *flags, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert text_format.Parse(out.read_text(), caffe_pb2.NetParameter()).HasField("mem_param")
+    before, after = (analyze(path, _options(phase, inputs)).nets[0] for path in (str(SHARED / source), str(out)))
+    assert after.shaped.blob_shapes == before.shaped.blob_shapes
+    stock = lambda m: (m.heap_init, m.heap_forward, m.heap_backward)  # noqa: E731
+    assert stock(after.memory) == stock(before.memory)

@@ -1,0 +1,318 @@
+"""`--html FILE`: one self-contained page with the memory timeline, the Gantt chart of
+storage and the per-layer table — its figures exact, and drawn by a real browser
+(headless Chromium; these tests fail, not skip, when it is missing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from caffemem.api import Options, analyze, spec_table
+from caffemem.cli import main
+from caffemem.optimizer import OptimizeSettings, optimize
+from caffemem.passes.html import MAX_CLASS_ROWS, allocated_by_step, analysis_sections, class_gantt, html_report, live_by_step, plan_sections, slot_gantt, timeline_of
+from caffemem.passes.liveness import lifetimes
+from caffemem.passes.schedule import build_schedule
+
+from conftest import FIXTURES, SHARED
+
+LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
+GOOGLENET = SHARED / "models" / "bvlc_googlenet" / "train_val.prototxt"
+GOOGLENET_INPUT = "data=32,3,224,224"
+
+# Five 1×1×4×4 float32 blobs (64 bytes of data, 16 of shape each): x → r1 → r2 → r3 → r4.
+# r2's layer name tries to end the page's <script> early; the page must still draw.
+CHAIN = """name: "chain"
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 1 dim: 1 dim: 4 dim: 4 } } }
+layer { name: "r1" type: "ReLU" bottom: "x" top: "r1" }
+layer { name: "r2</script><script>document.title='hijacked'</script>" type: "ReLU" bottom: "r1" top: "r2" }
+layer { name: "r3" type: "ReLU" bottom: "r2" top: "r3" }
+layer { name: "r4" type: "ReLU" bottom: "r3" top: "r4" }
+"""
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("chain") / "chain.prototxt"
+    path.write_text(CHAIN)
+    return str(path)
+
+
+def chain_run(chain: str):
+    options = Options(phase="TEST")
+    net = analyze(chain, options).nets[0]
+    schedule = build_schedule(net.shaped, spec_table(options))
+    return net.memory, schedule, lifetimes(schedule)
+
+
+# ----------------------------------------------------------------------------- the figures
+
+
+def test_stock_timeline_is_the_running_total_of_caffes_allocations(chain):
+    memory, schedule, _ = chain_run(chain)
+    # Step 0: x's data (64) and five shape buffers (80); then each ReLU's top (64).
+    assert allocated_by_step(schedule, memory) == (144, 208, 272, 336, 400)
+    assert memory.heap_total == 400
+
+
+def test_live_bytes_count_a_shareable_blob_from_its_first_write_to_its_last_read(chain):
+    memory, schedule, liveness = chain_run(chain)
+    # r1 is live at steps 1-2, r2 at 2-3, r3 at 3-4; x (input) and r4 (output) stay.
+    assert live_by_step(liveness, allocated_by_step(schedule, memory)) == (144, 208, 272, 272, 272)
+
+
+def test_planned_timeline_allocates_each_slot_whole_on_first_touch(chain):
+    phase = optimize(chain, Options(phase="TEST"), OptimizeSettings(strategy="best-fit")).phases[0]
+    # Slot 0 (r1, r3) at step 1, slot 1 (r2) at step 2, r4's own storage at step 4.
+    assert allocated_by_step(phase.schedule, phase.planned) == (144, 208, 272, 272, 336)
+
+
+def test_timeline_ends_at_the_replays_totals_on_a_real_net():
+    for phase in optimize(LENET, Options(), OptimizeSettings()).phases:
+        timeline = timeline_of(phase.schedule, phase.liveness, phase.stock, phase.planned, phase.lower_bound)
+        assert timeline.allocated[-1] == phase.stock.heap_total
+        assert timeline.planned[-1] == phase.planned.heap_total
+        assert max(timeline.live) <= phase.lower_bound
+
+
+def test_slot_gantt_draws_each_member_over_the_steps_it_is_live(chain):
+    phase = optimize(chain, Options(phase="TEST"), OptimizeSettings(strategy="best-fit")).phases[0]
+    rows = slot_gantt(phase.schedule, phase.liveness, phase.plan_data).rows
+    assert [row.label for row in rows] == ["slot 0 · 64 B", "slot 1 · 64 B"]
+    assert [[(bar.first, bar.last, bar.top, bar.height, bar.style) for bar in row.bars] for row in rows] == [
+        [(1, 2, 0.0, 1.0, "data"), (3, 4, 0.0, 1.0, "data")],
+        [(2, 3, 0.0, 1.0, "data")],
+    ]
+    assert rows[0].bars[0].title == "r1 (data) · 64 B at offset 0 B of slot 0 · steps 1–2 (forward r1 → forward r2</script><script>document.title='hijacked'</script>)"
+
+
+def test_packed_slot_draws_members_as_bands_at_their_byte_offsets():
+    phase = optimize(LENET, Options(phase="TRAIN"), OptimizeSettings(strategy="auto")).phases[0]
+    assert phase.strategy == "packed"
+    (row,) = slot_gantt(phase.schedule, phase.liveness, phase.plan_data).rows
+    slot_bytes = phase.plan_data.slot_bytes[0]
+    assert row.bytes == slot_bytes == 3686400
+    bands = {bar.title.split(" · ")[0]: (bar.top, bar.height) for bar in row.bars}
+    assert bands["conv1 (data)"] == (737280 / slot_bytes, 2949120 / slot_bytes)
+    assert bands["pool1 (diff)"] == (2949120 / slot_bytes, 737280 / slot_bytes)
+    assert len(bands) == len(phase.plan_data.assign) == 12
+
+
+def test_slot_gantt_shows_only_the_largest_slots_and_says_so():
+    phase = optimize(LENET, Options(phase="TRAIN"), OptimizeSettings(strategy="best-fit")).phases[0]
+    slots = phase.plan_data.slot_bytes
+    gantt = slot_gantt(phase.schedule, phase.liveness, phase.plan_data, max_rows=2)
+    largest = sorted(slots.values(), reverse=True)[:2]
+    assert sorted((row.bytes for row in gantt.rows), reverse=True) == largest
+    assert "Showing the 2 largest slots" in gantt.note and f"{len(slots)} shared slots" in gantt.note
+
+
+def test_class_gantt_shows_the_largest_classes_in_order_of_first_touch():
+    options = Options()
+    net = analyze(LENET, options).nets[0]
+    schedule = build_schedule(net.shaped, spec_table(options))
+    gantt = class_gantt(schedule, lifetimes(schedule), max_rows=3)
+    assert [(row.label, row.bytes) for row in gantt.rows] == [("5:fc1#0:data", 1600000), ("conv1:data", 2949120), ("conv1:diff", 2949120)]
+    # Pale: what Caffe holds (first touch to the end); dark: when the bytes hold a live value.
+    assert [[(bar.first, bar.last, bar.style) for bar in row.bars] for row in gantt.rows] == [
+        [(0, 16, "held"), (0, 12, "param")],
+        [(1, 16, "held"), (1, 2, "data")],
+        [(15, 16, "held"), (15, 16, "diff")],
+    ]
+    assert gantt.note.startswith("The 3 largest of the 55 storage classes")
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_analyze_html_writes_one_page_atomically(tmp_path):
+    page = tmp_path / "report.html"
+    result = run("analyze", LENET, "--html", page)
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    assert "logs &#x27;Memory required for data: 5169924&#x27;" in text and "lenet_example (TRAIN)" in text
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary left behind
+
+
+def test_optimize_html_leaves_json_on_stdout_one_document(tmp_path):
+    page = tmp_path / "plan.html"
+    result = subprocess.run([sys.executable, "-m", "caffemem.cli", "optimize", LENET, "--json", "--html", str(page)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["phases"][0]["phase"] == "TRAIN"
+    assert result.stderr == f"wrote {page}\n"
+    assert page.read_text().count('<section class="net"') == 2  # TRAIN and TEST
+
+
+def test_html_into_a_missing_directory_is_one_error_line(tmp_path):
+    result = run("analyze", LENET, "--html", tmp_path / "no" / "such" / "report.html")
+    assert result.exit_code == 2
+    assert "cannot write" in result.output and "Traceback" not in result.output
+
+
+def test_page_loads_nothing_from_outside(tmp_path):
+    text = html_report(optimize(LENET, Options(), OptimizeSettings()))
+    for outside in ("<link", " src=", "url(", "@import", "https://"):
+        assert outside not in text
+    assert {line.strip() for line in text.splitlines() if "http://" in line} == {'var NS = "http://www.w3.org/2000/svg", W = 1200, LEFT = 210, RIGHT = 20;'}
+
+
+def test_names_are_escaped_in_the_table_and_the_chart_data(chain):
+    text = html_report(analyze(chain, Options(phase="TEST")), Options(phase="TEST"))
+    assert "r2&lt;/script&gt;&lt;script&gt;" in text
+    assert text.count("</script>") == 2  # the chart data's and the drawing script's
+
+
+# ----------------------------------------------------------------------------- in a browser
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,2000",
+)
+
+
+def chromium() -> str:
+    """The browser, or a failing test that says how to get it (CI installs it: .ci/run)."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if os.access("/usr/bin/chromium", os.X_OK):
+        return "/usr/bin/chromium"
+    pytest.fail("headless Chromium is needed to check the HTML report and was not found: install it with `apt-get install -y chromium` (.ci/run does this)")
+
+
+def dump_doms(pages: list[Path], scratch: Path) -> dict[Path, str]:
+    """Each page's DOM after its scripts ran, the browsers running side by side."""
+    browser = chromium()
+    running = {}
+    for i, page in enumerate(pages):
+        profile = scratch / f"profile{i}"
+        command = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri()]
+        running[page] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    doms = {}
+    for page, process in running.items():
+        out, _ = process.communicate(timeout=120)
+        assert process.returncode == 0, f"chromium failed on {page}"
+        doms[page] = out
+    return doms
+
+
+class ChartCounts(HTMLParser):
+    """Per chart <div> (in document order): its kind, data-rendered, and how many SVG
+    rect and path elements it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charts: list[dict] = []
+        self.depth = 0  # <div> nesting inside the current chart; 0: outside any
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        if tag == "div" and self.depth:
+            self.depth += 1
+        elif tag == "div" and "chart" in (attributes.get("class") or "").split():
+            kind = "timeline" if "timeline" in attributes["class"] else "gantt"
+            self.charts.append({"kind": kind, "rendered": attributes.get("data-rendered"), "rect": 0, "path": 0})
+            self.depth = 1
+        elif self.depth and tag in ("rect", "path"):
+            self.charts[-1][tag] += 1
+
+    def handle_endtag(self, tag):
+        if tag == "div" and self.depth:
+            self.depth -= 1
+
+
+def charts_of(dom: str) -> list[dict]:
+    parser = ChartCounts()
+    parser.feed(dom)
+    return parser.charts
+
+
+@pytest.fixture(scope="module")
+def browser_pages(tmp_path_factory, chain):
+    """The reports the browser opens: the fixture nets always, GoogLeNet with ../shared;
+    each with the Python-side sections, to compare what was drawn with what was meant."""
+    where = tmp_path_factory.mktemp("html")
+    reports = {
+        "lenet analyze": (["analyze", LENET], lambda: analysis_sections(analyze(LENET, Options()), Options())),
+        "lenet optimize": (["optimize", LENET], lambda: plan_sections(optimize(LENET, Options(), OptimizeSettings()))),
+        "chain optimize": (["optimize", chain, "--phase", "TEST"], lambda: plan_sections(optimize(chain, Options(phase="TEST"), OptimizeSettings()))),
+    }
+    if GOOGLENET.is_file():
+        options = Options(inputs={"data": (32, 3, 224, 224)})
+        train = Options(phase="TRAIN", inputs=options.inputs)
+        reports["googlenet analyze"] = (["analyze", GOOGLENET, "--input", GOOGLENET_INPUT], lambda: analysis_sections(analyze(str(GOOGLENET), options), options))
+        reports["googlenet optimize"] = (["optimize", GOOGLENET, "--input", GOOGLENET_INPUT, "--phase", "TRAIN"], lambda: plan_sections(optimize(str(GOOGLENET), train, OptimizeSettings())))
+    pages = {}
+    for name, (args, _) in reports.items():
+        page = where / (name.replace(" ", "_") + ".html")
+        result = run(*args, "--json", "--html", page)
+        assert result.exit_code == 0, result.output
+        pages[name] = page
+    doms = dump_doms(list(pages.values()), where)
+    return {name: (doms[pages[name]], sections(), pages[name]) for name, (_, sections) in reports.items()}
+
+
+def assert_both_charts_drawn(dom: str, sections) -> None:
+    charts = charts_of(dom)
+    assert [c["kind"] for c in charts] == ["timeline", "gantt"] * len(sections)
+    for section, timeline, gantt in zip(sections, charts[0::2], charts[1::2]):
+        series = 2 if section.timeline.planned is None else 3
+        bound = section.timeline.lower_bound is not None
+        assert timeline["rendered"] == str(series + bound), f"timeline of {section.title} not drawn"
+        assert timeline["path"] >= series
+        bars = sum(len(row.bars) for row in section.gantt.rows)
+        assert bars > 0 and gantt["rendered"] == str(bars), f"Gantt chart of {section.title} not drawn"
+        assert gantt["rect"] >= bars
+
+
+def test_browser_draws_both_charts_of_an_analysis(browser_pages):
+    dom, sections, _ = browser_pages["lenet analyze"]
+    assert_both_charts_drawn(dom, sections)
+
+
+def test_browser_draws_both_charts_of_each_planned_phase(browser_pages):
+    dom, sections, _ = browser_pages["lenet optimize"]
+    assert [s.title for s in sections] == ["lenet_example (TRAIN)", "lenet_example (TEST)"]
+    assert_both_charts_drawn(dom, sections)
+
+
+def test_a_layer_name_cannot_inject_script_into_the_page(browser_pages):
+    dom, sections, _ = browser_pages["chain optimize"]
+    assert_both_charts_drawn(dom, sections)
+    assert "<title>Memory plan for" in dom and "hijacked" not in dom.split("</title>")[0]
+
+
+@pytest.mark.skipif(not GOOGLENET.is_file(), reason="../shared (models and ground truth) is not beside the repo")
+def test_browser_draws_googlenets_analysis_with_the_gantt_capped(browser_pages):
+    dom, sections, page = browser_pages["googlenet analyze"]
+    assert_both_charts_drawn(dom, sections)
+    assert len(sections[0].gantt.rows) == MAX_CLASS_ROWS
+    assert page.stat().st_size < 1_000_000
+
+
+@pytest.mark.skipif(not GOOGLENET.is_file(), reason="../shared (models and ground truth) is not beside the repo")
+def test_browser_draws_googlenets_plan(browser_pages):
+    dom, sections, page = browser_pages["googlenet optimize"]
+    assert_both_charts_drawn(dom, sections)
+    assert page.stat().st_size < 1_000_000
