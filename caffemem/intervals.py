@@ -39,13 +39,21 @@ class Runs:
     def add(self, start: int, end: int) -> None:
         starts, ends = self.starts, self.ends
         first = bisect_left(ends, start)  # the first run that reaches start
-        last = bisect_right(starts, end)  # past the last run that starts by end
+        if first == len(ends):
+            starts.append(start)
+            ends.append(end)
+            return
+        last = bisect_right(starts, end, first)  # past the last run that starts by end
         if first == last:
             starts.insert(first, start)
             ends.insert(first, end)
-        else:
-            starts[first:last] = [min(start, starts[first])]
-            ends[first:last] = [max(end, ends[last - 1])]
+            return
+        if starts[first] < start:
+            start = starts[first]
+        if ends[last - 1] > end:
+            end = ends[last - 1]
+        starts[first:last] = (start,)
+        ends[first:last] = (end,)
 
     def overlaps(self, start: int, end: int) -> bool:
         """Does a run hold an integer of [start, end) (start < end)?"""
@@ -156,18 +164,23 @@ class Occupancy:
 
     def __init__(self, steps: int) -> None:
         self.size = _tree_size(max(steps, 1))
+        self.levels = self.size.bit_length() - 1
         self.own: list[Runs | None] = [None] * (2 * self.size)
         self.alive: list[Runs | None] = [None] * (2 * self.size)
 
     def _nodes(self, runs: Sequence[Run]) -> tuple[list[int], list[int]]:
-        """The nodes covering ``runs`` exactly, and the nodes on the paths above them
-        (which include every node above a covering one)."""
+        """The nodes covering ``runs`` exactly, and the nodes above them (each of which
+        covers part of a run)."""
         covering: list[int] = []
-        paths: list[int] = []
-        size = self.size
+        above: list[int] = []
+        size, levels = self.size, self.levels
         for start, end in runs:
             low, high = start + size, end + size
-            left, right = low // 2, (high - 1) // 2
+            for level in range(1, levels + 1):
+                if (low >> level) << level != low:
+                    above.append(low >> level)
+                if (high >> level) << level != high and (not above or above[-1] != (high - 1) >> level):
+                    above.append((high - 1) >> level)
             while low < high:
                 if low & 1:
                     covering.append(low)
@@ -177,32 +190,32 @@ class Occupancy:
                     covering.append(high)
                 low //= 2
                 high //= 2
-            while left != right:
-                paths.append(left)
-                paths.append(right)
-                left //= 2
-                right //= 2
-            while left:
-                paths.append(left)
-                left //= 2
         if len(runs) > 1:
-            return list(set(covering)), list(set(paths))
-        return covering, paths
+            return list(set(covering)), list(set(above))
+        return covering, above
 
     def place(self, runs: Sequence[Run], start: int, end: int) -> None:
-        covering, paths = self._nodes(runs)
-        for table, nodes in ((self.own, covering), (self.alive, covering), (self.alive, paths)):
-            for node in nodes:
+        covering, above = self._nodes(runs)
+        own, alive = self.own, self.alive
+        for node in covering:
+            for table in (own, alive):
                 found = table[node]
                 if found is None:
-                    table[node] = found = Runs()
+                    table[node] = Runs(((start, end),))
+                else:
+                    found.add(start, end)
+        for node in above:
+            found = alive[node]
+            if found is None:
+                alive[node] = Runs(((start, end),))
+            else:
                 found.add(start, end)
 
     def _alive(self, runs: Sequence[Run]) -> list[tuple[list[int], list[int]]]:
         """The byte ranges alive at some step of ``runs``: (starts, ends) of a few Runs."""
-        covering, paths = self._nodes(runs)
+        covering, above = self._nodes(runs)
         alive, own = self.alive, self.own
-        found = [alive[node] for node in covering] + [own[node] for node in paths]
+        found = [alive[node] for node in covering] + [own[node] for node in above]
         return [(r.starts, r.ends) for r in found if r]
 
     def lowest_hole(self, runs: Sequence[Run], size: int) -> int:

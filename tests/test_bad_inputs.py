@@ -133,6 +133,13 @@ def truncated_caffemodel(folder: Path) -> Path:
     return write_bytes("lenet_cut.caffemodel", data[: len(data) // 2])(folder)
 
 
+def caffemodel_missing_a_bias(folder: Path) -> Path:
+    """LeNet as a .caffemodel whose conv1 stores its weights but not its bias."""
+    net = text_format.Parse(LENET.read_text(), caffe_pb2.NetParameter())
+    next(layer for layer in net.layer if layer.name == "conv1").blobs.add().shape.dim.extend([20, 1, 5, 5])
+    return write_bytes("lenet.caffemodel", net.SerializeToString())(folder)
+
+
 LATIN1_NET = (
     b'# r\xe9seau \xe9crit en Latin-1\n'
     b'layer { name: "donn\xe9es" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 } } }\n'
@@ -199,6 +206,12 @@ CASES = [
     Case("symlink loop", symlink_loop, ("cannot read", "symbolic links")),
     Case("binary garbage", write_bytes("garbage.bin", random.Random(7).randbytes(4096)), ("binary file is not a Caffe NetParameter",)),
     Case("caffemodel cut in the middle", truncated_caffemodel, ("binary file is not a Caffe NetParameter",)),
+    Case(
+        "caffemodel with a blob too few",
+        caffemodel_missing_a_bias,
+        ("stores 1 parameter blob(s) for this layer, but a Convolution layer with these parameters has 2",),
+        layer="conv1",
+    ),
     Case("UTF-16 text", write_bytes("utf16.prototxt", 'name: "net"\n'.encode("utf-16")), ("is UTF-16 text", "save it as UTF-8")),
     Case("non-UTF-8 (Latin-1) text", write_bytes("latin1.prototxt", LATIN1_NET), ("unknown layer type 'Frobnicate'",), 3, "région"),
     Case("deeply nested braces", write_bytes("nested.prototxt", b"layer { " * 100_000 + b"}" * 100_000), ("unknown field 'layer' in LayerParameter",), 1),

@@ -11,6 +11,7 @@ member, data and diff alike.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 
 from ..graph import ShapedGraph, count
@@ -21,29 +22,35 @@ from .liveness import net_outputs_of
 
 
 class _Slots:
-    """The fork's slot list: (key, references); an empty key is a free slot."""
+    """The fork's slot list: (key, references); an empty key is a free slot.  The fork
+    scans the list for the first free slot and for a key; here a heap of free indices and
+    an index of keys give the same answers without the scans."""
 
     def __init__(self) -> None:
         self.keys: list[str] = []
         self.refs: list[int] = []
+        self.index: dict[str, int] = {}  # a held key -> its slot (keys are never held twice)
+        self.free: list[int] = []  # heap of indices whose key was empty when pushed
 
     def acquire(self, key: str) -> int:
-        for i, held in enumerate(self.keys):
-            if held == "":
-                self.keys[i], self.refs[i] = key, 1
-                return i
-        self.keys.append(key)
-        self.refs.append(1)
-        return len(self.keys) - 1
+        while self.free:
+            i = heapq.heappop(self.free)
+            if self.keys[i] == "":
+                break
+        else:
+            i = len(self.keys)
+            self.keys.append("")
+            self.refs.append(0)
+        self.keys[i], self.refs[i] = key, 1
+        self.index[key] = i
+        return i
 
     def find(self, key: str) -> int:
-        try:
-            return self.keys.index(key)
-        except ValueError:
-            return -1
+        return self.index.get(key, -1)
 
     def add_ref(self, index: int) -> None:
         while index >= len(self.keys):  # C++ operator[] on an empty vector: keep it defined
+            heapq.heappush(self.free, len(self.keys))
             self.keys.append("")
             self.refs.append(0)
         self.refs[index] += 1
@@ -53,7 +60,9 @@ class _Slots:
             return  # undefined in the fork; never reached on real nets
         self.refs[index] -= 1
         if self.refs[index] == 0:
+            self.index.pop(self.keys[index], None)
             self.keys[index] = ""
+            heapq.heappush(self.free, index)
 
 
 def fork_assignment(

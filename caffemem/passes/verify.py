@@ -12,6 +12,7 @@ the run never touches may be assigned anywhere: Caffe never allocates it.
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from ..errors import CaffememError, Location, excerpt
@@ -116,17 +117,8 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
         if offset < 0 or offset + size > plan.slot_bytes[slot]:
             violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
-    neighbours: dict[int, list[int]] = {storage: [] for storage in place}
-    ordered = sorted(place, key=lambda s: (place[s].slot, place[s].start))
-    for i, storage in enumerate(ordered):  # sweep by offset: only true byte overlaps are paired
-        here = place[storage]
-        for other in ordered[i + 1 :]:
-            there = place[other]
-            if there.slot != here.slot or there.start >= here.end:
-                break
-            if here.collides(there):
-                neighbours[storage].append(other)
-                neighbours[other].append(storage)
+    rank = {storage: i for i, storage in enumerate(sorted(place, key=lambda s: (place[s].slot, place[s].start)))}
+    shadow = _Shadow(place, sorted(place, key=rank.__getitem__))
     clobbered_by: dict[int, int] = {}  # storage -> the storage that overwrote its bytes since it wrote them
     for step in schedule.steps:
         name = schedule.step_name(step)
@@ -142,14 +134,114 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             culprit = clobbered_by.get(storage)
             if not writes_first and culprit is not None:
                 violations.append(Violation(step.index, name, label[storage], f"reads bytes that '{label[culprit]}' overwrote (slot {place[storage].slot})"))
+        sharing = _sharing_bytes(sorted(first_write, key=rank.__getitem__), place) if written else {}
         for storage in written:
-            for other in neighbours[storage]:
-                if other in first_write:
-                    violations.append(
-                        Violation(step.index, name, label[storage], f"writes slot {place[storage].slot} over '{label[other]}', which the same step uses")
-                    )
+            for other in sharing[storage]:
+                violations.append(Violation(step.index, name, label[storage], f"writes slot {place[storage].slot} over '{label[other]}', which the same step uses"))
         for storage in written:
             clobbered_by.pop(storage, None)
-            for other in neighbours[storage]:
+            for other in shadow.write(storage):
                 clobbered_by.setdefault(other, storage)
     return violations
+
+
+def _sharing_bytes(ordered: list[int], place: dict[int, _Place]) -> dict[int, list[int]]:
+    """Which of the given storages (sorted by slot and offset) share bytes with which,
+    each list in that order: a sweep by offset pairs only true overlaps."""
+    sharing: dict[int, list[int]] = {storage: [] for storage in ordered}
+    for i, storage in enumerate(ordered):
+        here = place[storage]
+        for other in ordered[i + 1 :]:
+            there = place[other]
+            if there.slot != here.slot or there.start >= here.end:
+                break
+            if here.collides(there):
+                sharing[storage].append(other)
+                sharing[other].append(storage)
+    return sharing
+
+
+class _Shadow:
+    """Shadow memory of the plan's slots, for one question per write: which storages that
+    nothing has overwritten since they last wrote (or ever) does this write overwrite?
+
+    Each slot keeps, as sorted segments, the storage that last wrote each byte: a storage
+    untouched since its write still owns all its bytes, so the owners of the written bytes
+    are the answer.  Storages that own no segment — never written yet, or of zero bytes —
+    are *watched*: a max-tree over them (by slot and offset) finds those the write meets.
+    A write costs O(log n) plus what it overwrites, where pairing every two storages that
+    share bytes cost O(n^2) on a slot shared by n."""
+
+    def __init__(self, place: dict[int, _Place], ordered: list[int]) -> None:
+        self.place = place
+        self.ordered = ordered  # storages by (slot, offset)
+        self.rank = {storage: i for i, storage in enumerate(ordered)}
+        self.slot_first: dict[int, int] = {}  # slot -> rank of its first storage
+        self.slot_starts: dict[int, list[int]] = {}  # slot -> its storages' offsets, in rank order
+        for i, storage in enumerate(ordered):
+            self.slot_first.setdefault(place[storage].slot, i)
+            self.slot_starts.setdefault(place[storage].slot, []).append(place[storage].start)
+        self.segments: dict[int, tuple[list[int], list[int], list[int]]] = {}  # slot -> (starts, ends, owners)
+        self.size = 1
+        while self.size < len(ordered):
+            self.size *= 2
+        self.watched = [_NOTHING] * (2 * self.size)  # max end of the watched storages below a node
+        for storage in ordered:
+            self._watch(storage, True)
+
+    def _watch(self, storage: int, on: bool) -> None:
+        node = self.rank[storage] + self.size
+        self.watched[node] = self.place[storage].end if on else _NOTHING
+        node //= 2
+        while node:
+            self.watched[node] = max(self.watched[2 * node], self.watched[2 * node + 1])
+            node //= 2
+
+    def _watched_overlapping(self, where: _Place) -> list[int]:
+        """Watched storages of the slot with start < where.end and end > where.start."""
+        first = self.slot_first[where.slot]
+        last = first + bisect_left(self.slot_starts[where.slot], where.end)
+        found: list[int] = []
+        pending = [(1, 0, self.size)]
+        while pending:
+            node, low, high = pending.pop()
+            if high <= first or last <= low or self.watched[node] <= where.start:
+                continue
+            if node >= self.size:
+                found.append(self.ordered[node - self.size])
+                continue
+            middle = (low + high) // 2
+            pending += [(2 * node + 1, middle, high), (2 * node, low, middle)]
+        return found
+
+    def write(self, storage: int) -> list[int]:
+        """Record that ``storage`` writes its bytes; the storages it overwrites (those that
+        may still think they own them: the caller keeps the first overwriter of each)."""
+        where = self.place[storage]
+        self._watch(storage, False)
+        hit = [other for other in self._watched_overlapping(where) if other != storage]
+        for other in hit:
+            self._watch(other, False)
+        starts, ends, owners = self.segments.setdefault(where.slot, ([], [], []))
+        if where.start == where.end:  # owns no byte: a write inside another's bytes still counts
+            i = bisect_left(starts, where.start)
+            if i and ends[i - 1] > where.start and owners[i - 1] != storage:
+                hit.append(owners[i - 1])
+            self._watch(storage, True)
+            return hit
+        first, last = bisect_right(ends, where.start), bisect_left(starts, where.end)
+        hit += [owner for owner in owners[first:last] if owner != storage]
+        new_starts, new_ends, new_owners = [where.start], [where.end], [storage]
+        if first < last and starts[first] < where.start:
+            new_starts.insert(0, starts[first])
+            new_ends.insert(0, where.start)
+            new_owners.insert(0, owners[first])
+        if first < last and ends[last - 1] > where.end:
+            new_starts.append(where.end)
+            new_ends.append(ends[last - 1])
+            new_owners.append(owners[last - 1])
+        starts[first:last], ends[first:last], owners[first:last] = new_starts, new_ends, new_owners
+        return hit
+
+
+_NOTHING = float("-inf")
