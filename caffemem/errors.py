@@ -31,8 +31,8 @@ class Location:
         if position:
             parts.append(position)
         if self.layer is not None:
-            kind = f" ({excerpt(self.layer_type)})" if self.layer_type else ""
-            parts.append(f"layer '{excerpt(self.layer)}'{kind}")
+            kind = f" ({excerpt(self.layer_type, 200)})" if self.layer_type else ""
+            parts.append(f"layer '{excerpt(self.layer, 200)}'{kind}")
         return ": ".join(parts)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 Shape = tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Layer:
     """One layer as Caffe will construct it, in execution order."""
 
@@ -56,7 +56,7 @@ class Graph:
         raise KeyError(name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerShapes:
     """What a shape rule computes for one layer: its tops' and its parameters' shapes."""
 

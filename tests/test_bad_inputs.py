@@ -199,6 +199,12 @@ CASES = [
     Case("DummyData dim 2^40", bad("dummy_data_dim_2_pow_40.prototxt"), ("1099511627776 does not fit Caffe's 32-bit int",), 1, "noise"),
     Case("data blob without a shape", bad("needs_input.prototxt"), ("does not tell the shape of 1 data blob", "--input data=")),
     Case("solver naming missing nets", bad("solver_missing_nets.prototxt"), ("train_net 'no_such_train.prototxt' not found",), optimize=False),
+    Case(
+        "solver naming a net too long for a file name",
+        write_bytes("long.prototxt", b'train_net: "' + b"x" * 5000 + b'.prototxt"\nbase_lr: 0.01\n'),
+        ("train_net 'xxxxxxxxxx", "not found"),
+        optimize=False,
+    ),
     Case("solver naming itself as its net", bad("solver_names_itself.prototxt"), ("is a solver", "expects a net definition"), optimize=False),
     Case("empty file", write_bytes("empty.prototxt", b""), ("defines no layers", "empty or cut short")),
     Case("a folder as NET", a_folder, ("is a directory",)),
@@ -214,6 +220,13 @@ CASES = [
     ),
     Case("UTF-16 text", write_bytes("utf16.prototxt", 'name: "net"\n'.encode("utf-16")), ("is UTF-16 text", "save it as UTF-8")),
     Case("non-UTF-8 (Latin-1) text", write_bytes("latin1.prototxt", LATIN1_NET), ("unknown layer type 'Frobnicate'",), 3, "région"),
+    Case(
+        "a newline in a layer name",  # escaped in the message, which stays one line
+        write_bytes("newline.prototxt", b'layer { name: "two\\nlines" type: "Frob" top: "out" }\n'),
+        ("unknown layer type 'Frob'",),
+        1,
+        "two\\nlines",
+    ),
     Case("deeply nested braces", write_bytes("nested.prototxt", b"layer { " * 100_000 + b"}" * 100_000), ("unknown field 'layer' in LayerParameter",), 1),
     Case("100 MB comment", write_chunks("comment.prototxt", huge_comment), ("larger than any net definition",)),
     Case("2 million garbage layers", write_chunks("layers.prototxt", garbage_layers), ("larger than any net definition",)),

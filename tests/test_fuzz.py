@@ -2,12 +2,13 @@
 succeeds or exits 2 with one `caffemem: error:` line — never exit 3 (a bug in caffemem),
 never a traceback, never a shape rule's own exception passed off as the user's error.
 
-Inputs: (a) our fixture nets and random valid nets (tests/random_nets.py) with tokens
-deleted, duplicated, swapped, replaced by extreme numbers or random text, or cut short, and
-plain random text and bytes; (b) random NetParameter messages built with protobuf — layer
-types from the registry, random values in their parameter messages, random wiring —
-written as text and as a binary .caffemodel, and legacy V1/V0 nets for the upgrade pass.  Settings are CI-friendly and derandomized.
-"""
+Inputs: (a) our fixture nets and random valid nets (tests/random_nets.py) after a few
+edits — a value replaced by an extreme number or by another string of the file, a field
+dropped or repeated, tokens deleted, duplicated, swapped or inserted, the text cut short —
+and plain random text and bytes; (b) random NetParameter messages built with protobuf
+(layer types from the registry, random values in their parameter messages, random
+wiring), written as text and as a binary .caffemodel, and legacy V1/V0 nets for the
+upgrade pass.  Settings are CI-friendly: 150 examples a test, derandomized."""
 
 from __future__ import annotations
 

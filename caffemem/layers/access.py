@@ -28,7 +28,7 @@ class BlobId(NamedTuple):
     name: str  # blob name; "i:layer#j" for parameter j, "i:layer/buffer" for a buffer (i: layer index)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Touch:
     """cpu_data/mutable_cpu_data (or the diff): allocates on first touch."""
 
@@ -37,7 +37,7 @@ class Touch:
     write: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reshape:
     """Blob::Reshape: the shape buffer (4 bytes an axis) and, on growth, new data/diff."""
 
@@ -46,7 +46,7 @@ class Reshape:
     elem: Elem = "float"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Share:
     """dst.ShareData(src) or dst.ShareDiff(src): dst's own storage is dropped."""
 
@@ -55,7 +55,7 @@ class Share:
     part: Part
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Alloc:
     """Memory no Blob owns, allocated at once: a bare SyncedMemory the layer writes (C3D's
     bias multiplier) or a cudaMalloc (cuDNN workspaces).  No shape buffer; ``count``
@@ -69,7 +69,7 @@ class Alloc:
 Action = Touch | Reshape | Share | Alloc
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerMemory:
     """What a layer does to memory in SetUp (beyond the generic part), Forward, Backward."""
 

@@ -21,7 +21,7 @@ from ..graph import Graph
 from .schedule import Schedule, StorageClass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Lifetime:
     """One storage class's live steps: a span, or for a scratch buffer single steps."""
 

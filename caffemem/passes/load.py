@@ -23,6 +23,7 @@ from ..errors import CaffememError, Location, excerpt
 from ..graph import Shape
 from ..schema import caffe_pb2
 from ..textmap import tokenize, top_level_blocks, unknown_fields
+from ..textparse import parse_net
 
 MAX_TEXT_BYTES = 64 * 1024 * 1024
 MAX_BINARY_BYTES = 2 * 1024 * 1024 * 1024 - 1  # protobuf's own message limit
@@ -80,6 +81,9 @@ def load(path: str | os.PathLike, *, lenient: bool = False, cwd: str | os.PathLi
     del data
     if len(text) > MAX_TEXT_BYTES:  # before any scan: a huge file is refused at once
         raise CaffememError(f"text file of {len(text)} bytes is larger than any net definition ({MAX_TEXT_BYTES} max)", Location(file=file))
+    fast = None if lenient else parse_net(text)  # a plain net file, read at once (textparse.py)
+    if fast is not None:
+        return NetSource(fast[0], file, fast[1])
     message, notes, tokens = _parse_net_or_solver(text, file, lenient)
     if isinstance(message, caffe_pb2.SolverParameter):
         if expect_net:
@@ -377,14 +381,22 @@ def resolve_net_path(value: str, solver_file: str, cwd: Path, field_name: str) -
     """Caffe opens the path relative to the working directory; failing that we try the
     solver's folder, then a file of that base name beside the solver, and say which."""
     raw = Path(value)
-    solver_dir = Path(solver_file).resolve().parent
+    solver_dir = Path(solver_file).absolute().parent
     candidates = [
         (raw if raw.is_absolute() else cwd / raw, "as Caffe does (relative to the working directory)"),
         (solver_dir / raw, "relative to the solver's folder"),
         (solver_dir / raw.name, "by its base name in the solver's folder (Caffe itself would not find it)"),
     ]
     for candidate, how in candidates:
-        if candidate.is_file():
+        if _is_file(candidate):
             return str(candidate), f"{field_name} '{value}' resolved {how}: {candidate}"
     tried = ", ".join(dict.fromkeys(str(c) for c, _ in candidates))
-    raise CaffememError(f"{field_name} '{value}' not found (tried {tried})", Location(file=solver_file))
+    raise CaffememError(f"{field_name} '{excerpt(value)}' not found (tried {excerpt(tried, 600)})", Location(file=solver_file))
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, but a name the system cannot even look up (too long, ...) is no file either."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False

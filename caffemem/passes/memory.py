@@ -10,7 +10,7 @@ from its spec's memory rule (layers/access.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import CaffememError, Location
@@ -40,7 +40,7 @@ CATEGORIES = ("parameters", "parameter_gradients", "activations", "activation_gr
 # ----------------------------------------------------------------------------- Net::Init flags
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerFlags:
     """Net::Init's verdict for one layer."""
 
@@ -130,7 +130,7 @@ def backward_flags(shaped: ShapedGraph, specs: SpecTable) -> tuple[LayerFlags, .
 # ----------------------------------------------------------------------------- SyncedMemory model
 
 
-@dataclass
+@dataclass(slots=True)
 class _Storage:
     """One SyncedMemory: its size, whether it holds bytes, and who points at it."""
 
@@ -140,7 +140,7 @@ class _Storage:
     refs: int = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class _Blob:
     elem_bytes: int
     category: str  # of its data; its diff is the matching gradient category
@@ -266,7 +266,7 @@ class Heap:
 # ----------------------------------------------------------------------------- the pass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerBytes:
     """Bytes one layer makes Caffe allocate, as the ground truth measures them."""
 
@@ -364,34 +364,42 @@ def data_tops(shaped: ShapedGraph, specs: SpecTable) -> list[str]:
     return [top for layer in shaped.graph.layers if (s := specs.get(layer.type)) is not None and s.is_data for top in layer.tops]
 
 
-def run_events(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], rules: tuple[LayerMemory, ...]) -> list[tuple[Bucket, Action]]:
+Group = tuple[Bucket, tuple[Action, ...]]  # consecutive events charged to one bucket
+
+
+def run_groups(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], rules: tuple[LayerMemory, ...]) -> list[Group]:
     """Every memory event of Net::Init, the inputs' fill, one Forward and (TRAIN) one
-    Backward, in order, each with the bucket its bytes are charged to."""
-    events: list[tuple[Bucket, Action]] = []
+    Backward, in order, grouped by the bucket their bytes are charged to.  A Forward or
+    Backward group is the layer rule's own tuple, not a copy: a deep net's run is mostly
+    these, and the rules are kept anyway."""
+    groups: list[Group] = []
     layers = shaped.graph.layers
     for layer, flag, rule in zip(layers, flags, rules):
-        bucket = ("init", layer.index)
+        init: list[Action] = []
         for j, shape in enumerate(shaped.layer_shapes[layer.index].params):
             param = param_id(layer, j)
-            events.append((bucket, Reshape(param, shape)))
+            init.append(Reshape(param, shape))
             if rule.params_filled:
-                events.append((bucket, write(param)))  # every filler writes the data
-        events.extend((bucket, Reshape(BlobId("blob", top), shape)) for top, shape in zip(layer.tops, shaped.top_shapes(layer.index)))
-        events.extend((bucket, action) for action in rule.setup)
-        events.extend((bucket, write(BlobId("blob", top), "diff")) for top, w in zip(layer.tops, flag.loss_weights) if w)
-    for param, owner in shared_parameters(shaped):  # Net::ShareWeights
-        events += [(("init", "share"), Share(param, owner, "data")), (("init", "share"), Share(param, owner, "diff"))]
-    events.extend(("input", write(BlobId("blob", top))) for top in data_tops(shaped, specs))
+                init.append(write(param))  # every filler writes the data
+        init.extend(Reshape(BlobId("blob", top), shape) for top, shape in zip(layer.tops, shaped.top_shapes(layer.index)))
+        init.extend(rule.setup)
+        init.extend(write(BlobId("blob", top), "diff") for top, w in zip(layer.tops, flag.loss_weights) if w)
+        groups.append((("init", layer.index), tuple(init)))
+    shares = tuple(Share(param, owner, part) for param, owner in shared_parameters(shaped) for part in ("data", "diff"))  # Net::ShareWeights
+    groups.append((("init", "share"), shares))
+    groups.append(("input", tuple(write(BlobId("blob", top)) for top in data_tops(shaped, specs))))
     for layer, flag, rule in zip(layers, flags, rules):
-        bucket = ("fwd", layer.index)
-        events.extend((bucket, action) for action in rule.forward)
         # Layer::Forward then reads each loss top's data and diff (loss += data . diff).
-        events.extend((bucket, Touch(BlobId("blob", top), part, False)) for top, w in zip(layer.tops, flag.loss_weights) if w for part in ("data", "diff"))
+        loss_reads = tuple(Touch(BlobId("blob", top), part, False) for top, w in zip(layer.tops, flag.loss_weights) if w for part in ("data", "diff"))
+        groups.append((("fwd", layer.index), rule.forward + loss_reads if loss_reads else rule.forward))
     if shaped.graph.phase == "TRAIN":
-        for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)):
-            if flag.need_backward:
-                events.extend((("bwd", layer.index), action) for action in rule.backward)
-    return events
+        groups.extend((("bwd", layer.index), rule.backward) for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)) if flag.need_backward)
+    return [group for group in groups if group[1]]
+
+
+def run_events(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], rules: tuple[LayerMemory, ...]) -> list[tuple[Bucket, Action]]:
+    """Every memory event, in order, each with the bucket its bytes are charged to."""
+    return [(bucket, action) for bucket, actions in run_groups(shaped, specs, flags, rules) for action in actions]
 
 
 @dataclass(frozen=True)
@@ -414,14 +422,19 @@ class Run:
     dtype: str
     flags: tuple[LayerFlags, ...]
     rules: tuple[LayerMemory, ...]
-    events: tuple[tuple[Bucket, Action], ...]
+    groups: tuple[Group, ...]  # the events, by bucket (run_groups)
+
+    @property
+    def events(self) -> Iterator[tuple[Bucket, Action]]:
+        """Every event, in order, with its bucket."""
+        return ((bucket, action) for bucket, actions in self.groups for action in actions)
 
 
 def prepare(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> Run:
     """Net::Init's flags, each layer's memory rule and the whole event stream."""
     flags = backward_flags(shaped, specs)
     rules = layer_rules(shaped, specs, flags, engine)
-    return Run(shaped, dtype, flags, rules, tuple(run_events(shaped, specs, flags, rules)))
+    return Run(shaped, dtype, flags, rules, tuple(run_groups(shaped, specs, flags, rules)))
 
 
 def simulate(
@@ -446,13 +459,13 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
 
     pending = slots
     apply_one = heap.apply_one
-    for bucket, action in run.events:
-        if bucket is not heap.bucket:
-            if pending is not None and not (isinstance(bucket, tuple) and bucket[0] == "init"):
-                heap.take_over(pending)  # Net::Init is over
-                pending = None
-            heap.bucket = bucket
-        apply_one(action)
+    for bucket, actions in run.groups:
+        if pending is not None and not (isinstance(bucket, tuple) and bucket[0] == "init"):
+            heap.take_over(pending)  # Net::Init is over
+            pending = None
+        heap.bucket = bucket
+        for action in actions:
+            apply_one(action)
     if pending is not None:
         heap.take_over(pending)
     inits = [heap.charged.get(("init", layer.index), 0) for layer in layers]

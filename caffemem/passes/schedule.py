@@ -22,13 +22,13 @@ Part = str
 Member = tuple[BlobId, Part]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Access:
     storage: int  # a StorageClass id
     write: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     index: int
     kind: str  # "init", "forward" or "backward"
@@ -36,7 +36,7 @@ class Step:
     accesses: tuple[Access, ...]  # in the order the layer makes them
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StorageClass:
     """Memory Caffe keeps as one SyncedMemory (after its own sharing)."""
 
@@ -94,23 +94,25 @@ class _UnionFind:
 def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe", run: Run | None = None) -> Schedule:
     """The steps of one run and the storage classes they touch (``run``: already prepared)."""
     run = run or prepare(shaped, specs, dtype, engine)
-    flags, events = run.flags, run.events
+    flags = run.flags
     float_bytes = DTYPE_BYTES[dtype]
 
     union = _UnionFind()
     elements: dict[BlobId, int] = {}
     elem_bytes: dict[BlobId, int] = {}
     init_members: set[Member] = set()
-    for bucket, action in events:
-        if isinstance(action, Reshape):
-            elements[action.blob] = max(elements.get(action.blob, 0), count(action.shape))
-            elem_bytes[action.blob] = INT_BYTES if action.elem == "int" else float_bytes
-        elif isinstance(action, Share):
-            union.union((action.dst, action.part), (action.src, action.part))
-        elif isinstance(action, Touch):
-            union.find((action.blob, action.part))
-            if isinstance(bucket, tuple) and bucket[0] == "init":
-                init_members.add((action.blob, action.part))
+    for bucket, actions in run.groups:
+        in_init = isinstance(bucket, tuple) and bucket[0] == "init"
+        for action in actions:
+            if isinstance(action, Reshape):
+                elements[action.blob] = max(elements.get(action.blob, 0), count(action.shape))
+                elem_bytes[action.blob] = INT_BYTES if action.elem == "int" else float_bytes
+            elif isinstance(action, Share):
+                union.union((action.dst, action.part), (action.src, action.part))
+            elif isinstance(action, Touch):
+                union.find((action.blob, action.part))
+                if in_init:
+                    init_members.add((action.blob, action.part))
 
     members: dict[Member, list[Member]] = {}
     for member in list(union.parent):
@@ -136,13 +138,19 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
         kind, layer = _step_of(current_bucket)
         steps.append(Step(len(steps), kind, layer, tuple(accesses)))
 
-    for bucket, action in events:
+    shared_access: dict[tuple[int, bool], Access] = {}  # steps share one Access per (class, write)
+    for bucket, actions in run.groups:
         step_key = _step_key(bucket)
         if step_key != current_bucket:
             close()
             current_bucket, accesses = step_key, []
-        if isinstance(action, Touch):
-            accesses.append(Access(class_of[(action.blob, action.part)], action.write))
+        for action in actions:
+            if isinstance(action, Touch):
+                key = (class_of[(action.blob, action.part)], action.write)
+                access = shared_access.get(key)
+                if access is None:
+                    access = shared_access[key] = Access(*key)
+                accesses.append(access)
     close()
 
     layers = shaped.graph.layers

@@ -83,7 +83,7 @@ def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, Pla
     return [(entry["phase"], plan_from_json(entry, file)) for entry in chosen]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Place:
     slot: int
     start: int
