@@ -54,8 +54,9 @@ def filter_net(
 ) -> caffe_pb2.NetParameter:
     """A copy of an upgraded (V2) net holding only the layers the state selects."""
     filtered = caffe_pb2.NetParameter()
-    filtered.CopyFrom(net)
-    del filtered.layer[:]
+    for field, value in net.ListFields():  # all but the layers: a copy of them would stay in
+        if field.name != "layer":  # protobuf's arena after a delete, doubling a deep net's memory
+            _copy_field(filtered, field, value)
     filtered.state.CopyFrom(state)
     for layer in net.layer:
         if len(layer.include) and len(layer.exclude):
@@ -71,3 +72,18 @@ def filter_net(
         if included:
             filtered.layer.add().CopyFrom(layer)
     return filtered
+
+
+def _copy_field(message, field, value) -> None:
+    """Set one field of ``message`` to another message's ``value`` of it."""
+    if field.is_repeated:
+        target = getattr(message, field.name)
+        if field.message_type is not None:
+            for item in value:
+                target.add().CopyFrom(item)
+        else:
+            target.extend(value)
+    elif field.message_type is not None:
+        getattr(message, field.name).CopyFrom(value)
+    else:
+        setattr(message, field.name, value)

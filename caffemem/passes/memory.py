@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..errors import CaffememError, Location
 from ..graph import Layer, ShapedGraph, count
@@ -162,18 +163,25 @@ class Heap:
         self.blobs: dict[BlobId, _Blob] = {}
         self.bucket: object = "init"
         self.charged: dict[object, int] = {}
-        self.charged_by_category: dict[tuple[object, str], int] = {}
+        self.charged_by_category: dict[object, dict[str, int]] = {}  # bucket -> category -> bytes
         self.by_blob: dict[BlobId, int] = {}
 
     def _charge(self, blob_id: BlobId, category: str, amount: int) -> None:
-        self.charged[self.bucket] = self.charged.get(self.bucket, 0) + amount
-        key = (self.bucket, category)
-        self.charged_by_category[key] = self.charged_by_category.get(key, 0) + amount
+        bucket = self.bucket
+        self.charged[bucket] = self.charged.get(bucket, 0) + amount
+        by_category = self.charged_by_category.get(bucket)
+        if by_category is None:
+            by_category = self.charged_by_category[bucket] = {}
+        by_category[category] = by_category.get(category, 0) + amount
         self.by_blob[blob_id] = self.by_blob.get(blob_id, 0) + amount
 
-    def category_total(self, category: str, buckets: Iterable[object]) -> int:
-        """Bytes of one category charged to the given buckets."""
-        return sum(self.charged_by_category.get((bucket, category), 0) for bucket in buckets)
+    def category_totals(self, buckets: Iterable[object]) -> dict[str, int]:
+        """Bytes of each category (all of CATEGORIES, in order) charged to the given buckets."""
+        totals = dict.fromkeys(CATEGORIES, 0)
+        for bucket in buckets:
+            for category, amount in self.charged_by_category.get(bucket, {}).items():
+                totals[category] += amount
+        return totals
 
     def blob(self, blob_id: BlobId, elem: str = "float") -> _Blob:
         found = self.blobs.get(blob_id)
@@ -429,6 +437,16 @@ class Run:
         """Every event, in order, with its bucket."""
         return ((bucket, action) for bucket, actions in self.groups for action in actions)
 
+    @cached_property
+    def layer_buffers(self) -> tuple[tuple[tuple[str, BlobId], ...], ...]:
+        """Each layer's buffers as (name, blob), by name: found once, reported by every replay."""
+        found = []
+        for layer, rule in zip(self.shaped.graph.layers, self.rules):
+            prefix = len(buffer_id(layer, "").name)
+            blobs = {a.blob for a in rule.setup + rule.forward + rule.backward if isinstance(a, (Touch, Reshape, Alloc)) and a.blob.kind == "buffer"}
+            found.append(tuple((blob.name[prefix:], blob) for blob in sorted(blobs, key=lambda b: b.name)))
+        return tuple(found)
+
 
 def prepare(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> Run:
     """Net::Init's flags, each layer's memory rule and the whole event stream."""
@@ -490,7 +508,7 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
         if storage is not None and not storage.allocated:
             untouched += storage.bytes
 
-    per_layer = tuple(_layer_bytes(layer, flag, rule, heap, inits[layer.index]) for layer, flag, rule in zip(layers, flags, rules))
+    per_layer = tuple(_layer_bytes(layer, flag, rule, heap, inits[layer.index], buffers) for layer, flag, rule, buffers in zip(layers, flags, rules, run.layer_buffers))
     steps = [(l.fwd_alloc, l.name) for l in per_layer] + [(l.bwd_alloc, l.name) for l in per_layer]
     peak = max(steps)[1] if steps and max(steps)[0] > 0 else None
     owners_only = _owner_params(shaped, shared_params)
@@ -511,7 +529,7 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
         memory_required_for_data=data_elements * heap.dtype_bytes,
         learnable_param_bytes=sum(count(shape) * heap.dtype_bytes for _, shape in owners_only.items()),
         untouched_param_diff_bytes=untouched,
-        by_category={category: heap.category_total(category, measured) for category in CATEGORIES},
+        by_category=heap.category_totals(measured),
         peak_layer=peak,
         unverified_types=tuple(sorted({l.type for l in per_layer if not l.verified})),
         notes=tuple(dict.fromkeys(note for rule in rules for note in rule.notes)),
@@ -530,10 +548,8 @@ def _owner_params(shaped: ShapedGraph, shared: list[tuple[BlobId, BlobId]]) -> d
     return owned
 
 
-def _layer_bytes(layer: Layer, flag: LayerFlags, rule: LayerMemory, heap: Heap, init: int) -> LayerBytes:
-    own_buffers = {a.blob for a in rule.setup + rule.forward + rule.backward if isinstance(a, (Touch, Reshape, Alloc)) and a.blob.kind == "buffer"}
-    prefix = len(buffer_id(layer, "").name)
-    buckets = {("init", layer.index), ("fwd", layer.index), ("bwd", layer.index)}
+def _layer_bytes(layer: Layer, flag: LayerFlags, rule: LayerMemory, heap: Heap, init: int, buffers: tuple[tuple[str, BlobId], ...]) -> LayerBytes:
+    buckets = (("init", layer.index), ("fwd", layer.index), ("bwd", layer.index))
     return LayerBytes(
         name=layer.name,
         type=layer.type,
@@ -542,7 +558,7 @@ def _layer_bytes(layer: Layer, flag: LayerFlags, rule: LayerMemory, heap: Heap, 
         bwd_alloc=heap.charged.get(("bwd", layer.index), 0),
         need_backward=flag.need_backward,
         propagate_down=flag.propagate_down,
-        buffers={b.name[prefix:]: heap.by_blob[b] for b in sorted(own_buffers, key=lambda b: b.name) if heap.by_blob.get(b)},
-        by_category={category: heap.category_total(category, buckets) for category in CATEGORIES},
+        buffers={name: heap.by_blob[blob] for name, blob in buffers if heap.by_blob.get(blob)},
+        by_category=heap.category_totals(buckets),
         verified=rule.verified,
     )

@@ -152,12 +152,14 @@ PACKING_ORDERS = {
 }
 
 
-def _pack(lives: tuple[Lifetime, ...], order, best_gap: bool) -> tuple[int, list[tuple[Lifetime, int]]]:
+def _pack(lives: tuple[Lifetime, ...], order, best_gap: bool, beaten_at: int | None = None) -> tuple[int, list[tuple[Lifetime, int]]] | None:
     """Place each class, in the given order, at the lowest offset (or, with best_gap, in
-    the tightest gap) free of every placed class whose lifetime overlaps its own."""
+    the tightest gap) free of every placed class whose lifetime overlaps its own.  None
+    once the packing reaches ``beaten_at`` bytes: it can only end as large or larger."""
     ordered = sorted(lives, key=order)
     occupancy = Occupancy(max((life.end for life in ordered), default=0) + 1)
     placed: list[tuple[Lifetime, int]] = []
+    size = 0
     for life in ordered:
         runs = step_runs(life.spans)
         if life.bytes == 0:
@@ -168,7 +170,10 @@ def _pack(lives: tuple[Lifetime, ...], order, best_gap: bool) -> tuple[int, list
             offset = occupancy.lowest_hole(runs, life.bytes)
         occupancy.place(runs, offset, offset + life.bytes)
         placed.append((life, offset))
-    return max((offset + life.bytes for life, offset in placed), default=0), placed
+        size = max(size, offset + life.bytes)
+        if beaten_at is not None and size >= beaten_at:
+            return None
+    return size, placed
 
 
 def _tightest_gap_for_nothing(placed: list[tuple[Lifetime, int]], life: Lifetime) -> int:
@@ -190,14 +195,15 @@ def _tightest_gap_for_nothing(placed: list[tuple[Lifetime, int]], life: Lifetime
 def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     """All classes in one slot at offsets; the smallest of a few greedy packings
     (largest first, biggest area first, earliest first, longest first; first or best gap),
-    the first of equal ones.  A packing as small as ``lower_bound`` (the most bytes alive
-    at once) cannot be beaten, so the later ones are not tried."""
+    the first of equal ones.  A packing is dropped as soon as it is as large as the best so
+    far, and one as small as ``lower_bound`` (the most bytes alive at once) cannot be
+    beaten, so the later ones are not tried."""
     best: tuple[int, list[tuple[Lifetime, int]]] | None = None
     for order, best_gap in itertools.product(PACKING_ORDERS.values(), (False, True)):
-        tried = _pack(lives, order, best_gap)
-        if best is None or tried[0] < best[0]:
+        tried = _pack(lives, order, best_gap, best[0] if best else None)
+        if tried is not None:
             best = tried
-        if best[0] == lower_bound:
+        if best is not None and best[0] == lower_bound:
             break
     size, placed = best or (0, [])
     if not placed:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Span, Text
 
 from ..api import Analysis, NetAnalysis
 from ..graph import Shape
@@ -111,37 +113,87 @@ def print_tables(analysis: Analysis, console: Console) -> None:
         _print_process(analysis, console)
 
 
+Cell = list[tuple[str, str | None]]  # fragments of text, each with its style (None: the column's)
+
+
 def _print_net(net: NetAnalysis, console: Console) -> None:
     graph, memory = net.shaped.graph, net.memory
     title = f"{graph.name or net.file} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}, {memory.dtype})"
-    table = Table(title=title, header_style="bold")
-    for column, justify in (("#", "right"), ("layer", "left"), ("type", "left"), ("bottoms → tops", "left"), ("params", "left")):
-        table.add_column(column, justify=justify, style={"#": "dim", "type": "cyan", "params": "magenta"}.get(column))
-    for column in ("outputs", "gradients", "buffers", "parameters", "total"):
-        table.add_column(column, justify="right")
+    columns = [("#", "right", "dim"), ("layer", "left", None), ("type", "left", "cyan"), ("bottoms → tops", "left", None), ("params", "left", "magenta")]
+    columns += [(column, "right", None) for column in ("outputs", "gradients", "buffers", "parameters", "total")]
     blobs = net.shaped.blob_shapes
+    rows: list[list[Cell]] = []
     for layer, bytes_ in zip(graph.layers, memory.layers):
         bottoms = ", ".join(layer.bottoms) or "∅"
         tops = ", ".join(f"{t} [{_dims(blobs[t])}]" for t in layer.tops) or "∅"
         params = ", ".join(_dims(p) for p in net.shaped.layer_shapes[layer.index].params)
         c = bytes_.by_category
-        peak = " [bold red]◀ peak[/bold red]" if layer.name == memory.peak_layer else ""
-        table.add_row(
-            str(layer.index),
-            layer.name + peak,
-            layer.type + ("" if bytes_.verified else " [yellow]?[/yellow]"),
-            f"{bottoms} → {tops}",
-            params,
-            _cell(c["activations"]),
-            _cell(c["activation_gradients"]),
-            _cell(c["layer_buffers"]),
-            _cell(c["parameters"] + c["parameter_gradients"]),
-            _cell(bytes_.total),
+        numbers = (c["activations"], c["activation_gradients"], c["layer_buffers"], c["parameters"] + c["parameter_gradients"], bytes_.total)
+        rows.append(
+            [
+                [(str(layer.index), None)],
+                [(layer.name, None)] + ([(" ◀ peak", "bold red")] if layer.name == memory.peak_layer else []),
+                [(layer.type, None)] + ([] if bytes_.verified else [(" ?", "yellow")]),
+                [(f"{bottoms} → {tops}", None)],
+                [(params, None)],
+            ]
+            + [[(_cell(n), None)] for n in numbers]
         )
-    console.print(table)
+    for text in _table_text(title, columns, rows):
+        console.print(text, soft_wrap=True)
     _print_summary(memory, console)
     for note in net.notes + net.shaped.notes:
         console.print(f"[dim]{note}[/dim]")
+
+
+def _table_text(title: str, columns: list[tuple[str, str, str | None]], rows: list[list[Cell]], rows_per_text: int = 500):
+    """A table drawn as rich draws one (heavy head, light body), as Texts of a few hundred
+    rows each: rich lays out a Table cell by cell, seconds for a net of a thousand layers.
+    Cells are never wrapped; a wide table runs past the terminal's edge.  ``columns``:
+    (header, justify, style)."""
+    widths = [max([cell_len(header)] + [sum(cell_len(text) for text, _ in row[i]) for row in rows]) for i, (header, _, _) in enumerate(columns)]
+    parts: list[str] = []
+    spans: list[Span] = []
+    length = 0  # of the text in parts
+
+    def add(text: str, style: str | None = None) -> None:
+        nonlocal length
+        if style:
+            spans.append(Span(length, length + len(text), style))
+        parts.append(text)
+        length += len(text)
+
+    def rule(left: str, middle: str, right: str, line: str) -> None:
+        add(left + middle.join(line * (width + 2) for width in widths) + right + "\n")
+
+    def cells(border: str, row: list[Cell], header: bool) -> None:
+        for (_, justify, style), width, cell in zip(columns, widths, row):
+            padding = " " * (width - sum(cell_len(fragment) for fragment, _ in cell))
+            add(border + " " + (padding if justify == "right" else ""))
+            for fragment, own_style in cell:
+                add(fragment, "bold" if header else own_style or style)
+            add(("" if justify == "right" else padding) + " ")
+        add(border + "\n")
+
+    def text() -> Text:
+        nonlocal length
+        done = Text("".join(parts).rstrip("\n"), spans=list(spans))
+        parts.clear()
+        spans.clear()
+        length = 0
+        return done
+
+    add(title.center(sum(widths) + 3 * len(widths) + 1).rstrip(), "italic")
+    add("\n")
+    rule("┏", "┳", "┓", "━")
+    cells("┃", [[(header, None)] for header, _, _ in columns], header=True)
+    rule("┡", "╇", "┩", "━")
+    for i, row in enumerate(rows):
+        if i and i % rows_per_text == 0:
+            yield text()
+        cells("│", row, header=False)
+    rule("└", "┴", "┘", "─")
+    yield text()
 
 
 def _print_summary(memory: MemoryReport, console: Console) -> None:

@@ -101,18 +101,20 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
     elements: dict[BlobId, int] = {}
     elem_bytes: dict[BlobId, int] = {}
     init_members: set[Member] = set()
+    known = union.parent.setdefault  # a touched member joins the classes as its own root
     for bucket, actions in run.groups:
         in_init = isinstance(bucket, tuple) and bucket[0] == "init"
         for action in actions:
-            if isinstance(action, Reshape):
+            if isinstance(action, Touch):
+                member = (action.blob, action.part)
+                known(member, member)
+                if in_init:
+                    init_members.add(member)
+            elif isinstance(action, Reshape):
                 elements[action.blob] = max(elements.get(action.blob, 0), count(action.shape))
                 elem_bytes[action.blob] = INT_BYTES if action.elem == "int" else float_bytes
             elif isinstance(action, Share):
                 union.union((action.dst, action.part), (action.src, action.part))
-            elif isinstance(action, Touch):
-                union.find((action.blob, action.part))
-                if in_init:
-                    init_members.add((action.blob, action.part))
 
     members: dict[Member, list[Member]] = {}
     for member in list(union.parent):
@@ -121,9 +123,13 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
     classes: list[StorageClass] = []
     class_of: dict[Member, int] = {}
     for root, group in members.items():
-        size = max(elements.get(blob, 0) * elem_bytes.get(blob, float_bytes) for blob, _ in group)
-        # The owner is the member Caffe created first: the bottom of a Split/Flatten/Reshape chain.
-        owner = min(group, key=lambda m: (blob_order.get(m[0].name, len(blob_order)), m[0].name))[0]
+        if len(group) == 1:  # most classes: one blob's data or diff
+            owner = group[0][0]
+            size = elements.get(owner, 0) * elem_bytes.get(owner, float_bytes)
+        else:
+            size = max(elements.get(blob, 0) * elem_bytes.get(blob, float_bytes) for blob, _ in group)
+            # The owner is the member Caffe created first: the bottom of a Split/Flatten/Reshape chain.
+            owner = min(group, key=lambda m: (blob_order.get(m[0].name, len(blob_order)), m[0].name))[0]
         classes.append(StorageClass(len(classes), tuple(group), size, root[0].kind, root[1], owner.name))
         for member in group:
             class_of[member] = classes[-1].id

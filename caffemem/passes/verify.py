@@ -84,19 +84,21 @@ def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, Pla
 
 
 @dataclass(frozen=True, slots=True)
-class _Place:
+class Placement:
+    """Where a storage class sits: bytes [start, end) of a slot."""
+
     slot: int
     start: int
     end: int
 
-    def collides(self, other: "_Place") -> bool:
+    def collides(self, other: "Placement") -> bool:
         return self.slot == other.slot and self.start < other.end and other.start < self.end
 
 
 def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     """Every way the plan would corrupt a run (empty: the plan is safe)."""
     violations: list[Violation] = []
-    place: dict[int, _Place] = {}
+    place: dict[int, Placement] = {}
     label = {c.id: c.owner for c in schedule.classes}
     for blob, kind, slot, offset in plan.assign:
         storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
@@ -110,15 +112,24 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
         if storage in schedule.init_touched:
             violations.append(Violation(0, "init", blob, f"its {kind} is filled during Net::Init, before the plan's slots take over, which discards it"))
         size = schedule.classes[storage].bytes
-        where = _Place(slot, offset, offset + size)
+        where = Placement(slot, offset, offset + size)
         previous = place.setdefault(storage, where)
         if previous != where:
             violations.append(Violation(0, "plan", blob, f"its {kind} storage is placed twice (slot {previous.slot} at {previous.start} and slot {slot} at {offset})"))
         if offset < 0 or offset + size > plan.slot_bytes[slot]:
             violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
-    rank = {storage: i for i, storage in enumerate(sorted(place, key=lambda s: (place[s].slot, place[s].start)))}
-    shadow = _Shadow(place, sorted(place, key=rank.__getitem__))
+    return violations + replay_violations(schedule, place)
+
+
+def replay_violations(schedule: Schedule, place: dict[int, Placement]) -> list[Violation]:
+    """Replay the run over shadow memory where each placed storage class sits in its slot:
+    every read of bytes another class overwrote since, and every write over bytes another
+    class uses in the same step."""
+    violations: list[Violation] = []
+    label = {c.id: c.owner for c in schedule.classes}
+    shadow = _Shadow(place)
+    rank = shadow.rank
     clobbered_by: dict[int, int] = {}  # storage -> the storage that overwrote its bytes since it wrote them
     for step in schedule.steps:
         name = schedule.step_name(step)
@@ -145,7 +156,7 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     return violations
 
 
-def _sharing_bytes(ordered: list[int], place: dict[int, _Place]) -> dict[int, list[int]]:
+def _sharing_bytes(ordered: list[int], place: dict[int, Placement]) -> dict[int, list[int]]:
     """Which of the given storages (sorted by slot and offset) share bytes with which,
     each list in that order: a sweep by offset pairs only true overlaps."""
     sharing: dict[int, list[int]] = {storage: [] for storage in ordered}
@@ -172,21 +183,21 @@ class _Shadow:
     A write costs O(log n) plus what it overwrites, where pairing every two storages that
     share bytes cost O(n^2) on a slot shared by n."""
 
-    def __init__(self, place: dict[int, _Place], ordered: list[int]) -> None:
+    def __init__(self, place: dict[int, Placement]) -> None:
         self.place = place
-        self.ordered = ordered  # storages by (slot, offset)
-        self.rank = {storage: i for i, storage in enumerate(ordered)}
+        self.ordered = sorted(place, key=lambda storage: (place[storage].slot, place[storage].start))
+        self.rank = {storage: i for i, storage in enumerate(self.ordered)}
         self.slot_first: dict[int, int] = {}  # slot -> rank of its first storage
         self.slot_starts: dict[int, list[int]] = {}  # slot -> its storages' offsets, in rank order
-        for i, storage in enumerate(ordered):
+        for i, storage in enumerate(self.ordered):
             self.slot_first.setdefault(place[storage].slot, i)
             self.slot_starts.setdefault(place[storage].slot, []).append(place[storage].start)
         self.segments: dict[int, tuple[list[int], list[int], list[int]]] = {}  # slot -> (starts, ends, owners)
         self.size = 1
-        while self.size < len(ordered):
+        while self.size < len(self.ordered):
             self.size *= 2
         self.watched = [_NOTHING] * (2 * self.size)  # max end of the watched storages below a node
-        for storage in ordered:
+        for storage in self.ordered:
             self._watch(storage, True)
 
     def _watch(self, storage: int, on: bool) -> None:
@@ -197,7 +208,7 @@ class _Shadow:
             self.watched[node] = max(self.watched[2 * node], self.watched[2 * node + 1])
             node //= 2
 
-    def _watched_overlapping(self, where: _Place) -> list[int]:
+    def _watched_overlapping(self, where: Placement) -> list[int]:
         """Watched storages of the slot with start < where.end and end > where.start."""
         first = self.slot_first[where.slot]
         last = first + bisect_left(self.slot_starts[where.slot], where.end)

@@ -1,0 +1,85 @@
+"""Time and peak memory of `caffemem analyze` and `caffemem optimize` on generated nets
+of 1,000 to 100,000 layers (chains, wide DAGs, Inception-style fan-out/fan-in) and on
+ResNet-152, each command a fresh process, as a user runs it.
+
+    python benchmarks/scale.py                      # 1k and 10k layers, ResNet-152
+    python benchmarks/scale.py --sizes 1000 10000 100000 --repeat 1
+
+Prints a Markdown table (the README's "Benchmarks" section) and the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "fixtures"))
+import generate  # noqa: E402  (fixtures/generate.py)
+
+SHAPES = ("chain", "wide", "inception")
+
+
+@dataclass(frozen=True)
+class Measure:
+    seconds: float  # wall time of the whole process, imports included
+    peak_mib: float  # its peak resident memory
+
+
+def run_command(args: list[str]) -> Measure:
+    """One `caffemem ...` process: wall time and peak RSS (from wait4, this child only)."""
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "caffemem.cli", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"caffemem {' '.join(args)} failed: {process.stderr.read().decode()[-500:] if process.stderr else ''}")
+    return Measure(seconds, usage.ru_maxrss / 1024)
+
+
+def best_of(args: list[str], repeat: int) -> Measure:
+    runs = [run_command(args) for _ in range(repeat)]
+    return min(runs, key=lambda m: m.seconds)
+
+
+def layer_count(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.startswith("layer {"))
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor())
+    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=SHAPES)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command (the fastest is kept)")
+    options = parser.parse_args(argv)
+    print(f"Machine: {machine()}\n")
+    print("| net | layers | command | seconds | µs per layer | peak RSS (MiB) |")
+    print("|---|---:|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as folder:
+        nets = [("ResNet-152", generate.resnet(152))] + [(f"{shape} {size:,}", generate.sized(shape, size)) for shape in options.shapes for size in options.sizes]
+        for name, text in nets:
+            path = Path(folder) / "net.prototxt"
+            path.write_text(text)
+            layers = layer_count(text)
+            for command in (["analyze", str(path)], ["analyze", str(path), "--json"], ["optimize", str(path), "--phase", "TRAIN"]):
+                measure = best_of(command, options.repeat if layers <= 10000 else 1)
+                shown = " ".join(["caffemem", command[0]] + command[2:])
+                print(f"| {name} | {layers:,} | `{shown}` | {measure.seconds:.2f} | {measure.seconds / layers * 1e6:.0f} | {measure.peak_mib:.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""The fast planners, verifier replay and fork slot list (O(n log n) on real nets) give
+exactly what the straightforward versions in reference_planners.py give: the same slots,
+members and offsets, the same violations in the same order, on random inputs and on
+real nets."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caffemem import intervals
+from caffemem.api import Options, build_net, spec_table
+from caffemem.passes.filter import make_state
+from caffemem.passes.fork import _Slots
+from caffemem.passes.liveness import Lifetime, lifetimes
+from caffemem.passes.load import load
+from caffemem.passes.memory import prepare
+from caffemem.passes.plan import PACKING_ORDERS, _pack, best_fit, first_fit, make_plan, packed
+from caffemem.passes.schedule import build_schedule
+from caffemem.passes.upgrade import upgrade_net
+from caffemem.passes.verify import Placement, replay_violations
+
+import reference_planners as reference
+from conftest import FIXTURES
+
+sys.path.insert(0, str(FIXTURES))
+import generate  # noqa: E402  (fixtures/generate.py)
+
+EXAMPLES = settings(max_examples=300, deadline=None, derandomize=True, database=None)
+
+# A blob's lifetime is one span of steps; a scratch buffer's (--share-buffers) is single
+# steps.  Few sizes, so ties in every sort key occur; zero bytes (a zero dimension) too.
+SPAN = st.tuples(st.integers(0, 39), st.integers(0, 12)).map(lambda s: ((s[0], s[0] + s[1]),))
+SCRATCH = st.lists(st.integers(0, 39), min_size=1, max_size=4, unique=True).map(lambda steps: tuple((t, t) for t in sorted(steps)))
+SIZES = st.sampled_from((4, 4, 8, 8, 12, 12, 16, 0, 7, 100))
+LIFETIMES = st.lists(st.tuples(SPAN | SCRATCH, SIZES), max_size=30).map(lambda drawn: tuple(Lifetime(i, size, spans) for i, (spans, size) in enumerate(drawn)))
+
+
+@EXAMPLES
+@given(LIFETIMES)
+def test_best_fit_plan_is_the_reference_plan(lives):
+    assert best_fit(lives) == reference.best_fit(lives)
+
+
+@EXAMPLES
+@given(LIFETIMES)
+def test_first_fit_plan_is_the_reference_plan(lives):
+    assert first_fit(lives) == reference.first_fit(lives)
+
+
+@EXAMPLES
+@given(LIFETIMES, st.sampled_from(sorted(PACKING_ORDERS)), st.booleans())
+def test_each_packing_places_every_class_at_the_reference_offset(lives, order, best_gap):
+    size, placed = _pack(lives, PACKING_ORDERS[order], best_gap)
+    expected_size, expected = reference.pack(lives, PACKING_ORDERS[order], best_gap)
+    assert (size, [(life.storage, offset) for life, offset in placed]) == (expected_size, [(life.storage, offset) for life, offset in expected])
+
+
+@EXAMPLES
+@given(LIFETIMES, st.sampled_from(sorted(PACKING_ORDERS)), st.booleans())
+def test_packing_that_merges_many_holes_at_once_places_as_the_reference(lives, order, best_gap):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(intervals, "FEW_HOLES", 0)  # every hole search takes the merged (numpy) path
+        size, placed = _pack(lives, PACKING_ORDERS[order], best_gap)
+    expected_size, expected = reference.pack(lives, PACKING_ORDERS[order], best_gap)
+    assert (size, [(life.storage, offset) for life, offset in placed]) == (expected_size, [(life.storage, offset) for life, offset in expected])
+
+
+@EXAMPLES
+@given(LIFETIMES)
+def test_packed_plan_is_the_smallest_reference_packing_even_when_it_stops_early(lives):
+    steps = range(max((life.end for life in lives), default=0) + 1)
+    most_alive = max((sum(l.bytes for l in lives if any(s <= t <= e for s, e in l.spans)) for t in steps), default=0)
+    assert packed(lives, most_alive) == reference.packed(lives)
+
+
+def _schedule(text: str, tmp_path, phase: str):
+    path = tmp_path / "net.prototxt"
+    path.write_text(text)
+    options = Options(phase=phase)
+    specs = spec_table(options)
+    source = load(str(path))
+    upgraded, _ = upgrade_net(source.proto, source.file)
+    shaped = build_net(source, upgraded, make_state(phase, base=upgraded.state), options, specs)
+    return build_schedule(shaped, specs, run=prepare(shaped, specs))
+
+
+REAL_NETS = {
+    "lenet": (FIXTURES / "examples" / "lenet_train.prototxt").read_text(),
+    "resnet18": generate.resnet(18),
+    "inception3": generate.inception(3),
+    "wide": generate.wide(150),
+}
+
+
+@pytest.mark.parametrize("net", sorted(REAL_NETS))
+@pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
+@pytest.mark.parametrize("share_buffers", [False, True])
+def test_planners_give_the_reference_plans_on_real_nets(tmp_path, net, phase, share_buffers):
+    lives = lifetimes(_schedule(REAL_NETS[net], tmp_path, phase), share_buffers=share_buffers).shareable
+    assert (best_fit(lives), first_fit(lives), packed(lives)) == (reference.best_fit(lives), reference.first_fit(lives), reference.packed(lives))
+
+
+# The verifier's replay: storage classes of real nets (one with a zero dimension, so
+# zero-byte classes) placed at random, overlapping on purpose.
+@pytest.fixture(scope="module")
+def schedules(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nets")
+    chains = 'layer { name: "in" type: "Input" top: "x" top: "z" input_param { shape { dim: 2 dim: 3 } shape { dim: 0 dim: 3 } } }\n'
+    for blob in ("x", "z"):  # z has a zero dimension: its classes are zero bytes
+        chains += "".join(f'layer {{ name: "{blob}{i}" type: "ReLU" bottom: "{blob}{i - 1 if i else ""}" top: "{blob}{i}" }}\n' for i in range(4))
+    chains += 'layer { name: "loss" type: "EuclideanLoss" bottom: "x3" bottom: "x" top: "loss" }\nlayer { name: "loss_z" type: "EuclideanLoss" bottom: "z3" bottom: "z" top: "loss_z" }\nforce_backward: true\n'
+    return [_schedule(text, folder, phase) for text in (REAL_NETS["lenet"], generate.resnet(18), chains) for phase in ("TRAIN", "TEST")]
+
+
+@EXAMPLES
+@given(st.data())
+def test_verifier_replay_reports_what_the_pairwise_reference_reports(schedules, data):
+    schedule = data.draw(st.sampled_from(schedules))
+    classes = [c for c in schedule.classes if c.kind != "param"]
+    chosen = data.draw(st.lists(st.sampled_from(classes), min_size=1, max_size=40, unique_by=lambda c: c.id))
+    where = data.draw(st.lists(st.tuples(st.integers(0, 2), st.sampled_from((0, 0, 4, 12, 24, 64, 4096, -8)) | st.integers(0, 300_000)), min_size=len(chosen), max_size=len(chosen)))
+    place = {c.id: Placement(slot, offset, offset + c.bytes) for c, (slot, offset) in zip(chosen, where)}
+    assert replay_violations(schedule, place) == reference.replay_violations(schedule, place)
+
+
+def test_verifier_replay_of_the_planners_own_plans_matches_the_reference(schedules):
+    for schedule in schedules:
+        for plan in make_plan(lifetimes(schedule, share_buffers=True)).values():
+            place = {member: Placement(slot.id, offset, offset + schedule.classes[member].bytes) for slot in plan.slots for member, offset in slot.placements()}
+            assert replay_violations(schedule, place) == reference.replay_violations(schedule, place) == []
+
+
+OPERATIONS = st.lists(st.tuples(st.sampled_from(("acquire", "find", "add_ref", "release")), st.integers(-1, 7)), max_size=60)
+
+
+@EXAMPLES
+@given(OPERATIONS)
+def test_fork_slot_list_answers_as_the_scanning_list(operations):
+    fast, scanning = _Slots(), reference.ScanningSlots()
+    for operation, argument in operations:
+        key = f"blob{argument}_data"
+        if operation == "acquire" and scanning.find(key) == -1:
+            assert fast.acquire(key) == scanning.acquire(key)
+        elif operation == "find":
+            assert fast.find(key) == scanning.find(key)
+        elif operation == "add_ref" and argument >= 0:
+            fast.add_ref(argument)
+            scanning.add_ref(argument)
+        elif operation == "release" and argument < len(scanning.keys):
+            fast.release(argument)
+            scanning.release(argument)
+        assert (fast.keys, fast.refs) == (scanning.keys, scanning.refs)
+
+
+# The structures under the planners, by example.
+
+
+@pytest.mark.parametrize("few_holes", [intervals.FEW_HOLES, 0])  # walked in Python, or merged by numpy
+def test_tightest_hole_is_the_lowest_of_the_smallest_holes_that_fit(few_holes, monkeypatch):
+    monkeypatch.setattr(intervals, "FEW_HOLES", few_holes)
+    occupancy = intervals.Occupancy(10)
+    for start, end in [(0, 4), (12, 16), (24, 28), (40, 50)]:  # holes 4..12 and 16..24 (8 bytes), 28..40 (12)
+        occupancy.place([(0, 5)], start, end)
+    occupancy.place([(6, 9)], 4, 12)  # fills the first hole, but only after step 5
+    assert occupancy.tightest_hole([(2, 3)], 5) == 4
+    assert occupancy.tightest_hole([(2, 7)], 5) == 16
+    assert occupancy.tightest_hole([(2, 3)], 10) == 28
+    assert occupancy.tightest_hole([(2, 3)], 13) == 50
+
+
+@pytest.mark.parametrize("few_holes", [intervals.FEW_HOLES, 0])
+def test_a_zero_byte_class_splits_the_hole_it_sits_in(few_holes, monkeypatch):
+    monkeypatch.setattr(intervals, "FEW_HOLES", few_holes)
+    occupancy = intervals.Occupancy(4)
+    occupancy.place([(0, 4)], 0, 4)
+    occupancy.place([(0, 4)], 20, 30)
+    occupancy.place([(1, 2)], 10, 10)
+    assert occupancy.lowest_hole([(0, 4)], 8) == 10  # 4..12 would hold it, but 10 is inside
+    assert occupancy.lowest_hole([(3, 4)], 8) == 4  # the zero-byte class is not alive then
+    assert occupancy.tightest_hole([(0, 4)], 5) == 4  # 4..10 (6 bytes) is tighter than 10..20
+
+
+def test_first_free_slot_is_the_lowest_position_free_on_every_step():
+    tree = intervals.SlotTree(8)
+    tree.open(0, [(0, 10)])
+    tree.open(1, [(0, 3)])
+    tree.add(1, [(8, 9)])
+    tree.open(5, [(4, 6)])
+    assert tree.first_free([(4, 5)]) == 1
+    assert tree.first_free([(2, 3)]) == 5
+    assert tree.first_free([(0, 10)]) is None
+    assert tree.first_free([(5, 6), (8, 9)]) is None
+    tree.open(6, [(20, 30)])
+    assert tree.first_free([(5, 6), (8, 9)]) == 6
