@@ -11,6 +11,7 @@ Prints a Markdown table (the README's "Benchmarks" section) and the machine it r
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import subprocess
@@ -33,16 +34,31 @@ class Measure:
     peak_mib: float  # its peak resident memory
 
 
+# `caffemem ARGS...` in a fresh interpreter that reports its own peak resident memory as it
+# exits: the kernel's high-water mark of this process image (VmHWM), which, unlike
+# getrusage's, does not count the parent's memory inherited through fork.
+_MEASURED_CLI = """
+import atexit, sys
+def report():
+    with open("/proc/self/status") as status:
+        peak = next(line.split()[1] for line in status if line.startswith("VmHWM"))
+    sys.stderr.write(f"\\ncaffemem-peak-kib: {peak}\\n")
+atexit.register(report)
+sys.argv[0] = "caffemem"
+from caffemem.cli import main
+main()
+"""
+
+
 def run_command(args: list[str]) -> Measure:
-    """One `caffemem ...` process: wall time and peak RSS (from wait4, this child only)."""
+    """One `caffemem ...` process: its wall time and peak resident memory."""
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "caffemem.cli", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
+    done = subprocess.run([sys.executable, "-c", _MEASURED_CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(f"caffemem {' '.join(args)} failed: {process.stderr.read().decode()[-500:] if process.stderr else ''}")
-    return Measure(seconds, usage.ru_maxrss / 1024)
+    if done.returncode != 0:
+        raise RuntimeError(f"caffemem {' '.join(args)} failed: {done.stderr[-500:]}")
+    peak_kib = int(done.stderr.rsplit("caffemem-peak-kib:", 1)[1].split()[0])
+    return Measure(seconds, peak_kib / 1024)
 
 
 def best_of(args: list[str], repeat: int) -> Measure:
@@ -69,11 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     print("| net | layers | command | seconds | µs per layer | peak RSS (MiB) |")
     print("|---|---:|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as folder:
-        nets = [("ResNet-152", generate.resnet(152))] + [(f"{shape} {size:,}", generate.sized(shape, size)) for shape in options.shapes for size in options.sizes]
-        for name, text in nets:
+        nets = [("ResNet-152", lambda: generate.resnet(152))] + [(f"{shape} {size:,}", functools.partial(generate.sized, shape, size)) for shape in options.shapes for size in options.sizes]
+        for name, make in nets:
             path = Path(folder) / "net.prototxt"
+            text = make()
             path.write_text(text)
             layers = layer_count(text)
+            del text
             for command in (["analyze", str(path)], ["analyze", str(path), "--json"], ["optimize", str(path), "--phase", "TRAIN"]):
                 measure = best_of(command, options.repeat if layers <= 10000 else 1)
                 shown = " ".join(["caffemem", command[0]] + command[2:])

@@ -2,8 +2,11 @@
 
 A planner asks one question per storage class: which slot is free for these steps, or
 where in memory is a hole for these steps.  Scanning every slot or every placed class for
-it made planning quadratic in the size of the net.  The two trees here answer it from a
-few O(log n) summaries instead, and give exactly the answer the scan gave.
+it made planning quadratic in the size of the net.  The two trees here answer it from
+O(log n) summaries instead, and give exactly the answer the scan gave.  A summary rules
+out whole groups of slots or bytes at once; what it cannot rule out is looked at one by
+one: nothing for first-fit, a few slots for best-fit, and for packing the holes below the
+answer, which fragmented memory can make many (Inception-style nets in training).
 
 Steps and bytes alike are integers; a set of them is a :class:`Runs`.
 """
@@ -55,20 +58,6 @@ class Runs:
         starts[first:last] = (start,)
         ends[first:last] = (end,)
 
-    def merged(self, other: "Runs") -> "Runs":
-        """A new set: this one and ``other``, in one pass over both by start (runs that
-        meet or touch, as closed intervals, become one)."""
-        union = Runs()
-        starts, ends = union.starts, union.ends
-        for start, end in sorted(zip(self.starts + other.starts, self.ends + other.ends)):
-            if ends and start <= ends[-1]:
-                if end > ends[-1]:
-                    ends[-1] = end
-            else:
-                starts.append(start)
-                ends.append(end)
-        return union
-
     def overlaps(self, start: int, end: int) -> bool:
         """Does a run hold an integer of [start, end) (start < end)?"""
         i = bisect_left(self.starts, end)
@@ -95,9 +84,6 @@ class Runs:
 def step_runs(spans: Iterable[tuple[int, int]]) -> list[Run]:
     """Inclusive [first, last] step spans as sorted, merged half-open runs."""
     return Runs((first, last + 1) for first, last in spans).runs()
-
-
-_NOTHING = Runs()
 
 
 def _tree_size(leaves: int) -> int:
@@ -177,22 +163,13 @@ class Occupancy:
     summary (``alive``) of those nodes and of every node on the paths above them.  The
     ranges alive at some step of a query are then the union of O(log n) merged runs — the
     ``alive`` of the nodes that cover the query, the ``own`` of the nodes above them — and
-    holes are found in that union without looking at each placed class.
-
-    That union is often one block of memory split over those Runs in small interleaved
-    pieces (a deep net in training keeps every activation alive from Forward to Backward,
-    each stored at different nodes above the query), which a search would cross piece by
-    piece.  So the ``own`` ranges of a node and of all nodes above it are also kept merged
-    (``cover``), rebuilt only below a node whose ``own`` changed: the nodes above a query
-    then give two merged Runs, and such a block is crossed in one step."""
+    holes are found in that union without looking at each placed class."""
 
     def __init__(self, steps: int) -> None:
         self.size = _tree_size(max(steps, 1))
         self.levels = self.size.bit_length() - 1
         self.own: list[Runs | None] = [None] * (2 * self.size)
         self.alive: list[Runs | None] = [None] * (2 * self.size)
-        self.own_changes = [0] * (2 * self.size)  # how often each node's own has grown
-        self.covers: list[tuple[Runs, int, Runs] | None] = [None] * (2 * self.size)  # (parent's cover, own_changes, cover)
 
     def _nodes(self, runs: Sequence[Run]) -> tuple[list[int], list[int]]:
         """The nodes covering ``runs`` exactly, and the nodes above them (each of which
@@ -236,34 +213,12 @@ class Occupancy:
                 alive[node] = Runs(((start, end),))
             else:
                 found.add(start, end)
-        for node in covering:
-            self.own_changes[node] += 1
-
-    def _cover(self, node: int) -> Runs:
-        """The ranges whose steps cover all of ``node``'s: its own and those of every node
-        above it, merged."""
-        path = []
-        while node:
-            path.append(node)
-            node //= 2
-        cover = _NOTHING
-        for node in reversed(path):
-            cached = self.covers[node]
-            if cached is None or cached[0] is not cover or cached[1] != self.own_changes[node]:
-                own = self.own[node]
-                cached = self.covers[node] = (cover, self.own_changes[node], cover.merged(own) if own else cover)
-            cover = cached[2]
-        return cover
 
     def _alive(self, runs: Sequence[Run]) -> list[tuple[list[int], list[int]]]:
         """The byte ranges alive at some step of ``runs``: (starts, ends) of a few Runs."""
         covering, above = self._nodes(runs)
-        alive = self.alive
-        found = [alive[node] for node in covering] + [self._cover(node) for node in _deepest_on_each_path(above)]
-        # Everything alive at the middle step: part of the union already, but merged, so a
-        # block that the pieces above split is crossed at once.
-        longest = max(runs, key=lambda run: run[1] - run[0])
-        found.insert(0, self._cover((longest[0] + longest[1] - 1) // 2 + self.size))
+        alive, own = self.alive, self.own
+        found = [alive[node] for node in covering] + [own[node] for node in above]
         return [(r.starts, r.ends) for r in found if r]
 
     def lowest_hole(self, runs: Sequence[Run], size: int) -> int:
@@ -317,17 +272,6 @@ class Occupancy:
 
 
 FEW_HOLES = 16  # more holes than this in a query's memory are merged by numpy at once
-
-
-def _deepest_on_each_path(nodes: list[int]) -> list[int]:
-    """Of nodes on a few root paths, those with no descendant among them."""
-    ancestors = {node // 2 for node in nodes}
-    for node in nodes:
-        node //= 2
-        while node and node not in ancestors:
-            ancestors.add(node)
-            node //= 2
-    return [node for node in set(nodes) if node not in ancestors]
 
 
 def _holes_above(alive: list[tuple[list[int], list[int]]], offset: int):

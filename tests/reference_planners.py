@@ -1,6 +1,6 @@
 """Straightforward reference versions of what became fast: the whole-slot planners (a scan
 of every slot per class), the packer (every placed class checked per class), the
-verifier's replay (every pair of storages that share bytes) and the fork's slot list (a
+verifier's shadow memory (every pair of storages that share bytes) and the fork's slot list (a
 scan for the first free slot).  They are what caffemem ran before, quadratic and obvious;
 the tests hold the fast versions to their answers, so plans stay byte-identical."""
 
@@ -10,8 +10,7 @@ import itertools
 
 from caffemem.passes.liveness import Lifetime
 from caffemem.passes.plan import PACKING_ORDERS, Plan, Slot
-from caffemem.passes.schedule import Schedule
-from caffemem.passes.verify import Placement, Violation
+from caffemem.passes.verify import Placement
 
 
 def _fits(members: list[Lifetime], life: Lifetime) -> bool:
@@ -76,35 +75,19 @@ def packed(lives: tuple[Lifetime, ...]) -> Plan:
     return Plan("packed", (Slot(0, size, tuple(l.storage for l, _ in placed), tuple(o for _, o in placed)),))
 
 
-def replay_violations(schedule: Schedule, place: dict[int, Placement]) -> list[Violation]:
-    """The verifier's replay with every pair of storages that share bytes listed up front."""
-    violations: list[Violation] = []
-    label = {c.id: c.owner for c in schedule.classes}
-    ordered = sorted(place, key=lambda s: (place[s].slot, place[s].start))
-    neighbours: dict[int, list[int]] = {storage: [other for other in ordered if other != storage and place[storage].collides(place[other])] for storage in place}
-    clobbered_by: dict[int, int] = {}
-    for step in schedule.steps:
-        name = schedule.step_name(step)
-        first_write: dict[int, bool] = {}
-        written: list[int] = []
-        for access in step.accesses:
-            if access.storage in place:
-                first_write.setdefault(access.storage, access.write)
-                if access.write and access.storage not in written:
-                    written.append(access.storage)
-        for storage, writes_first in first_write.items():
-            culprit = clobbered_by.get(storage)
-            if not writes_first and culprit is not None:
-                violations.append(Violation(step.index, name, label[storage], f"reads bytes that '{label[culprit]}' overwrote (slot {place[storage].slot})"))
-        for storage in written:
-            for other in neighbours[storage]:
-                if other in first_write:
-                    violations.append(Violation(step.index, name, label[storage], f"writes slot {place[storage].slot} over '{label[other]}', which the same step uses"))
-        for storage in written:
-            clobbered_by.pop(storage, None)
-            for other in neighbours[storage]:
-                clobbered_by.setdefault(other, storage)
-    return violations
+class PairwiseShadow:
+    """The verifier's shadow memory as it was: every pair of storages that share bytes
+    listed up front; a write overwrites all of its pairs."""
+
+    def __init__(self, place: dict[int, Placement]) -> None:
+        self.ordered = sorted(place, key=lambda s: (place[s].slot, place[s].start))
+        self.pairs = {storage: [other for other in self.ordered if other != storage and place[storage].collides(place[other])] for storage in place}
+
+    def sharing(self, storages: list[int]) -> dict[int, list[int]]:
+        return {storage: [other for other in self.pairs[storage] if other in storages] for storage in storages}
+
+    def write(self, storage: int) -> list[int]:
+        return self.pairs[storage]
 
 
 class ScanningSlots:

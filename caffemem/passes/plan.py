@@ -12,6 +12,11 @@ Entry point: :func:`make_plan`.  Strategies:
 - ``exact``: branch and bound over slot assignments for small nets, within a time limit;
 - ``auto``: every strategy that applies (and the fork's plan, see fork.py), keeping the
   smallest safe total — the choice is made by the optimizer after replay and verify.
+
+The free slot and the free hole each class needs come from the trees of intervals.py,
+not from a scan of every slot or placed class, so planning a net of n layers costs
+O(n log n) (packing: plus the holes it has to look past in fragmented memory); the plans
+are those of the direct scans (tests/reference_planners.py).
 """
 
 from __future__ import annotations

@@ -122,14 +122,13 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     return violations + replay_violations(schedule, place)
 
 
-def replay_violations(schedule: Schedule, place: dict[int, Placement]) -> list[Violation]:
+def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "ShadowMemory | None" = None) -> list[Violation]:
     """Replay the run over shadow memory where each placed storage class sits in its slot:
     every read of bytes another class overwrote since, and every write over bytes another
-    class uses in the same step."""
+    class uses in the same step.  (``shadow``: another model of the same memory, for tests.)"""
     violations: list[Violation] = []
     label = {c.id: c.owner for c in schedule.classes}
-    shadow = _Shadow(place)
-    rank = shadow.rank
+    shadow = shadow or ShadowMemory(place)
     clobbered_by: dict[int, int] = {}  # storage -> the storage that overwrote its bytes since it wrote them
     for step in schedule.steps:
         name = schedule.step_name(step)
@@ -145,7 +144,7 @@ def replay_violations(schedule: Schedule, place: dict[int, Placement]) -> list[V
             culprit = clobbered_by.get(storage)
             if not writes_first and culprit is not None:
                 violations.append(Violation(step.index, name, label[storage], f"reads bytes that '{label[culprit]}' overwrote (slot {place[storage].slot})"))
-        sharing = _sharing_bytes(sorted(first_write, key=rank.__getitem__), place) if written else {}
+        sharing = shadow.sharing(list(first_write)) if written else {}
         for storage in written:
             for other in sharing[storage]:
                 violations.append(Violation(step.index, name, label[storage], f"writes slot {place[storage].slot} over '{label[other]}', which the same step uses"))
@@ -156,23 +155,7 @@ def replay_violations(schedule: Schedule, place: dict[int, Placement]) -> list[V
     return violations
 
 
-def _sharing_bytes(ordered: list[int], place: dict[int, Placement]) -> dict[int, list[int]]:
-    """Which of the given storages (sorted by slot and offset) share bytes with which,
-    each list in that order: a sweep by offset pairs only true overlaps."""
-    sharing: dict[int, list[int]] = {storage: [] for storage in ordered}
-    for i, storage in enumerate(ordered):
-        here = place[storage]
-        for other in ordered[i + 1 :]:
-            there = place[other]
-            if there.slot != here.slot or there.start >= here.end:
-                break
-            if here.collides(there):
-                sharing[storage].append(other)
-                sharing[other].append(storage)
-    return sharing
-
-
-class _Shadow:
+class ShadowMemory:
     """Shadow memory of the plan's slots, for one question per write: which storages that
     nothing has overwritten since they last wrote (or ever) does this write overwrite?
 
@@ -199,6 +182,23 @@ class _Shadow:
         self.watched = [_NOTHING] * (2 * self.size)  # max end of the watched storages below a node
         for storage in self.ordered:
             self._watch(storage, True)
+
+    def sharing(self, storages: list[int]) -> dict[int, list[int]]:
+        """Which of ``storages`` share bytes with which, each list by slot and offset: a
+        sweep by offset pairs only true overlaps."""
+        place = self.place
+        ordered = sorted(storages, key=self.rank.__getitem__)
+        sharing: dict[int, list[int]] = {storage: [] for storage in ordered}
+        for i, storage in enumerate(ordered):
+            here = place[storage]
+            for other in ordered[i + 1 :]:
+                there = place[other]
+                if there.slot != here.slot or there.start >= here.end:
+                    break
+                if here.collides(there):
+                    sharing[storage].append(other)
+                    sharing[other].append(storage)
+        return sharing
 
     def _watch(self, storage: int, on: bool) -> None:
         node = self.rank[storage] + self.size
