@@ -163,13 +163,21 @@ class Occupancy:
     summary (``alive``) of those nodes and of every node on the paths above them.  The
     ranges alive at some step of a query are then the union of O(log n) merged runs — the
     ``alive`` of the nodes that cover the query, the ``own`` of the nodes above them — and
-    holes are found in that union without looking at each placed class."""
+    holes are found in that union without looking at each placed class.
+
+    When every placed range is alive at some step of the query (a deep net in training
+    keeps all its activations alive from Forward to Backward, so each long-lived one meets
+    all placed before it), that union is simply everything placed, kept merged as one
+    Runs: the tree would give it in many small interleaved pieces, crossed one by one."""
 
     def __init__(self, steps: int) -> None:
         self.size = _tree_size(max(steps, 1))
         self.levels = self.size.bit_length() - 1
         self.own: list[Runs | None] = [None] * (2 * self.size)
         self.alive: list[Runs | None] = [None] * (2 * self.size)
+        self.everything = Runs()  # every placed range
+        self.latest_start, self.earliest_end = -1, steps + 1  # of the placed ranges' steps
+        self.one_run_each = True  # so far every placed range has one run of steps
 
     def _nodes(self, runs: Sequence[Run]) -> tuple[list[int], list[int]]:
         """The nodes covering ``runs`` exactly, and the nodes above them (each of which
@@ -198,6 +206,10 @@ class Occupancy:
         return covering, above
 
     def place(self, runs: Sequence[Run], start: int, end: int) -> None:
+        self.everything.add(start, end)
+        self.latest_start = max(self.latest_start, runs[0][0])
+        self.earliest_end = min(self.earliest_end, runs[-1][1])
+        self.one_run_each = self.one_run_each and len(runs) == 1
         covering, above = self._nodes(runs)
         own, alive = self.own, self.alive
         for node in covering:
@@ -216,6 +228,8 @@ class Occupancy:
 
     def _alive(self, runs: Sequence[Run]) -> list[tuple[list[int], list[int]]]:
         """The byte ranges alive at some step of ``runs``: (starts, ends) of a few Runs."""
+        if self.one_run_each and len(runs) == 1 and self.latest_start < runs[0][1] and self.earliest_end > runs[0][0]:
+            return [(self.everything.starts, self.everything.ends)] if self.everything else []  # all placed meet the query
         covering, above = self._nodes(runs)
         alive, own = self.alive, self.own
         found = [alive[node] for node in covering] + [own[node] for node in above]

@@ -26,6 +26,7 @@ import scale  # noqa: E402  (benchmarks/scale.py)
 
 LARGE = os.environ.get("CAFFEMEM_BENCH_LARGE") == "1"
 SHAPES = ("chain", "wide", "inception")
+SLACK = 1.5  # for a busy machine: n log n may cost up to this much more per layer than measured at 1,000
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +94,7 @@ def test_optimize_grows_no_faster_than_n_log_n(benchmark, tmp_path, shape, layer
     small = scale.run_command(["optimize", _net(tmp_path, shape, 1000), "--phase", "TRAIN"])
     large = timed_runs(benchmark, ["optimize", _net(tmp_path, shape, layers), "--phase", "TRAIN"], rounds=1)[0]
     per_layer_small, per_layer_large = small.seconds / 1000, large.seconds / layers
-    assert per_layer_large <= 2 * per_layer_small * math.log(layers) / math.log(1000)
+    assert per_layer_large <= SLACK * per_layer_small * math.log(layers) / math.log(1000)
     assert large.peak_mib * 1024 / layers < 32  # KiB per layer
 
 
@@ -103,5 +104,5 @@ def test_optimize_grows_no_faster_than_n_log_n(benchmark, tmp_path, shape, layer
 def test_analyze_grows_no_faster_than_n_log_n(benchmark, tmp_path, shape, layers):
     small = scale.run_command(["analyze", _net(tmp_path, shape, 1000), "--json"])
     large = timed_runs(benchmark, ["analyze", _net(tmp_path, shape, layers), "--json"], rounds=1)[0]
-    assert large.seconds / layers <= 2 * small.seconds / 1000 * math.log(layers) / math.log(1000)
+    assert large.seconds / layers <= SLACK * small.seconds / 1000 * math.log(layers) / math.log(1000)
     assert large.peak_mib * 1024 / layers < 32
