@@ -178,6 +178,7 @@ class Occupancy:
         self.everything = Runs()  # every placed range
         self.latest_start, self.earliest_end = -1, steps + 1  # of the placed ranges' steps
         self.one_run_each = True  # so far every placed range has one run of steps
+        self.looked_past = 0  # holes and runs the searches have crossed so far: their work
 
     def _nodes(self, runs: Sequence[Run]) -> tuple[list[int], list[int]]:
         """The nodes covering ``runs`` exactly, and the nodes above them (each of which
@@ -249,6 +250,7 @@ class Occupancy:
                 return offset
             offset = reach  # everything below reach meets a range that starts before offset + size
         reach, holes = _holes_above(alive, offset)
+        self.looked_past += len(holes)
         fitting = holes >= size
         return int(reach[fitting.argmax()]) if fitting.any() else int(reach[-1])
 
@@ -258,6 +260,7 @@ class Occupancy:
         alive = self._alive(runs)
         if sum(len(starts) for starts, _ in alive) > FEW_HOLES:
             reach, holes = _holes_above(alive, 0)
+            self.looked_past += len(holes)
             fitting = (holes >= size).nonzero()[0]
             return int(reach[fitting[holes[fitting].argmin()]]) if len(fitting) else int(reach[-1])
         best_offset, best_size = -1, -1

@@ -18,7 +18,8 @@ from caffemem.passes.fork import _Slots
 from caffemem.passes.liveness import Lifetime, lifetimes
 from caffemem.passes.load import load
 from caffemem.passes.memory import prepare
-from caffemem.passes.plan import PACKING_ORDERS, _pack, best_fit, first_fit, make_plan, packed
+from caffemem.passes import plan as plan_module
+from caffemem.passes.plan import PACKING_ORDERS, Plan, Slot, _pack, best_fit, first_fit, make_plan, packed
 from caffemem.passes.schedule import build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.passes.verify import Placement, replay_violations
@@ -75,6 +76,24 @@ def test_packed_plan_is_the_smallest_reference_packing_even_when_it_stops_early(
     steps = range(max((life.end for life in lives), default=0) + 1)
     most_alive = max((sum(l.bytes for l in lives if any(s <= t <= e for s, e in l.spans)) for t in steps), default=0)
     assert packed(lives, most_alive) == reference.packed(lives)
+
+
+def test_a_packing_gives_up_once_its_searches_cross_more_holes_than_its_budget(monkeypatch):
+    monkeypatch.setattr(intervals, "FEW_HOLES", 0)  # every search merges (and counts) the holes above it
+    lives = (Lifetime(0, 8, ((0, 5),)), Lifetime(1, 4, ((2, 9),)))  # the second search crosses the first class
+    assert _pack(lives, PACKING_ORDERS["size"], False, work_budget=0) is None
+    assert _pack(lives, PACKING_ORDERS["size"], False, work_budget=1) == _pack(lives, PACKING_ORDERS["size"], False)
+
+
+def test_only_the_packings_after_the_first_have_a_work_budget(monkeypatch):
+    spans = [((4, 5),), ((5, 8),), ((1, 4),), ((2, 6),), ((0, 2),), ((6, 8),)]
+    lives = tuple(Lifetime(i, size, span) for i, (size, span) in enumerate(zip((4, 8, 12, 12, 4, 12), spans)))
+    assert packed(lives).slot_bytes == 32  # a later packing beats the first (largest first: 36 bytes)
+    monkeypatch.setattr(intervals, "FEW_HOLES", 0)  # every search merges (and counts) the holes above it
+    monkeypatch.setattr(plan_module, "HOLES_PER_CLASS_LOG", 0)  # so every later packing is given up
+    size, placed = _pack(lives, PACKING_ORDERS["size"], False)
+    assert size == 36
+    assert packed(lives) == Plan("packed", (Slot(0, size, tuple(l.storage for l, _ in placed), tuple(o for _, o in placed)),))
 
 
 def _schedule(text: str, tmp_path, phase: str):

@@ -718,9 +718,13 @@ def upgrade_net(net: caffe_pb2.NetParameter, file: str | None = None) -> tuple[c
 
     Later passes only understand the current format, and Caffe runs exactly these steps,
     in this order, before it builds any net read from a file.  `file` only goes into
-    error locations.  Raises CaffememError where Caffe's upgrade would abort.
+    error locations.  Raises CaffememError where Caffe's upgrade would abort.  A net
+    already current comes back as it is (nothing changes it later; a copy of a deep net
+    costs as much memory as reading it).
     """
     notes: list[str] = []
+    if not net_needs_upgrade(net):
+        return net, notes
     current = _copy(net)
     if net_needs_v0_to_v1_upgrade(current):
         current = _upgrade_v0_net(current, file, notes)
