@@ -207,12 +207,12 @@ HOLES_PER_CLASS_LOG = 32  # work budget of a packing after the first: holes cros
 
 
 def packing_work_budget(classes: int) -> int:
-    """How many holes a packing after the first may cross: 32 n log2 n.  The searches
-    cross every hole below their answer; on fragmented memory (biggest-area-first on deep
-    Inception-style nets in training) that grows as n², so such a packing is given up —
-    the first one (largest first) always finishes.  On the real nets of the ground truth
+    """How many holes a packing after the first may cross: HOLES_PER_CLASS_LOG n log2 n.
+    The searches cross every hole below their answer; on fragmented memory
+    (biggest-area-first on deep Inception-style nets in training) that grows as n², so
+    such a packing is given up — the first one (largest first) always finishes.  On the real nets of the ground truth
     no packing crosses more than 3 n log2 n, on generated nets of 10,000 layers 20."""
-    return HOLES_PER_CLASS_LOG * classes * max(1, math.ceil(math.log2(max(classes, 2))))
+    return HOLES_PER_CLASS_LOG * classes * math.ceil(math.log2(max(classes, 2)))
 
 
 def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
