@@ -65,3 +65,15 @@ class CaffememError(Exception):
             if merged.get(key) is None:
                 merged[key] = value
         return CaffememError(self.message, Location(**merged))  # type: ignore[arg-type]
+
+
+class NeedsInput(Exception):
+    """A data layer whose top shapes the file cannot tell: the user must pass --input.
+
+    Raised by a layer's shape rule; caught by the shape pass (passes/shapes.py), which
+    turns it into a CaffememError naming the layer and the --input to give."""
+
+    def __init__(self, blobs: list[str], hint: str = "") -> None:
+        super().__init__(", ".join(blobs))
+        self.blobs = blobs
+        self.hint = hint

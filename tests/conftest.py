@@ -58,7 +58,7 @@ def shape_of():
 def run_memory_report(tmp_path: Path, body: str, inputs: dict[str, tuple[int, ...]], phase: str = "TRAIN", force_backward: bool = True, engine: str = "caffe"):
     """Write a net of one Input layer per entry of ``inputs`` followed by ``body`` (layer
     text) and return its MemoryReport (the memory tests)."""
-    from caffemem.api import Options, analyze
+    from caffemem.api.analyze import Options, analyze
 
     lines = ["force_backward: true"] if force_backward else []
     for name, shape in inputs.items():

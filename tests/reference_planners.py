@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 
 from caffemem.passes.liveness import Lifetime
-from caffemem.passes.plan import PACKING_ORDERS, Plan, Slot
-from caffemem.passes.verify import Placement
+from caffemem.plan.strategies import PACKING_ORDERS, Plan, Slot
+from caffemem.plan.verify import Placement
 
 
 def _fits(members: list[Lifetime], life: Lifetime) -> bool:

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import FIXTURES, REPO
 from google.protobuf import text_format
 
-from caffemem.cli import EXIT_BAD_INPUT, main
+from caffemem.cli import main
+from caffemem.cli.common import EXIT_BAD_INPUT
 from caffemem.schema import caffe_pb2
-
-from conftest import FIXTURES, REPO
 
 BAD = REPO / "tests" / "bad_inputs"
 LENET = FIXTURES / "examples" / "lenet_train.prototxt"

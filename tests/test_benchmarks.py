@@ -13,11 +13,10 @@ import os
 import sys
 
 import pytest
-
-from caffemem.api import Options, analyze
-from caffemem.optimizer import OptimizeSettings, optimize
-
 from conftest import FIXTURES, REPO
+
+from caffemem.api.analyze import Options, analyze
+from caffemem.api.optimize import OptimizeSettings, optimize
 
 sys.path.insert(0, str(FIXTURES))
 sys.path.insert(0, str(REPO / "benchmarks"))

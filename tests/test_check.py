@@ -21,15 +21,23 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import FIXTURES, REPO
 
-from caffemem import __version__
-from caffemem.api import Options, analyze
-from caffemem.check import Baseline, CheckSettings, Problem, check_file, collect_files, parse_size, parse_tolerance, problem_of
+from caffemem._version import __version__
+from caffemem.api.analyze import Options, analyze
+from caffemem.api.check import (
+    Baseline,
+    CheckSettings,
+    Problem,
+    check_file,
+    collect_files,
+    parse_tolerance,
+    problem_of,
+)
+from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.errors import CaffememError, Location
-from caffemem.optimizer import OptimizeSettings, optimize
-
-from conftest import FIXTURES, REPO
+from caffemem.units import parse_size
 
 # What stock Caffe allocates for each fixture net and phase (the process: train net,
 # SGD history and the test net of lenet_solver.prototxt).
@@ -83,17 +91,17 @@ def measured_baseline(**changes: int) -> dict[str, dict[str, int]]:
 
 
 def test_sizes_take_decimal_and_binary_units_as_named():
-    assert parse_size("11GiB") == 11 * 2**30
-    assert parse_size("11GB") == 11 * 10**9
-    assert parse_size("1.5 MiB") == 1_572_864
-    assert parse_size("800kb") == 800_000
-    assert parse_size("4096") == parse_size("4096B") == 4096
+    assert parse_size("11GiB", "--budget") == 11 * 2**30
+    assert parse_size("11GB", "--budget") == 11 * 10**9
+    assert parse_size("1.5 MiB", "--budget") == 1_572_864
+    assert parse_size("800kb", "--budget") == 800_000
+    assert parse_size("4096", "--budget") == parse_size("4096B", "--budget") == 4096
 
 
 @pytest.mark.parametrize("text", ["11G", "lots", "-1GiB", "1e9", ""])
 def test_a_size_without_a_known_unit_is_bad_input(text):
     with pytest.raises(CaffememError, match="expected a size such as 11GiB"):
-        parse_size(text)
+        parse_size(text, "--budget")
 
 
 def test_tolerance_is_a_percentage_or_a_fraction():

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from caffemem.api import Options, analyze
-from caffemem.errors import CaffememError
-
 from conftest import FIXTURES
+
+from caffemem.api.analyze import Options, analyze
+from caffemem.errors import CaffememError
 
 NET = str(FIXTURES / "custom" / "net.prototxt")
 LAYERS = str(FIXTURES / "custom" / "upsample_layers.toml")

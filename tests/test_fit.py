@@ -10,13 +10,12 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caffemem.api import Options, analyze
-from caffemem.cli import main
-from caffemem.errors import CaffememError
-from caffemem.fit import (
+from caffemem.api.analyze import Options, analyze
+from caffemem.api.fit import (
     Evaluations,
     FitRequest,
     Footprint,
@@ -26,9 +25,9 @@ from caffemem.fit import (
     parse_size,
     subject_of,
 )
-from caffemem.optimizer import OptimizeSettings, optimize
-
-from conftest import FIXTURES
+from caffemem.api.optimize import OptimizeSettings, optimize
+from caffemem.cli import main
+from caffemem.errors import CaffememError
 
 sys.path.insert(0, str(FIXTURES))
 import generate  # noqa: E402  (fixtures/generate.py)

@@ -7,12 +7,11 @@ import json
 import sys
 
 import pytest
-
-from caffemem.api import Options, analyze
-from caffemem.layers import builtin_specs
-from caffemem.passes.render import to_json
-
 from conftest import FIXTURES, REPO
+
+from caffemem.api.analyze import Options, analyze
+from caffemem.layers import builtin_specs
+from caffemem.report.terminal import to_json
 
 sys.path.insert(0, str(FIXTURES))
 import generate  # noqa: E402  (fixtures/generate.py)

@@ -16,17 +16,16 @@ import re
 from pathlib import Path
 
 from click.testing import CliRunner, Result
+from conftest import FIXTURES
 from google.protobuf import text_format
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from random_nets import caffe_nets
 
 from caffemem.cli import main
 from caffemem.layers.registry import builtin_specs
 from caffemem.schema import caffe_pb2
-
-from conftest import FIXTURES
-from random_nets import caffe_nets
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 

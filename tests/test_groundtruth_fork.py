@@ -4,11 +4,10 @@ allocated with its optimizer on (../shared/groundtruth-fork), exactly."""
 from __future__ import annotations
 
 import pytest
-
-from caffemem.api import Options
-from caffemem.optimizer import OptimizeSettings, optimize
-
 from conftest import SHARED, groundtruth_runs, needs_shared, run_inputs
+
+from caffemem.api.analyze import Options
+from caffemem.api.optimize import OptimizeSettings, optimize
 
 
 @needs_shared

@@ -5,10 +5,9 @@ and Net::Init's need_backward / propagate_down."""
 from __future__ import annotations
 
 import pytest
-
-from caffemem.api import Options, analyze
-
 from conftest import SHARED, groundtruth_runs, needs_shared, run_inputs
+
+from caffemem.api.analyze import Options, analyze
 
 
 def _memory(source: str, run: dict):

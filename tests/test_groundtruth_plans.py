@@ -10,15 +10,14 @@ from functools import lru_cache
 
 import pytest
 from click.testing import CliRunner
+from conftest import SHARED, needs_shared
 from google.protobuf import text_format
 
-from caffemem.api import Options, analyze
+from caffemem.api.analyze import Options, analyze
+from caffemem.api.optimize import OptimizeSettings, PhasePlan, optimize
 from caffemem.cli import main
-from caffemem.optimizer import OptimizeSettings, PhasePlan, optimize
-from caffemem.passes.verify import verify_plan
+from caffemem.plan.verify import verify_plan
 from caffemem.schema import caffe_pb2
-
-from conftest import SHARED, needs_shared
 
 GROUNDTRUTH = SHARED / "groundtruth"
 

@@ -4,11 +4,10 @@ the same blobs, in the same order, with the same shapes, and the same layers."""
 from __future__ import annotations
 
 import pytest
-
-from caffemem.api import Options, analyze
-from caffemem.passes.render import to_json
-
 from conftest import SHARED, groundtruth_runs, needs_shared, run_inputs
+
+from caffemem.api.analyze import Options, analyze
+from caffemem.report.terminal import to_json
 
 
 def _analyze(source: str, run: dict) -> dict:

@@ -14,15 +14,24 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES, SHARED
 
-from caffemem.api import Options, analyze, spec_table
+from caffemem.api.analyze import Options, analyze, spec_table
+from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
-from caffemem.optimizer import OptimizeSettings, optimize
-from caffemem.passes.html import MAX_CLASS_ROWS, allocated_by_step, analysis_sections, class_gantt, html_report, live_by_step, plan_sections, slot_gantt, timeline_of
 from caffemem.passes.liveness import lifetimes
 from caffemem.passes.schedule import build_schedule
-
-from conftest import FIXTURES, SHARED
+from caffemem.report.html import (
+    MAX_CLASS_ROWS,
+    allocated_by_step,
+    analysis_sections,
+    class_gantt,
+    html_report,
+    live_by_step,
+    plan_sections,
+    slot_gantt,
+    timeline_of,
+)
 
 LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
 GOOGLENET = SHARED / "models" / "bvlc_googlenet" / "train_val.prototxt"
@@ -149,7 +158,7 @@ def test_analyze_html_writes_one_page_atomically(tmp_path):
 
 def test_optimize_html_leaves_json_on_stdout_one_document(tmp_path):
     page = tmp_path / "plan.html"
-    result = subprocess.run([sys.executable, "-m", "caffemem.cli", "optimize", LENET, "--json", "--html", str(page)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "caffemem", "optimize", LENET, "--json", "--html", str(page)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["phases"][0]["phase"] == "TRAIN"
     assert result.stderr == f"wrote {page}\n"

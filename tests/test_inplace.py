@@ -15,16 +15,15 @@ from collections import Counter
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES, SHARED, needs_shared
 from google.protobuf import text_format
 
-from caffemem.api import Options, analyze
+from caffemem.api.analyze import Options, analyze
+from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.errors import CaffememError
-from caffemem.optimizer import OptimizeSettings, optimize
-from caffemem.passes.verify import verify_plan
+from caffemem.plan.verify import verify_plan
 from caffemem.schema import caffe_pb2
-
-from conftest import FIXTURES, SHARED, needs_shared
 
 sys.path.insert(0, str(FIXTURES))
 from generate import resnet  # noqa: E402  (fixtures/generate.py)

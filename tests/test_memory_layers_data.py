@@ -8,7 +8,7 @@ its tops point at instead of owning it to ``prefetched_input_bytes``.
 
 from __future__ import annotations
 
-from caffemem.api import Options, analyze
+from caffemem.api.analyze import Options, analyze
 
 
 def _report(tmp_path, body: str, phase: str = "TEST", **inputs):

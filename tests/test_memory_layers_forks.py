@@ -8,7 +8,7 @@ BN nets use a bottom (2,3,2,2): N = 2, C = 3, H = W = 2, 24 elements (96 bytes).
 
 from __future__ import annotations
 
-from caffemem.api import Options, analyze
+from caffemem.api.analyze import Options, analyze
 
 BOTTOM = {"x": (2, 3, 2, 2)}
 TSN_BN = 'layer {{ name: "l" type: "BN" bottom: "x" top: "y" {} }}'

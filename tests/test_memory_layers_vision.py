@@ -13,7 +13,7 @@ that ground truth exercises only incidentally.
 
 from __future__ import annotations
 
-from caffemem.api import Options, analyze
+from caffemem.api.analyze import Options, analyze
 
 MIB = 1024 * 1024
 

@@ -7,11 +7,10 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
-from caffemem.api import Options, analyze
-from caffemem.cli import main
-
 from conftest import FIXTURES, SHARED, needs_shared
+
+from caffemem.api.analyze import Options, analyze
+from caffemem.cli import main
 
 LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
 SOLVER = str(FIXTURES / "examples" / "lenet_solver.prototxt")

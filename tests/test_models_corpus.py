@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from conftest import SHARED, needs_shared
 
 from caffemem.cli import main
-
-from conftest import SHARED, needs_shared
 
 MODELS = SHARED / "models"
 IMAGENET = ["data=10,3,227,227"]

@@ -7,16 +7,15 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 from google.protobuf import text_format
 
-from caffemem.api import Options, analyze
+from caffemem.api.analyze import Options, analyze
+from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
-from caffemem.optimizer import OptimizeSettings, optimize
-from caffemem.passes.render import to_json
-from caffemem.passes.verify import PlanData, verify_plan
+from caffemem.plan.verify import PlanData, verify_plan
+from caffemem.report.terminal import to_json
 from caffemem.schema import caffe_pb2
-
-from conftest import FIXTURES
 
 LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
 

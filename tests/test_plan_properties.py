@@ -13,20 +13,26 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from conftest import FIXTURES
 from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
-
-from caffemem.api import Options
-from caffemem.layers.registry import SpecTable
-from caffemem.optimizer import OptimizeSettings, PhasePlan, assignment_of, fork_plan_data, optimize, plan_data
-from caffemem.passes.fork import fork_assignment
-from caffemem.passes.memory import prepare, replay
-from caffemem.passes.plan import make_plan
-from caffemem.passes.schedule import Schedule
-from caffemem.passes.verify import PlanData, Violation, verify_plan
-
-from conftest import FIXTURES
 from random_nets import RandomNet, caffe_nets
+
+from caffemem.api.analyze import Options
+from caffemem.api.optimize import (
+    OptimizeSettings,
+    PhasePlan,
+    assignment_of,
+    fork_plan_data,
+    optimize,
+    plan_data,
+)
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.memory import prepare, replay
+from caffemem.passes.schedule import Schedule
+from caffemem.plan.fork import fork_assignment
+from caffemem.plan.strategies import make_plan
+from caffemem.plan.verify import PlanData, Violation, verify_plan
 
 NETS = st.tuples(caffe_nets(max_layers=12), st.booleans())  # (RandomNet, share_buffers)
 SEED = 20240611

@@ -8,24 +8,32 @@ from __future__ import annotations
 import sys
 
 import pytest
+import reference_planners as reference
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caffemem import intervals
-from caffemem.api import Options, build_net, spec_table
+from caffemem.api.analyze import Options, build_net, spec_table
+from caffemem.plan import strategies as plan_module
 from caffemem.passes.filter import make_state
-from caffemem.passes.fork import _Slots
 from caffemem.passes.liveness import Lifetime, lifetimes
 from caffemem.passes.load import load
 from caffemem.passes.memory import prepare
-from caffemem.passes import plan as plan_module
-from caffemem.passes.plan import PACKING_ORDERS, Plan, Slot, _pack, best_fit, first_fit, make_plan, packed
 from caffemem.passes.schedule import build_schedule
 from caffemem.passes.upgrade import upgrade_net
-from caffemem.passes.verify import Placement, replay_violations
-
-import reference_planners as reference
-from conftest import FIXTURES
+from caffemem.plan import intervals
+from caffemem.plan.fork import _Slots
+from caffemem.plan.strategies import (
+    PACKING_ORDERS,
+    Plan,
+    Slot,
+    _pack,
+    best_fit,
+    first_fit,
+    make_plan,
+    packed,
+)
+from caffemem.plan.verify import Placement, replay_violations
 
 sys.path.insert(0, str(FIXTURES))
 import generate  # noqa: E402  (fixtures/generate.py)

@@ -7,16 +7,15 @@ from __future__ import annotations
 import sys
 
 import pytest
+from conftest import FIXTURES, SHARED, needs_shared
 from google.protobuf import text_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caffemem.passes import load as load_pass
+from caffemem.prototxt.parse import parse_net
+from caffemem.prototxt.textmap import tokenize, top_level_blocks
 from caffemem.schema import caffe_pb2
-from caffemem.textmap import tokenize, top_level_blocks
-from caffemem.textparse import parse_net
-
-from conftest import FIXTURES, SHARED, needs_shared
 
 sys.path.insert(0, str(FIXTURES))
 import generate  # noqa: E402  (fixtures/generate.py)

@@ -1,5 +1,33 @@
-"""Layer specs, one module per family; see :mod:`caffemem.layers.registry`."""
+"""Layer specs: the registry and one module per family.
 
-from .registry import Arity, LayerSpec, NeedsInput, ShapeQuery, SpecTable, builtin_specs, layer, register
+Every family is listed here once.  Importing a family module registers its specs (one
+``@layer`` per Caffe type, like Caffe's ``REGISTER_LAYER_CLASS``); any import of
+``caffemem.layers.<module>`` runs this file first, so the registry is complete before
+anyone asks it.  A new layer type goes into its family's module; a new family module is
+added to ``FAMILIES``.
+"""
 
-__all__ = ["Arity", "LayerSpec", "NeedsInput", "ShapeQuery", "SpecTable", "builtin_specs", "layer", "register"]
+from caffemem.errors import NeedsInput
+from caffemem.layers import (
+    common,
+    data,
+    fork_vision,
+    forks,
+    loss,
+    neuron,
+    recurrent,
+    vision,
+)
+from caffemem.layers.registry import (
+    Arity,
+    LayerSpec,
+    ShapeQuery,
+    SpecTable,
+    builtin_specs,
+    layer,
+    register,
+)
+
+FAMILIES = (common, data, fork_vision, forks, loss, neuron, recurrent, vision)
+
+__all__ = ["FAMILIES", "Arity", "LayerSpec", "NeedsInput", "ShapeQuery", "SpecTable", "builtin_specs", "layer", "register"]

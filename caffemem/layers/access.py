@@ -10,9 +10,9 @@ liveness pass reads the same lists to know what each step reads and writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
-from ..graph import Layer, Shape
+from caffemem.graph import Layer, Shape
 
 Part = Literal["data", "diff"]
 Elem = Literal["float", "int"]  # int covers Caffe's Blob<int> and Blob<unsigned int>: 4 bytes
@@ -90,6 +90,20 @@ class LayerMemory:
 
 
 @dataclass(frozen=True)
+class InnerNet:
+    """A net a layer builds inside itself (Recurrent's unrolled net), after the same passes
+    as the outer net: splits, shapes, Net::Init's flags, every layer's memory rule and the
+    replayed events.  The memory pass builds it on a rule's request
+    (:attr:`MemoryQuery.run_inner_net`), so layer modules never import a pass."""
+
+    shaped: Any  # caffemem.graph.ShapedGraph
+    need_backward: tuple[bool, ...]  # per inner layer
+    rules: tuple["LayerMemory", ...]
+    sharers: frozenset[BlobId]  # parameters shared by name (Net::AppendParam): not owned
+    events: tuple[tuple[object, "Action"], ...]  # (bucket, action) in replay order
+
+
+@dataclass(frozen=True)
 class MemoryQuery:
     """What a memory rule may look at: shapes and the backward flags Net::Init derived."""
 
@@ -102,6 +116,8 @@ class MemoryQuery:
     propagate_down: tuple[bool, ...]  # per bottom: Caffe's bottom_need_backward_
     param_propagate_down: tuple[bool, ...]  # per parameter: lr_mult != 0 (or force_backward)
     engine: str = "caffe"  # the build's default engine: "caffe" or "cudnn" (a layer's own engine: wins)
+    # Runs a NetParameter the layer builds inside itself through the passes (see InnerNet).
+    run_inner_net: Callable[[Any], InnerNet] | None = None
 
     @property
     def proto(self):  # caffe_pb2.LayerParameter

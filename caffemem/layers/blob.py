@@ -12,9 +12,10 @@ import math
 import struct
 from typing import Iterable
 
-from ..errors import CaffememError
-from ..graph import Shape, count as element_count
-from .registry import ShapeQuery
+from caffemem.errors import CaffememError
+from caffemem.graph import Shape
+from caffemem.graph import count as element_count
+from caffemem.layers.registry import ShapeQuery
 
 MAX_BLOB_AXES = 32  # kMaxBlobAxes in blob.hpp
 INT_MAX = 2**31 - 1

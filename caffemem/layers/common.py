@@ -7,12 +7,21 @@ lists what the same file's CPU code touches (access.py).
 
 from __future__ import annotations
 
-from ..graph import LayerShapes, Shape, count as elements
-from ..schema import caffe_pb2
-from .access import Action, LayerMemory, MemoryQuery, Share, buffer_setup, read, write
-from .blob import axis_index, count, dim, format_shape, int32, reshaped
-from .neuron import forward_only_memory, neuron_memory
-from .registry import Arity, ShapeQuery, layer
+from caffemem.graph import LayerShapes, Shape
+from caffemem.graph import count as elements
+from caffemem.layers.access import (
+    Action,
+    LayerMemory,
+    MemoryQuery,
+    Share,
+    buffer_setup,
+    read,
+    write,
+)
+from caffemem.layers.blob import axis_index, count, dim, format_shape, int32, reshaped
+from caffemem.layers.neuron import forward_only_memory, neuron_memory
+from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.schema import caffe_pb2
 
 ONE = Arity.exactly(1)
 AT_LEAST_ONE = Arity(1)

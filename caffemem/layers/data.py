@@ -18,10 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..graph import LayerShapes, Shape
-from .access import Action, LayerMemory, MemoryQuery, MemoryRule, Reshape, buffer_setup, read, write
-from .blob import int32, reshaped
-from .registry import Arity, NeedsInput, ShapeQuery, layer
+from caffemem.errors import NeedsInput
+from caffemem.graph import LayerShapes, Shape
+from caffemem.layers.access import (
+    Action,
+    LayerMemory,
+    MemoryQuery,
+    MemoryRule,
+    Reshape,
+    buffer_setup,
+    read,
+    write,
+)
+from caffemem.layers.blob import int32, reshaped
+from caffemem.layers.registry import Arity, ShapeQuery, layer
 
 # A top's dimensions as far as the parameters tell: an int is known, a str names an
 # unknown dimension in the --input template (e.g. "C" for channels stored in a database).

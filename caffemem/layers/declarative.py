@@ -21,12 +21,13 @@ from __future__ import annotations
 import ast
 import operator
 import re
-import tomllib
 from dataclasses import dataclass
 
-from ..errors import CaffememError, Location, excerpt
-from ..graph import LayerShapes, Shape
-from .registry import Arity, LayerSpec, NeedsInput, ShapeQuery
+import tomllib
+
+from caffemem.errors import CaffememError, Location, NeedsInput, excerpt
+from caffemem.graph import LayerShapes, Shape
+from caffemem.layers.registry import Arity, LayerSpec, ShapeQuery
 
 _LIKE = re.compile(r"^\s*like\s+bottom\s+(\d+)\s*(?:with\s+(.*))?$", re.IGNORECASE)
 _AXIS = re.compile(r"^\s*axis\s+(-?\d+)\s*=\s*(.+)$", re.IGNORECASE)

@@ -14,13 +14,21 @@ The memory rules follow each fork's CPU code; where a fork has only a GPU implem
 
 from __future__ import annotations
 
-from ..graph import LayerShapes, Shape, count
-from ..schema import caffe_pb2
-from .access import Action, Alloc, LayerMemory, MemoryQuery, Reshape, read, write
-from .blob import format_shape, legacy4, reshaped
-from .neuron import neuron_memory
-from .registry import Arity, ShapeQuery, layer
-from .vision import c_div, float_div_rounded, positive, require_axes
+from caffemem.graph import LayerShapes, Shape, count
+from caffemem.layers.access import (
+    Action,
+    Alloc,
+    LayerMemory,
+    MemoryQuery,
+    Reshape,
+    read,
+    write,
+)
+from caffemem.layers.blob import format_shape, legacy4, reshaped
+from caffemem.layers.neuron import neuron_memory
+from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.vision import c_div, float_div_rounded, positive, require_axes
+from caffemem.schema import caffe_pb2
 
 FAMILY = "fork_vision"
 C3D = "facebook/C3D C3D-v1.1/src/caffe/layers/"

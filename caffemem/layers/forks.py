@@ -20,10 +20,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..graph import LayerShapes, Shape, count
-from .access import Action, BlobId, LayerMemory, MemoryQuery, Part, Reshape, Share, buffer_setup, read, write
-from .blob import c_divide, dim, float32, format_shape, int32, legacy4, legacy_dim, reshaped
-from .data import (
+from caffemem.graph import LayerShapes, Shape, count
+from caffemem.layers.access import (
+    Action,
+    BlobId,
+    LayerMemory,
+    MemoryQuery,
+    Part,
+    Reshape,
+    Share,
+    buffer_setup,
+    read,
+    write,
+)
+from caffemem.layers.blob import (
+    c_divide,
+    dim,
+    float32,
+    format_shape,
+    int32,
+    legacy4,
+    legacy_dim,
+    reshaped,
+)
+from caffemem.layers.data import (
     COLOR_CHANNELS,
     Dim,
     Template,
@@ -36,9 +56,9 @@ from .data import (
     prefetch_memory,
     resolve_tops,
 )
-from .loss import _loss as loss_layer_checks
-from .neuron import softmax_memory
-from .registry import Arity, ShapeQuery, layer
+from caffemem.layers.loss import _loss as loss_layer_checks
+from caffemem.layers.neuron import softmax_memory
+from caffemem.layers.registry import Arity, ShapeQuery, layer
 
 NONE = Arity.exactly(0)
 ONE = Arity.exactly(1)

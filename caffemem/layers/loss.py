@@ -22,11 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..graph import LayerShapes, Shape
-from .access import Action, LayerMemory, MemoryQuery, Share, buffer_setup, read, write
-from .blob import axis_index, count, dim, format_shape, legacy_dim
-from .neuron import canonical_axis, inner_loss, softmax_memory
-from .registry import Arity, ShapeQuery, layer
+from caffemem.graph import LayerShapes, Shape
+from caffemem.layers.access import (
+    Action,
+    LayerMemory,
+    MemoryQuery,
+    Share,
+    buffer_setup,
+    read,
+    write,
+)
+from caffemem.layers.blob import axis_index, count, dim, format_shape, legacy_dim
+from caffemem.layers.neuron import canonical_axis, inner_loss, softmax_memory
+from caffemem.layers.registry import Arity, ShapeQuery, layer
 
 SCALAR: Shape = ()
 TWO = Arity.exactly(2)

@@ -14,10 +14,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..graph import LayerShapes, Shape, count
-from .access import Action, BlobId, LayerMemory, MemoryQuery, MemoryRule, Reshape, buffer_setup, read, write
-from .blob import axis_index, format_shape, legacy4, legacy_dim
-from .registry import Arity, LayerSpec, ShapeQuery, in_place_always, layer, register
+from caffemem.graph import LayerShapes, Shape, count
+from caffemem.layers.access import (
+    Action,
+    BlobId,
+    LayerMemory,
+    MemoryQuery,
+    MemoryRule,
+    Reshape,
+    buffer_setup,
+    read,
+    write,
+)
+from caffemem.layers.blob import axis_index, format_shape, legacy4, legacy_dim
+from caffemem.layers.registry import (
+    Arity,
+    LayerSpec,
+    ShapeQuery,
+    in_place_always,
+    layer,
+    register,
+)
 
 ONE = Arity.exactly(1)
 ONE_OR_TWO = Arity(1, 2)

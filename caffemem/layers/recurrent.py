@@ -22,11 +22,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from ..graph import LayerShapes, Shape
-from ..schema import caffe_pb2
-from .access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, Touch, param_id, read, write
-from .blob import axis_index, count, dim, format_shape, int32
-from .registry import Arity, ShapeQuery, SpecTable, layer
+from caffemem.graph import LayerShapes, Shape
+from caffemem.layers.access import (
+    Action,
+    BlobId,
+    LayerMemory,
+    MemoryQuery,
+    Reshape,
+    Share,
+    Touch,
+    param_id,
+    read,
+    write,
+)
+from caffemem.layers.blob import axis_index, count, dim, format_shape, int32
+from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.schema import caffe_pb2
 
 # lstm_layer.cpp: the gate pre-activations i, f, o, g are computed by one InnerProduct.
 LSTM_GATES = 4
@@ -252,18 +263,12 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
     inner weights in TEST, copies h_T, c_T into h_0, c_0 unless they are exposed, and runs
     the inner Forward up to the pseudo-losses; Backward runs the inner Backward from there,
     whatever propagate_down says."""
-    from ..passes.memory import backward_flags, layer_rules, run_events, shared_parameters
-    from ..passes.shapes import infer_shapes
-    from ..passes.splits import insert_splits
-
-    specs = SpecTable()
-    shaped = infer_shapes(insert_splits(unrolled_net(q, arch)), specs)
-    flags = backward_flags(shaped, specs)
-    rules = layer_rules(shaped, specs, flags, q.engine)
+    assert q.run_inner_net is not None, "the memory pass gives every query run_inner_net"
+    unrolled = q.run_inner_net(unrolled_net(q, arch))
+    shaped, rules, sharers = unrolled.shaped, unrolled.rules, unrolled.sharers
     layers = shaped.graph.layers
     last = len(layers) - len(arch.outputs)  # layers [0, last) run; the pseudo-losses never do
 
-    sharers = {sharer for sharer, _ in shared_parameters(shaped)}
     inner_params = (param_id(l, j) for l in layers for j in range(len(shaped.layer_shapes[l.index].params)))
     owners = {param: q.param(k) for k, param in enumerate(p for p in inner_params if p not in sharers)}
 
@@ -274,7 +279,7 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
     setup: list[Action] = []
     share_weights: list[Action] = []
     forward: list[Action] = []
-    for bucket, action in run_events(shaped, specs, flags, rules):
+    for bucket, action in unrolled.events:
         if not isinstance(bucket, tuple) or bucket[0] == "bwd":
             continue  # the inputs' fill is the copy below; Backward follows
         if bucket[0] == "init":
@@ -283,8 +288,8 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
                 share_weights.append(setup[-1])
         elif bucket[1] < last:
             forward.append(_rename(action, inner))
-    ran = list(zip(flags[:last], rules[:last]))
-    backward = tuple(_rename(action, inner) for flag, rule in reversed(ran) if flag.need_backward for action in rule.backward)
+    ran = list(zip(unrolled.need_backward[:last], rules[:last]))
+    backward = tuple(_rename(action, inner) for need_backward, rule in reversed(ran) if need_backward for action in rule.backward)
 
     hidden, static = _exposed(q, arch), _static_input(q, arch)
     finals = tuple(name.format(T=q.bottoms[0][0]) for name in arch.final_blobs)

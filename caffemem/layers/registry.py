@@ -10,18 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..errors import CaffememError, Location
-from ..graph import Layer, LayerShapes, Shape
-from .access import MemoryRule
-
-
-class NeedsInput(Exception):
-    """A data layer whose top shapes the file cannot tell: the user must pass --input."""
-
-    def __init__(self, blobs: list[str], hint: str = "") -> None:
-        super().__init__(", ".join(blobs))
-        self.blobs = blobs
-        self.hint = hint
+from caffemem.errors import CaffememError, Location
+from caffemem.graph import Layer, LayerShapes, Shape
+from caffemem.layers.access import MemoryRule
 
 
 @dataclass(frozen=True)
@@ -129,9 +120,9 @@ def layer(type: str, family: str, **options) -> Callable[[ShapeRule], ShapeRule]
 
 
 def builtin_specs() -> Mapping[str, LayerSpec]:
-    """Every built-in spec, keyed by Caffe type string (families imported on first use)."""
-    from . import families  # noqa: F401  (importing registers them)
-
+    """Every built-in spec, keyed by Caffe type string.  The family modules register
+    themselves when :mod:`caffemem.layers` is imported, which any import of this module
+    does first."""
     return _REGISTRY
 
 

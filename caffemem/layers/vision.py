@@ -17,12 +17,24 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from ..graph import LayerShapes, Shape, count
-from ..schema import caffe_pb2
-from .access import Action, Alloc, BlobId, LayerMemory, MemoryQuery, MemoryRule, Reshape, Share, buffer_setup, read, write
-from .blob import axis_index, float32, format_shape, reshaped
-from .neuron import uses_cudnn
-from .registry import Arity, ShapeQuery, layer
+from caffemem.graph import LayerShapes, Shape, count
+from caffemem.layers.access import (
+    Action,
+    Alloc,
+    BlobId,
+    LayerMemory,
+    MemoryQuery,
+    MemoryRule,
+    Reshape,
+    Share,
+    buffer_setup,
+    read,
+    write,
+)
+from caffemem.layers.blob import axis_index, float32, format_shape, reshaped
+from caffemem.layers.neuron import uses_cudnn
+from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.schema import caffe_pb2
 
 FAMILY = "vision"
 BVLC = "caffe master "

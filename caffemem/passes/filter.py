@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..errors import CaffememError, Location
-from ..schema import caffe_pb2
+from caffemem.errors import CaffememError, Location
+from caffemem.schema import caffe_pb2
 
 PHASES = {"TRAIN": caffe_pb2.TRAIN, "TEST": caffe_pb2.TEST}
 

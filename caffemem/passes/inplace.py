@@ -33,7 +33,7 @@ conservative, and each refusal is reported with its reason:
 
 Rules 1-4 are checked layer by layer in file order on the net as already rewritten;
 rule 5 on the whole result, dropping the layers it blames until it passes.  The text is
-edited token by token (caffemem.textmap): only the rewritten names change, every other
+edited token by token (caffemem.prototxt.textmap): only the rewritten names change, every other
 byte of the file is kept.
 """
 
@@ -43,14 +43,20 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import CaffememError, Location
-from ..layers.access import Touch
-from ..layers.registry import SpecTable
-from ..schema import caffe_pb2
-from ..textmap import Token, field_extent, string_value, tokenize, top_level_blocks
-from .load import LAYER_FIELDS, NetSource
-from .memory import Run
-from .schedule import Schedule, build_schedule
+from caffemem.errors import CaffememError, Location
+from caffemem.layers.access import Touch
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.load import LAYER_FIELDS, NetSource
+from caffemem.passes.memory import Run
+from caffemem.passes.schedule import Schedule, build_schedule
+from caffemem.prototxt.textmap import (
+    Token,
+    field_extent,
+    string_value,
+    tokenize,
+    top_level_blocks,
+)
+from caffemem.schema import caffe_pb2
 
 RunOf = Callable[[caffe_pb2.NetParameter, str], Run]  # an upgraded net, a phase -> its run
 StepKey = tuple[str, "int | None"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..graph import Graph
-from .schedule import Schedule, StorageClass
+from caffemem.graph import Graph
+from caffemem.passes.schedule import Schedule, StorageClass
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,11 @@ from pathlib import Path
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from ..errors import CaffememError, Location, excerpt
-from ..graph import Shape
-from ..schema import caffe_pb2
-from ..textmap import tokenize, top_level_blocks, unknown_fields
-from ..textparse import parse_net
+from caffemem.errors import CaffememError, Location, excerpt
+from caffemem.graph import Shape
+from caffemem.prototxt.parse import parse_net
+from caffemem.prototxt.textmap import tokenize, top_level_blocks, unknown_fields
+from caffemem.schema import caffe_pb2
 
 MAX_TEXT_BYTES = 64 * 1024 * 1024
 MAX_BINARY_BYTES = 2 * 1024 * 1024 * 1024 - 1  # protobuf's own message limit

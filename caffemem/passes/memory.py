@@ -10,16 +10,18 @@ from its spec's memory rule (layers/access.py).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..errors import CaffememError, Location
-from ..graph import Layer, ShapedGraph, count
-from ..layers.access import (
+from caffemem.errors import CaffememError, Location
+from caffemem.graph import Layer, ShapedGraph, count
+from caffemem.layers.access import (
     Action,
     Alloc,
     BlobId,
+    InnerNet,
     LayerMemory,
     MemoryQuery,
     Reshape,
@@ -30,10 +32,11 @@ from ..layers.access import (
     param_id,
     write,
 )
-from ..layers.registry import SpecTable
-
-DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8}
-INT_BYTES = 4
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.shapes import infer_shapes
+from caffemem.passes.splits import insert_splits
+from caffemem.schema import caffe_pb2
+from caffemem.units import DTYPE_BYTES, INT_BYTES
 
 CATEGORIES = ("parameters", "parameter_gradients", "activations", "activation_gradients", "layer_buffers")
 
@@ -343,6 +346,7 @@ def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, 
             propagate_down=flag.propagate_down,
             param_propagate_down=flag.param_propagate_down,
             engine=engine,
+            run_inner_net=functools.partial(run_inner_net, engine=engine),
         )
         rule = spec.memory if spec is not None and spec.memory is not None else generic_memory
         rules.append(rule(query))
@@ -350,6 +354,19 @@ def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, 
 
 
 Bucket = object  # ("init", i), ("init", "share"), "input", ("fwd", i), ("bwd", i)
+
+
+def run_inner_net(net: caffe_pb2.NetParameter, engine: str = "caffe") -> InnerNet:
+    """A net a layer builds inside itself (Recurrent's unrolled net, recurrent_layer.cpp
+    LayerSetUp): the built-in specs, Caffe's splits and shapes, Net::Init's flags and the
+    replayed events, exactly as for an outer net."""
+    specs = SpecTable()
+    shaped = infer_shapes(insert_splits(net), specs)
+    flags = backward_flags(shaped, specs)
+    rules = layer_rules(shaped, specs, flags, engine)
+    sharers = frozenset(sharer for sharer, _ in shared_parameters(shaped))
+    events = tuple(run_events(shaped, specs, flags, rules))
+    return InnerNet(shaped, tuple(flag.need_backward for flag in flags), rules, sharers, events)
 
 
 def shared_parameters(shaped: ShapedGraph) -> list[tuple[BlobId, BlobId]]:

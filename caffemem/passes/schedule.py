@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import ShapedGraph, count
-from ..layers.access import BlobId, Reshape, Share, Touch
-from ..layers.registry import SpecTable
-from .memory import DTYPE_BYTES, INT_BYTES, Run, prepare
+from caffemem.graph import ShapedGraph, count
+from caffemem.layers.access import BlobId, Reshape, Share, Touch
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.memory import Run, prepare
+from caffemem.units import DTYPE_BYTES, INT_BYTES
 
 Part = str
 Member = tuple[BlobId, Part]

@@ -11,10 +11,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-from ..errors import CaffememError, Location
-from ..graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
-from ..layers.blob import INT_MAX, MAX_BLOB_AXES  # Blob::Reshape's CHECKs on every blob
-from ..layers.registry import LayerSpec, NeedsInput, ShapeQuery, SpecTable
+from caffemem.errors import CaffememError, Location, NeedsInput
+from caffemem.graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
+from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
+    INT_MAX,
+    MAX_BLOB_AXES,
+)
+from caffemem.layers.registry import LayerSpec, ShapeQuery, SpecTable
 
 
 def infer_shapes(

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import ShapedGraph, count
-from .memory import INT_BYTES, MemoryReport
+from caffemem.graph import ShapedGraph, count
+from caffemem.passes.memory import MemoryReport
+from caffemem.units import INT_BYTES
 
 # solver type -> (history blobs per parameter, update_ data touched, temp_ data touched)
 SOLVER_BUFFERS = {

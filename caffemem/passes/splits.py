@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import CaffememError, Location
-from ..graph import Graph, Layer
-from ..schema import caffe_pb2
+from caffemem.errors import CaffememError, Location
+from caffemem.graph import Graph, Layer
+from caffemem.schema import caffe_pb2
 
 AUTOMATIC_TOP = "(automatic)"
 

@@ -39,8 +39,8 @@ class RegenerateError(RuntimeError):
 def protoc_version() -> str:
     """Version of the protoc bundled with the installed grpcio-tools."""
     try:
-        from grpc_tools import protoc  # noqa: F401
         import grpc_tools
+        from grpc_tools import protoc  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the env
         raise RegenerateError(
             "grpcio-tools is not installed (pip install the test extras)"

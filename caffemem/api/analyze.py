@@ -10,17 +10,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .errors import CaffememError, Location, excerpt
-from .graph import Shape, ShapedGraph
-from .layers.registry import SpecTable
-from .passes.filter import filter_net, make_state, phase_name
-from .passes.load import NetSource, SolverSource, load
-from .passes.memory import DTYPE_BYTES, MemoryReport, simulate
-from .passes.solver import ProcessFootprint, solver_footprint
-from .passes.shapes import INT_MAX, infer_shapes
-from .passes.splits import insert_splits
-from .passes.upgrade import upgrade_net, upgrade_solver
-from .schema import caffe_pb2
+from caffemem.errors import CaffememError, Location, excerpt
+from caffemem.graph import Shape, ShapedGraph
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.filter import filter_net, make_state, phase_name
+from caffemem.passes.load import NetSource, SolverSource, load
+from caffemem.passes.memory import MemoryReport, simulate
+from caffemem.passes.shapes import INT_MAX, infer_shapes
+from caffemem.passes.solver import ProcessFootprint, solver_footprint
+from caffemem.passes.splits import insert_splits
+from caffemem.passes.upgrade import upgrade_net, upgrade_solver
+from caffemem.schema import caffe_pb2
+from caffemem.units import DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def spec_table(options: Options) -> SpecTable:
     """Built-in layer specs plus the user's declared ones."""
     if options.layers_file is None:
         return SpecTable()
-    from .layers.declarative import load_declarations
+    from caffemem.layers.declarative import load_declarations
 
     return SpecTable(load_declarations(options.layers_file))
 

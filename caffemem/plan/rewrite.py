@@ -14,9 +14,9 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from ..errors import CaffememError, Location
-from ..schema import caffe_pb2
-from ..textmap import blank_out, top_level_blocks
+from caffemem.errors import CaffememError, Location
+from caffemem.prototxt.textmap import blank_out, top_level_blocks
+from caffemem.schema import caffe_pb2
 
 TARGETS = ("caffemem", "fork")
 

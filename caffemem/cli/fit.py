@@ -1,6 +1,6 @@
-"""The `caffemem fit` command: flags → :func:`caffemem.fit.fit` → the answer on stdout.
+"""The `caffemem fit` command: flags → :func:`caffemem.api.fit.fit` → the answer on stdout.
 
-Registered on the `caffemem` group by one line in :mod:`caffemem.cli`.  Exit codes: 0 a
+Attached to the `caffemem` group in :mod:`caffemem.cli`.  Exit codes: 0 a
 batch fits, 1 not even batch 1 fits (the message says what batch 1 needs), 2 bad input.
 """
 
@@ -11,12 +11,10 @@ import sys
 
 import click
 
-from .cli import _options, _reports_errors, main, net_options
-
-EXIT_NOTHING_FITS = 1
+from caffemem.cli.common import EXIT_FINDING, net_options, options_from, reports_errors
 
 
-@main.command()
+@click.command("fit")
 @net_options
 @click.option("--gpu-memory", required=True, metavar="SIZE", help="The card's memory: 12GiB, 11264MiB, 16GB (KiB/MiB/GiB binary, KB/MB/GB decimal).")
 @click.option("--reserve", default="500MiB", show_default=True, metavar="SIZE", help="Left for what Caffe does not allocate itself: the CUDA context, cuDNN/cuBLAS handles (see README).")
@@ -24,22 +22,23 @@ EXIT_NOTHING_FITS = 1
 @click.option("--effective-batch", type=click.IntRange(min=1), metavar="B", help="Also give the batch and iter_size that reach B = batch × iter_size × gpus.")
 @click.option("--optimized", is_flag=True, help="Count caffemem optimize's shared-storage plan instead of stock Caffe.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@_reports_errors
-def fit(net, phase, stages, level, inputs, layers_file, lenient, dtype, engine, gpu_memory, reserve, gpus, effective_batch, optimized, as_json) -> None:
+@reports_errors
+def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, engine, gpu_memory, reserve, gpus, effective_batch, optimized, as_json) -> None:
     """The largest batch per GPU whose memory fits the card (exact, confirmed at the next batch).
 
     NET is a net (its TRAIN phase if it trains, else TEST, or --phase) or a solver (the
     whole training process: train net, solver history, test nets)."""
-    from .fit import FitRequest, fit_json, fit_lines, nothing_fits_message, parse_size
-    from .fit import fit as run_fit
+    from caffemem.api.fit import FitRequest, fit_json, fit_lines, nothing_fits_message
+    from caffemem.api.fit import fit as run_fit
+    from caffemem.units import parse_size
 
     request = FitRequest(parse_size(gpu_memory, "--gpu-memory"), parse_size(reserve, "--reserve"), gpus, effective_batch, optimized)
-    result = run_fit(net, _options(phase, stages, level, inputs, layers_file, lenient, dtype, None, engine), request)
+    result = run_fit(net, options_from(phase, stages, level, inputs, layers_file, lenient, dtype, None, engine), request)
     click.echo(json.dumps(fit_json(result), indent=1) if as_json else "\n".join(fit_lines(result)))
     if not result.fits:
         click.echo(f"caffemem: {nothing_fits_message(result)}", err=True)
-        sys.exit(EXIT_NOTHING_FITS)
+        sys.exit(EXIT_FINDING)
 
 
 # The batch is what fit searches for: the shared --batch flag does not apply.
-fit.params[:] = [param for param in fit.params if param.name != "batch"]
+fit_command.params[:] = [param for param in fit_command.params if param.name != "batch"]

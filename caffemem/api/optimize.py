@@ -9,22 +9,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .api import Options, build_net, default_phase, spec_table
-from .errors import CaffememError, Location
-from .graph import ShapedGraph
-from .layers.access import BlobId
-from .layers.registry import SpecTable
-from .passes.filter import make_state
-from .passes.fork import fork_assignment
-from .passes.inplace import InPlaceResult, make_in_place
-from .passes.liveness import Liveness, lifetimes
-from .passes.load import NetSource, SolverSource, load
-from .passes.memory import DTYPE_BYTES, MemoryReport, Run, SlotAssignment, prepare, replay, simulate
-from .passes.plan import Plan, make_plan
-from .passes.schedule import Schedule, build_schedule
-from .passes.upgrade import upgrade_net
-from .passes.verify import PlanData, verify_plan
-from .schema import caffe_pb2
+from caffemem.api.analyze import Options, build_net, default_phase, spec_table
+from caffemem.errors import CaffememError, Location
+from caffemem.graph import ShapedGraph
+from caffemem.layers.access import BlobId
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.filter import make_state
+from caffemem.passes.inplace import InPlaceResult, make_in_place
+from caffemem.passes.liveness import Liveness, lifetimes
+from caffemem.passes.load import NetSource, SolverSource, load
+from caffemem.passes.memory import (
+    MemoryReport,
+    Run,
+    SlotAssignment,
+    prepare,
+    replay,
+    simulate,
+)
+from caffemem.passes.schedule import Schedule, build_schedule
+from caffemem.passes.upgrade import upgrade_net
+from caffemem.plan.fork import fork_assignment
+from caffemem.plan.strategies import Plan, make_plan
+from caffemem.plan.verify import PlanData, verify_plan
+from caffemem.schema import caffe_pb2
+from caffemem.units import DTYPE_BYTES
 
 
 @dataclass(frozen=True)

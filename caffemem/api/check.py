@@ -16,7 +16,6 @@ import glob
 import io
 import json
 import os
-import re
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -24,35 +23,19 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from . import __version__
-from .api import Options, analyze, default_phase, spec_table
-from .errors import CaffememError, Location
-from .passes.load import NetSource, SolverSource, load
-from .passes.memory import DTYPE_BYTES, MemoryReport
-from .passes.render import mib
-from .passes.upgrade import upgrade_net, upgrade_solver
-from .textmap import top_level_blocks
+from caffemem._version import __version__
+from caffemem.api.analyze import Options, analyze, default_phase, spec_table
+from caffemem.errors import CaffememError, Location
+from caffemem.passes.load import NetSource, SolverSource, load
+from caffemem.passes.memory import MemoryReport
+from caffemem.passes.upgrade import upgrade_net, upgrade_solver
+from caffemem.prototxt.textmap import top_level_blocks
+from caffemem.units import DTYPE_BYTES, mib
 
 NET_PATTERN = "*.prototxt"  # what a folder is searched for
 BASELINE_FORMAT = 1
 
 # ----------------------------------------------------------------------------- flag values
-
-SIZE_UNITS = {
-    "": 1, "B": 1,
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
-}  # fmt: skip
-
-
-def parse_size(text: str) -> int:
-    """`11GiB`, `1.5 GB`, `4096` → bytes; decimal or binary units as their names say."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).upper() if match else ""
-    if not match or unit not in SIZE_UNITS:
-        raise CaffememError(f"--budget '{text}': expected a size such as 11GiB, 800MB or 4096 (units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
-    return int(Decimal(match.group(1)) * SIZE_UNITS[unit])
-
 
 def parse_tolerance(text: str) -> float:
     """`2%` or `0.02` → 0.02.  A bare number above 1 is refused: `2` is surely not 200%."""
@@ -188,7 +171,7 @@ def _net_bytes(path: str, options: Options, optimized: bool) -> int:
     """Stock Caffe's whole footprint, or that of caffemem's plan (planned heap + prefetch)."""
     if not optimized:
         return analyze(path, options).nets[0].memory.total_bytes
-    from .optimizer import OptimizeSettings, optimize
+    from caffemem.api.optimize import OptimizeSettings, optimize
 
     return optimize(path, options, OptimizeSettings(), force=True).phases[0].planned.total_bytes
 
@@ -203,7 +186,7 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
     analysis = analyze(path, replace(options, phase=None))
     process = analysis.process
     if optimized:
-        from .passes.solver import solver_footprint
+        from caffemem.passes.solver import solver_footprint
 
         solver, _ = upgrade_solver(source.proto, source.file)
         reports = _memory_reports(analysis.nets, options, optimized)
@@ -216,7 +199,7 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
 def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
     if not optimized:
         return [net.memory for net in nets]
-    from .optimizer import OptimizeSettings, plan_phase
+    from caffemem.api.optimize import OptimizeSettings, plan_phase
 
     specs = spec_table(options)
     return [plan_phase(net.shaped, specs, options, OptimizeSettings()).planned for net in nets]

@@ -14,11 +14,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from ..graph import ShapedGraph, count
-from ..layers.access import BlobId
-from ..layers.registry import SpecTable
-from .memory import LayerFlags, SlotAssignment, backward_flags
-from .liveness import net_outputs_of
+from caffemem.graph import ShapedGraph, count
+from caffemem.layers.access import BlobId
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.liveness import net_outputs_of
+from caffemem.passes.memory import LayerFlags, SlotAssignment, backward_flags
 
 
 class _Slots:

@@ -11,47 +11,31 @@ promise is the one checked: the batch reported fits and the next one does not.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from .api import Analysis, NetAnalysis, Options, analyze, default_phase, spec_table
-from .errors import CaffememError, Location
-from .passes.load import SolverSource, load
-from .passes.memory import DTYPE_BYTES, MemoryReport
-from .passes.solver import solver_footprint
-from .passes.upgrade import upgrade_net, upgrade_solver
+from caffemem.api.analyze import (
+    Analysis,
+    NetAnalysis,
+    Options,
+    analyze,
+    default_phase,
+    spec_table,
+)
+from caffemem.errors import CaffememError, Location
+from caffemem.passes.load import SolverSource, load
+from caffemem.passes.memory import MemoryReport
+from caffemem.passes.solver import solver_footprint
+from caffemem.passes.upgrade import upgrade_net, upgrade_solver
+from caffemem.units import DTYPE_BYTES, format_size, parse_size
 
-# Size suffixes: binary units are what nvidia-smi prints (MiB); decimal ones are what
-# vendors print on the box.  A bare "G" is refused rather than guessed.
-SIZE_UNITS = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 DEFAULT_RESERVE = "500MiB"
 # The first exact evaluations; the line through the last two predicts the answer (the
 # smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
 PROBES = (1, 2, 4, 8)
 MAX_BATCH = 2**31 - 1  # a blob dimension is an int in Caffe
-
-
-def parse_size(text: str, flag: str) -> int:
-    """`12GiB`, `11.5 GiB`, `500MiB`, `12GB`, `4096` (bytes) as whole bytes (rounded down)."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", text)
-    if match is None:
-        raise CaffememError(f"{flag} '{text}': expected a size such as 12GiB, 500MiB or 16GB")
-    unit = match[2].lower() or "b"
-    if unit not in SIZE_UNITS:
-        raise CaffememError(f"{flag} '{text}': unknown unit '{match[2]}'; use B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000)")
-    return int(Decimal(match[1]) * SIZE_UNITS[unit])
-
-
-def format_size(n: int) -> str:
-    """Bytes in the largest binary unit that keeps a whole part, two decimals."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:,.2f} {unit}"
-    return f"{n:,} B"
 
 
 @dataclass(frozen=True)
@@ -406,7 +390,7 @@ def _report(net: NetAnalysis, options: Options, optimized: bool) -> MemoryReport
     """Stock Caffe's figures, or those of the plan `caffemem optimize` makes for this net."""
     if not optimized:
         return net.memory
-    from .optimizer import OptimizeSettings, plan_phase
+    from caffemem.api.optimize import OptimizeSettings, plan_phase
 
     exclude = tuple(net.shaped.graph.proto.mem_param.exclude_blob)
     return plan_phase(net.shaped, spec_table(options), options, OptimizeSettings(exclude=exclude)).planned

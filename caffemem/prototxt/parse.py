@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from .schema import caffe_pb2
+from caffemem.schema import caffe_pb2
 
 # protobuf's tokens (text_format.Tokenizer._TOKEN), strings without escapes only; group 1:
 # a word, 2: a number, 3: a string, 4: punctuation, 5: any other character (the end of

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from ..api import Analysis, Options, spec_table
-from ..graph import ShapedGraph
-from ..layers.access import BlobId
-from .liveness import Liveness, lifetimes
-from .memory import CATEGORIES, MemoryReport
-from .render import MIB, mib
-from .schedule import Schedule, StorageClass, build_schedule
-from .verify import PlanData
+from caffemem.api.analyze import Analysis, Options, spec_table
+from caffemem.graph import ShapedGraph
+from caffemem.layers.access import BlobId
+from caffemem.passes.liveness import Liveness, lifetimes
+from caffemem.passes.memory import CATEGORIES, MemoryReport
+from caffemem.passes.schedule import Schedule, StorageClass, build_schedule
+from caffemem.plan.verify import PlanData
+from caffemem.units import MIB, mib
 
 MAX_SLOT_ROWS = 60  # a plan's Gantt: the largest slots beyond this are summarised
 MAX_CLASS_ROWS = 40  # an analysis's Gantt: the largest storage classes only
@@ -455,8 +455,8 @@ def page(title: str, sections: tuple[Section, ...]) -> str:
 
 
 def html_report(subject, options: Options = Options()) -> str:
-    """The page for an :class:`~caffemem.api.Analysis` (``options``: the ones it was built
-    with, for the schedule) or an :class:`~caffemem.optimizer.OptimizeResult`."""
+    """The page for an :class:`~caffemem.api.analyze.Analysis` (``options``: the ones it was built
+    with, for the schedule) or an :class:`~caffemem.api.optimize.OptimizeResult`."""
     if isinstance(subject, Analysis):
         return page(f"Memory of {subject.path}", analysis_sections(subject, options))
     return page(f"Memory plan for {subject.path}", plan_sections(subject))

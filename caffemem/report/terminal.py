@@ -14,11 +14,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Span, Text
 
-from ..api import Analysis, NetAnalysis
-from ..graph import Shape
-from .memory import CATEGORIES, MemoryReport
-
-MIB = 1024 * 1024
+from caffemem.api.analyze import Analysis, NetAnalysis
+from caffemem.graph import Shape
+from caffemem.passes.memory import CATEGORIES, MemoryReport
+from caffemem.units import mib
 
 
 def _shape(shape: Shape) -> list[int]:
@@ -92,11 +91,6 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 
 def _dims(shape: Shape) -> str:
     return "×".join(str(d) for d in shape) if shape else "scalar"
-
-
-def mib(n: int) -> str:
-    """Bytes as MiB with two decimals (small values as plain bytes)."""
-    return f"{n / MIB:,.2f} MiB" if abs(n) >= 1024 * 100 else f"{n:,} B"
 
 
 def _cell(n: int) -> str:

@@ -26,8 +26,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from ..intervals import Occupancy, SlotTree, step_runs
-from .liveness import Lifetime, Liveness
+from caffemem.passes.liveness import Lifetime, Liveness
+from caffemem.plan.intervals import Occupancy, SlotTree, step_runs
 
 STRATEGIES = ("auto", "fork", "packed", "best-fit", "first-fit", "exact")
 EXACT_MAX_CLASSES = 24

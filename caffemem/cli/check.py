@@ -1,6 +1,6 @@
-"""The `caffemem check` command: flags → :mod:`caffemem.check` → one report on stdout.
+"""The `caffemem check` command: flags → :mod:`caffemem.api.check` → one report on stdout.
 
-Registered on the `caffemem` group by one line in :mod:`caffemem.cli`.  Exit codes: 0
+Attached to the `caffemem` group in :mod:`caffemem.cli`.  Exit codes: 0
 every net passes, 1 a net is over the budget or grew beyond the tolerance, 2 bad input
 (the other files are still checked and reported).
 """
@@ -13,12 +13,12 @@ import sys
 
 import click
 
-from .cli import _reports_errors, main
+from caffemem.cli.common import reports_errors
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 
 
-@main.command()
+@click.command("check")
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--budget", metavar="SIZE", help="Fail a net whose footprint is larger (11GiB, 800MB, 4096; KB/MB/GB decimal, KiB/MiB/GiB binary).")
 @click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), help="Check only this phase (default: every phase each net has).")
@@ -30,15 +30,15 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
-@_reports_errors
-def check(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs) -> None:
+@reports_errors
+def check_command(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs) -> None:
     """Fail when a net outgrows the memory budget or its committed baseline (a CI gate).
 
     PATHs are files, folders (every *.prototxt below them) and globs; a solver is
     checked as its whole training process.
     """
-    from .api import Options, parse_inputs
-    from .check import (
+    from caffemem.api.analyze import Options, parse_inputs
+    from caffemem.api.check import (
         RENDERERS,
         Baseline,
         CheckSettings,
@@ -47,18 +47,18 @@ def check(paths, budget, phase, optimized, baseline, update_baseline, tolerance,
         baseline_text,
         collect_files,
         make_report,
-        parse_size,
         parse_tolerance,
         read_baseline,
         render_text,
         updated_baseline,
     )
-    from .errors import CaffememError, Location
-    from .passes.rewrite import write_atomically
+    from caffemem.errors import CaffememError, Location
+    from caffemem.units import parse_size
+    from caffemem.plan.rewrite import write_atomically
 
     if update_baseline and not baseline:
         raise click.UsageError("--update-baseline needs --baseline FILE")
-    budget_bytes = parse_size(budget) if budget is not None else None
+    budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
     options = Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file)
     old = read_baseline(baseline, optimized, missing_ok=update_baseline) if baseline else None
@@ -86,7 +86,7 @@ def check(paths, budget, phase, optimized, baseline, update_baseline, tolerance,
 
 def _run_with_progress(targets, settings, jobs):
     """A progress bar on stderr while many files are analysed and someone is watching."""
-    from .check import check_files
+    from caffemem.api.check import check_files
 
     files = sum(isinstance(target, str) for target in targets)
     if files < PROGRESS_MIN_FILES or not sys.stderr.isatty():

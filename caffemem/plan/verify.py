@@ -15,9 +15,9 @@ import json
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from ..errors import CaffememError, Location, excerpt
-from ..layers.access import BlobId
-from .schedule import Schedule
+from caffemem.errors import CaffememError, Location, excerpt
+from caffemem.layers.access import BlobId
+from caffemem.passes.schedule import Schedule
 
 
 @dataclass(frozen=True)

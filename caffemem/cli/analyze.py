@@ -1,0 +1,37 @@
+"""`caffemem analyze`: every layer's shapes and bytes, as stock Caffe allocates them."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from caffemem.cli.common import (
+    HTML_HELP,
+    net_options,
+    options_from,
+    reports_errors,
+    write_html,
+)
+
+
+@click.command("analyze")
+@net_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+@click.option("--html", "html_file", type=str, metavar="FILE", help=HTML_HELP)
+@reports_errors
+def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, as_json, html_file) -> None:
+    """Every layer's shapes and the bytes Caffe will allocate for it, as Caffe builds the net."""
+    from caffemem.api.analyze import analyze as run_analysis
+    from caffemem.report.terminal import print_tables, to_json
+
+    options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
+    analysis = run_analysis(net, options)
+    if html_file:
+        write_html(html_file, analysis, options)
+    if as_json:
+        click.echo(json.dumps(to_json(analysis), indent=1))
+        return
+    from rich.console import Console
+
+    print_tables(analysis, Console())

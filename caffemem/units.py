@@ -1,0 +1,52 @@
+"""Sizes and element widths: the one parser and the formatters of byte counts.
+
+Every flag that takes a size (``--budget``, ``--gpu-memory``, ``--reserve``) goes through
+:func:`parse_size`; every byte count a person reads goes through :func:`mib` (tables,
+where a column compares in one unit) or :func:`format_size` (a single figure, in the
+largest unit that keeps a whole part).  Binary units are what ``nvidia-smi`` prints
+(MiB); decimal ones are what vendors print on the box.  A bare ``G`` is refused rather
+than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+from caffemem.errors import CaffememError
+
+# Caffe's Dtype (float by default) and the int of its shape buffers and masks.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8}
+INT_BYTES = 4
+
+KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
+SIZE_UNITS = {
+    "": 1, "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": KIB, "MIB": MIB, "GIB": GIB, "TIB": TIB,
+}  # fmt: skip
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(text: str, flag: str) -> int:
+    """`11GiB`, `1.5 GB`, `.5GiB`, `4096` → whole bytes (rounded down); `flag` names the
+    option in the message."""
+    match = _SIZE.fullmatch(text)
+    unit = match[2].upper() if match else ""
+    if match is None or unit not in SIZE_UNITS:
+        what = f"unknown unit '{match[2]}'; " if match else ""
+        raise CaffememError(f"{flag} '{text}': {what}expected a size such as 11GiB, 800MB or 4096 (KiB, MiB, GiB, TiB: powers of 1024; KB, MB, GB, TB: powers of 1000)")
+    return int(Decimal(match[1]) * SIZE_UNITS[unit])
+
+
+def mib(n: int) -> str:
+    """Bytes as MiB with two decimals (below 100 KiB: plain bytes), for tables."""
+    return f"{n / MIB:,.2f} MiB" if abs(n) >= KIB * 100 else f"{n:,} B"
+
+
+def format_size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps a whole part, two decimals."""
+    for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,} B"
