@@ -50,3 +50,8 @@ def format_size(n: int) -> str:
         if abs(n) >= size:
             return f"{n / size:,.2f} {unit}"
     return f"{n:,} B"
+
+
+def percent_of(part: int, whole: int) -> float:
+    """`part` as a percentage of `whole`, two decimals (0 when there is no whole)."""
+    return round(100.0 * part / whole, 2) if whole else 0.0

@@ -11,7 +11,7 @@ from conftest import FIXTURES, REPO
 
 from caffemem.api.analyze import Options, analyze
 from caffemem.layers import builtin_specs
-from caffemem.report.terminal import to_json
+from caffemem.report.document import to_json
 
 sys.path.insert(0, str(FIXTURES))
 import generate  # noqa: E402  (fixtures/generate.py)

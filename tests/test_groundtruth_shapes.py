@@ -7,7 +7,7 @@ import pytest
 from conftest import SHARED, groundtruth_runs, needs_shared, run_inputs
 
 from caffemem.api.analyze import Options, analyze
-from caffemem.report.terminal import to_json
+from caffemem.report.document import to_json
 
 
 def _analyze(source: str, run: dict) -> dict:

@@ -14,7 +14,7 @@ from caffemem.api.analyze import Options, analyze
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.plan.verify import PlanData, verify_plan
-from caffemem.report.terminal import to_json
+from caffemem.report.document import to_json
 from caffemem.schema import caffe_pb2
 
 LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caffemem.api.analyze import Options, build_net, spec_table
-from caffemem.plan import strategies as plan_module
 from caffemem.passes.filter import make_state
 from caffemem.passes.liveness import Lifetime, lifetimes
 from caffemem.passes.load import load
@@ -22,6 +21,7 @@ from caffemem.passes.memory import prepare
 from caffemem.passes.schedule import build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan import intervals
+from caffemem.plan import strategies as plan_module
 from caffemem.plan.fork import _Slots
 from caffemem.plan.strategies import (
     PACKING_ORDERS,

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import io
 import json
 import os
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -169,11 +167,7 @@ def _phases_of(source: NetSource, options: Options) -> list[str]:
 
 def _net_bytes(path: str, options: Options, optimized: bool) -> int:
     """Stock Caffe's whole footprint, or that of caffemem's plan (planned heap + prefetch)."""
-    if not optimized:
-        return analyze(path, options).nets[0].memory.total_bytes
-    from caffemem.api.optimize import OptimizeSettings, optimize
-
-    return optimize(path, options, OptimizeSettings(), force=True).phases[0].planned.total_bytes
+    return _memory_reports(analyze(path, options).nets, options, optimized)[0].total_bytes
 
 
 def _check_solver(path: str, source: SolverSource, options: Options, optimized: bool) -> tuple[Outcome, ...]:
@@ -199,10 +193,10 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
 def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
     if not optimized:
         return [net.memory for net in nets]
-    from caffemem.api.optimize import OptimizeSettings, plan_phase
+    from caffemem.api.optimize import planned_report
 
     specs = spec_table(options)
-    return [plan_phase(net.shaped, specs, options, OptimizeSettings()).planned for net in nets]
+    return [planned_report(net.shaped, specs, options) for net in nets]
 
 
 def _inputs_named_in(source: NetSource | SolverSource, inputs: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -493,153 +487,3 @@ def make_report(outcomes: Sequence[Outcome], gate: Gate, optimized: bool = False
 
 
 # ----------------------------------------------------------------------------- formats
-
-
-def _cell(n: int | None) -> str:
-    return "" if n is None else mib(n)
-
-
-def _change(row: Row) -> str:
-    """`+0.64 MiB (+4.8%)` against the baseline, `0 B` unchanged, empty without one."""
-    if row.delta is None or row.baseline_bytes is None:
-        return ""
-    return f"{signed(row.delta)} ({signed_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
-
-
-def render_text(report: Report, width: int = 160, color: bool = False) -> str:
-    """A rich table for people (the budget, the same for every net, is in the summary
-    line under it)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    out = io.StringIO()
-    console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False)
-    compared = report.gate.baseline is not None
-    table = Table(title="caffemem check", header_style="bold")
-    for column in ("file", "phase", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
-        table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
-    table.add_column("note", ratio=1)
-    style = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
-    for row in report.rows:
-        baseline = (_cell(row.baseline_bytes), _change(row)) if compared else ()
-        table.add_row(row.file, row.label, _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", row.message)
-    console.print(table)
-    console.print(report.summary())
-    return out.getvalue()
-
-
-def render_json(report: Report) -> str:
-    """One document: the gate, the verdict and every row with exact bytes."""
-    gate = report.gate
-    document = {
-        "caffemem": __version__,
-        "budget": gate.budget,
-        "baseline": gate.baseline.path if gate.baseline else None,
-        "tolerance": gate.tolerance,
-        "optimized": report.optimized,
-        "wrote_baseline": report.wrote_baseline,
-        "exit_code": report.exit_code,
-        "summary": {"failed": report.failed, "errors": report.errors, "passed": report.passed},
-        "results": [
-            {
-                "file": row.file,
-                "net": row.net,
-                "phase": row.phase,
-                "bytes": row.bytes,
-                "budget": row.budget,
-                "baseline_bytes": row.baseline_bytes,
-                "delta": row.delta,
-                "status": row.status,
-                "message": row.message,
-                "line": row.line,
-            }
-            for row in report.rows
-        ],
-    }
-    return json.dumps(document, indent=1) + "\n"
-
-
-def _markdown_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(report: Report) -> str:
-    """A pull-request comment: the summary line, then a table with ✅/❌ per row."""
-    icon = "✅" if report.exit_code == 0 else "❌"
-    lines = [
-        f"{icon} **{report.summary()}**",
-        "",
-        "| | file | phase | bytes | budget | baseline | change | note |",
-        "|---|---|---|--:|--:|--:|--:|---|",
-    ]
-    for row in report.rows:
-        cells = ["✅" if row.ok else "❌", f"`{row.file}`", row.label, _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), row.message]
-        lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-GITHUB_TITLES = {
-    "error": "bad input",
-    "over-budget": "over the memory budget",
-    "grew": "memory grew beyond the tolerance",
-    "shrank": "memory shrank",
-    "new": "new net",
-    "accepted": "memory growth accepted",
-}
-
-
-def _github_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _github_property(text: str) -> str:
-    return _github_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def render_github(report: Report) -> str:
-    """GitHub workflow commands: ::error for a failing net or bad input, ::notice for a
-    new or shrunk net, at the file and line to look at; then the summary line."""
-    lines = []
-    for row in report.rows:
-        if row.status == "pass":
-            continue
-        level = "error" if not row.ok else "notice"
-        title = f"caffemem: {row.label} {GITHUB_TITLES[row.status]}" if row.phase else f"caffemem: {GITHUB_TITLES[row.status]}"
-        lines.append(f"::{level} file={_github_property(row.at_file)},line={row.line},title={_github_property(title)}::{_github_data(row.message)}")
-    lines.append(report.summary())
-    return "\n".join(lines) + "\n"
-
-
-def render_junit(report: Report) -> str:
-    """A JUnit XML report: one testcase per net and phase (a failure when it is over the
-    budget or grew, an error for bad input)."""
-    suite = ElementTree.Element(
-        "testsuite",
-        name="caffemem check",
-        tests=str(len(report.rows)),
-        failures=str(report.failed),
-        errors=str(report.errors),
-        skipped="0",
-        time="0",
-    )
-    for row in report.rows:
-        case = ElementTree.SubElement(suite, "testcase", classname=row.file, name=row.label, file=row.at_file, line=str(row.line), time="0")
-        if row.status == "error":
-            ElementTree.SubElement(case, "error", message=row.message, type="bad-input").text = row.message
-        elif not row.ok:
-            ElementTree.SubElement(case, "failure", message=row.message, type=row.status).text = row.message
-        elif row.message:
-            ElementTree.SubElement(case, "system-out").text = f"{row.status}: {row.message}"
-    root = ElementTree.Element("testsuites", name="caffemem", tests=suite.get("tests", "0"), failures=suite.get("failures", "0"), errors=suite.get("errors", "0"))
-    root.append(suite)
-    ElementTree.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
-
-
-RENDERERS: dict[str, Callable[[Report], str]] = {
-    "text": render_text,
-    "json": render_json,
-    "markdown": render_markdown,
-    "github": render_github,
-    "junit": render_junit,
-}

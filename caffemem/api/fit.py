@@ -14,7 +14,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
 
 from caffemem.api.analyze import (
     Analysis,
@@ -390,10 +389,9 @@ def _report(net: NetAnalysis, options: Options, optimized: bool) -> MemoryReport
     """Stock Caffe's figures, or those of the plan `caffemem optimize` makes for this net."""
     if not optimized:
         return net.memory
-    from caffemem.api.optimize import OptimizeSettings, plan_phase
+    from caffemem.api.optimize import planned_report
 
-    exclude = tuple(net.shaped.graph.proto.mem_param.exclude_blob)
-    return plan_phase(net.shaped, spec_table(options), options, OptimizeSettings(exclude=exclude)).planned
+    return planned_report(net.shaped, spec_table(options), options)
 
 
 def _optimized_notes(optimized: bool) -> tuple[str, ...]:
@@ -427,79 +425,3 @@ def _rescaled_inputs_note(net: NetAnalysis, options: Options) -> tuple[str, ...]
 
 
 # ---------------------------------------------------------------- output
-
-
-def fit_json(result: FitResult) -> dict[str, Any]:
-    """One document: the answer, its neighbour, the schedule and every evaluation made."""
-    request, following, schedule = result.request, result.following, result.schedule
-    return {
-        "net": result.path,
-        "kind": result.subject.kind,
-        "phase": result.subject.phase,
-        "optimized": request.optimized,
-        "gpu_memory": request.gpu_memory,
-        "reserve": request.reserve,
-        "budget": request.budget,
-        "gpus": request.gpus,
-        "fits": result.fits,
-        "batch": result.search.batch,
-        "bytes": result.bytes,
-        "next_batch": result.search.batch + 1,
-        "next_bytes": following.bytes if following else None,
-        "next_error": following.error if following else None,
-        "bytes_per_sample": result.bytes_per_sample,
-        "fixed_bytes": result.fixed_bytes,
-        "linear_guess": result.search.guess,
-        "line_batches": list(result.search.line) if result.search.line else None,
-        "schedule": None
-        if schedule is None
-        else {"effective_batch": schedule.effective_batch, "batch": schedule.batch, "iter_size": schedule.iter_size, "gpus": schedule.gpus, "bytes": schedule.bytes},
-        "evaluations": [{"batch": e.batch, "bytes": e.bytes, "error": e.error} for e in result.evaluations],
-        "notes": list(result.notes),
-    }
-
-
-def _sized(n: int) -> str:
-    return format_size(n) if abs(n) < 2**10 else f"{format_size(n)} ({n:,} B)"
-
-
-def fit_lines(result: FitResult) -> list[str]:
-    """The answer for a person: the batch, its bytes, the next batch's, and how it was found."""
-    request, search, subject = result.request, result.search, result.subject
-    counted = "caffemem optimize's plan" if request.optimized else "stock Caffe"
-    what = "training process (solver)" if subject.kind == "solver" else f"{subject.phase} net"
-    lines = [
-        f"{result.path}: {what}, {counted}",
-        f"  budget: {_sized(request.budget)} = GPU {format_size(request.gpu_memory)} - reserve {format_size(request.reserve)}",
-    ]
-    if not result.fits:
-        lines.append(f"  nothing fits: batch 1 needs {_sized(result.at(1).bytes or 0)}")
-        return lines + [f"note: {note}" for note in result.notes]
-    following = result.following
-    lines.append(f"  largest batch per GPU: {search.batch}, needs {_sized(result.bytes or 0)}")
-    if following is None:
-        lines.append(f"  (batch {search.batch} is Caffe's largest)")
-    elif following.bytes is None:
-        lines.append(f"  batch {following.batch} cannot be built: {following.error}")
-    else:
-        lines.append(f"  batch {following.batch} needs {_sized(following.bytes)}: over the budget")
-    if result.bytes_per_sample is not None and result.fixed_bytes is not None:
-        lines.append(f"  per sample: {_sized(result.bytes_per_sample)}; fixed part: {_sized(result.fixed_bytes)}")
-    schedule = result.schedule
-    if schedule is not None:
-        gpus = f"{schedule.gpus} GPU{'s' if schedule.gpus > 1 else ''}"
-        lines.append(f"  effective batch {schedule.effective_batch} = batch {schedule.batch} × iter_size {schedule.iter_size} × {gpus}")
-    found = "confirmed" if search.guess == search.batch else "searched"
-    guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
-    lines.append(f"  found by: {guess}{found} with {len(result.evaluations)} exact evaluations, at {search.batch} and {search.batch + 1} among them")
-    return lines + [f"note: {note}" for note in result.notes]
-
-
-def nothing_fits_message(result: FitResult) -> str:
-    first = result.at(1)
-    used = first.bytes if first and first.bytes is not None else 0
-    return (
-        f"nothing fits: batch 1 needs {_sized(used)}, {format_size(used - result.request.budget)} more than the budget "
-        f"{_sized(result.request.budget)} (GPU {format_size(result.request.gpu_memory)} - reserve {format_size(result.request.reserve)})"
-    )
-

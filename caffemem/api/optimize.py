@@ -154,6 +154,20 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     )
 
 
+def excluded_blobs(net: caffe_pb2.NetParameter, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The blobs kept private: the file's own ``mem_param.exclude_blob``, then the
+    ``--exclude-blob`` flags, each once."""
+    return tuple(dict.fromkeys(tuple(net.mem_param.exclude_blob) + tuple(extra)))
+
+
+def planned_report(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings()) -> MemoryReport:
+    """The bytes of one built net under caffemem's plan, honouring the file's
+    ``exclude_blob``: the one computation behind ``optimize``, ``check --optimized`` and
+    ``fit --optimized``."""
+    settings = replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude))
+    return plan_phase(shaped, specs, options, settings).planned
+
+
 def optimize(path: str, options: Options, settings: OptimizeSettings, force: bool = False) -> OptimizeResult:
     """Plan every phase the user asked for (default: TRAIN and TEST for a net that
     trains, TEST for a deploy net)."""
@@ -164,7 +178,7 @@ def optimize(path: str, options: Options, settings: OptimizeSettings, force: boo
     if source.proto.HasField("mem_param") and not force:
         raise CaffememError("the file already has a mem_param (it was planned before); pass --force to plan it again", Location(file=path))
     upgraded, _ = upgrade_net(source.proto, source.file)
-    exclude = tuple(dict.fromkeys(tuple(source.proto.mem_param.exclude_blob) + settings.exclude))
+    exclude = excluded_blobs(source.proto, settings.exclude)
     settings = replace(settings, exclude=exclude)
     as_given, inplace = (source, upgraded), None
     if settings.inplace:

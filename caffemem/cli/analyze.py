@@ -23,7 +23,8 @@ from caffemem.cli.common import (
 def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, as_json, html_file) -> None:
     """Every layer's shapes and the bytes Caffe will allocate for it, as Caffe builds the net."""
     from caffemem.api.analyze import analyze as run_analysis
-    from caffemem.report.terminal import print_tables, to_json
+    from caffemem.report.document import to_json
+    from caffemem.report.terminal import print_tables
 
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     analysis = run_analysis(net, options)

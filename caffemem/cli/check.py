@@ -14,6 +14,7 @@ import sys
 import click
 
 from caffemem.cli.common import reports_errors
+from caffemem.report.check import RENDERERS, render_text
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 
@@ -26,7 +27,7 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--baseline", metavar="FILE", help="Committed JSON of each net's bytes: growth beyond --tolerance fails.")
 @click.option("--update-baseline", is_flag=True, help="Rewrite --baseline with the bytes measured now (growth is accepted).")
 @click.option("--tolerance", default="2%", show_default=True, metavar="PCT", help="Growth allowed against the baseline: 2% or 0.02.")
-@click.option("--format", "output_format", type=click.Choice(["text", "json", "markdown", "github", "junit"]), default="text", show_default=True)
+@click.option("--format", "output_format", type=click.Choice(list(RENDERERS)), default="text", show_default=True)
 @click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
@@ -39,7 +40,6 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     """
     from caffemem.api.analyze import Options, parse_inputs
     from caffemem.api.check import (
-        RENDERERS,
         Baseline,
         CheckSettings,
         Gate,
@@ -49,12 +49,11 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
         make_report,
         parse_tolerance,
         read_baseline,
-        render_text,
         updated_baseline,
     )
     from caffemem.errors import CaffememError, Location
-    from caffemem.units import parse_size
     from caffemem.plan.rewrite import write_atomically
+    from caffemem.units import parse_size
 
     if update_baseline and not baseline:
         raise click.UsageError("--update-baseline needs --baseline FILE")

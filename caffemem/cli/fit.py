@@ -28,8 +28,9 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
 
     NET is a net (its TRAIN phase if it trains, else TEST, or --phase) or a solver (the
     whole training process: train net, solver history, test nets)."""
-    from caffemem.api.fit import FitRequest, fit_json, fit_lines, nothing_fits_message
+    from caffemem.api.fit import FitRequest
     from caffemem.api.fit import fit as run_fit
+    from caffemem.report.fit import fit_json, fit_lines, nothing_fits_message
     from caffemem.units import parse_size
 
     request = FitRequest(parse_size(gpu_memory, "--gpu-memory"), parse_size(reserve, "--reserve"), gpus, effective_batch, optimized)

@@ -14,12 +14,13 @@ from caffemem.cli.common import (
     reports_errors,
     write_html,
 )
+from caffemem.plan.strategies import STRATEGY_NAMES
 
 
 @click.command("optimize")
 @net_options
 @click.option("-o", "--output", type=str, metavar="OUT", help="Write the prototxt with mem_param here.")
-@click.option("--strategy", type=click.Choice(["auto", "fork", "best-fit", "first-fit", "exact"]), default="auto", show_default=True)
+@click.option("--strategy", type=click.Choice(list(STRATEGY_NAMES)), default="auto", show_default=True, help="auto: every strategy, the smallest safe plan is kept.")
 @click.option("--exclude-blob", "exclude", multiple=True, metavar="NAME", help="Keep this blob's storage private (repeatable).")
 @click.option("--share-buffers", is_flag=True, help="Let scratch layer buffers (im2col) share slots too.")
 @click.option("--inplace", is_flag=True, help="First run layers in place (top renamed to its bottom) where stock Caffe gives the same result.")
@@ -36,13 +37,13 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
     from caffemem.plan.rewrite import mem_param, rewrite_text, write_atomically
-    from caffemem.report.terminal import optimize_json, print_optimize
+    from caffemem.report.document import optimize_json
+    from caffemem.report.terminal import print_optimize
 
     if output and os.path.exists(output) and os.path.realpath(output) == os.path.realpath(net) and not in_place_file:
         raise CaffememError("-o names the input file; pass --in-place-file to overwrite it", Location(file=net))
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
-    strategy_name = "fork" if strategy == "fork" else strategy
-    result = run_optimize(net, options, OptimizeSettings(strategy_name, tuple(exclude), share_buffers, inplace), force=force)
+    result = run_optimize(net, options, OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace), force=force)
     document = optimize_json(result)
     if output:
         if result.source.binary:

@@ -24,12 +24,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from caffemem.passes.liveness import Lifetime, Liveness
 from caffemem.plan.intervals import Occupancy, SlotTree, step_runs
 
-STRATEGIES = ("auto", "fork", "packed", "best-fit", "first-fit", "exact")
 EXACT_MAX_CLASSES = 24
 EXACT_SECONDS = 2.0
 
@@ -235,20 +235,27 @@ def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     return Plan("packed", (Slot(0, size, tuple(l.storage for l, _ in placed), tuple(o for _, o in placed)),))
 
 
+# caffemem's own strategies, each a pure function from the lifetimes to a Plan (None: it
+# does not apply to a net this large).  The fork's plan (fork.py) and "auto" (every
+# strategy, the optimizer keeps the smallest safe one) are the other names a user may pass.
+STRATEGIES: dict[str, Callable[[Liveness], Plan | None]] = {
+    "packed": lambda liveness: packed(liveness.shareable, liveness.lower_bound_peak),
+    "best-fit": lambda liveness: best_fit(liveness.shareable),
+    "first-fit": lambda liveness: first_fit(liveness.shareable),
+    "exact": lambda liveness: exact(liveness.shareable),
+}
+STRATEGY_NAMES = ("auto", "fork", *STRATEGIES)  # what --strategy accepts and reports print
+
+
 def make_plan(liveness: Liveness, strategy: str = "auto") -> dict[str, Plan]:
-    """The plans of caffemem's own strategies asked for (by name); "fork" is fork.py's."""
-    lives = liveness.shareable
+    """The plans of caffemem's own strategies asked for (by name); "fork" is fork.py's.
+    ``exact`` on a net too large for it falls back to ``best-fit``."""
+    names = list(STRATEGIES) if strategy == "auto" else [strategy] if strategy in STRATEGIES else []
     candidates: dict[str, Plan] = {}
-    if strategy in ("auto", "packed"):
-        candidates["packed"] = packed(lives, liveness.lower_bound_peak)
-    if strategy in ("auto", "best-fit"):
-        candidates["best-fit"] = best_fit(lives)
-    if strategy in ("auto", "first-fit"):
-        candidates["first-fit"] = first_fit(lives)
-    if strategy in ("auto", "exact"):
-        found = exact(lives)
+    for name in names:
+        found = STRATEGIES[name](liveness)
         if found is not None:
-            candidates["exact"] = found
-        elif strategy == "exact":
-            candidates["best-fit"] = best_fit(lives)
+            candidates[name] = found
+        elif strategy == name:
+            candidates["best-fit"] = best_fit(liveness.shareable)
     return candidates

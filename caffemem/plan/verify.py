@@ -99,7 +99,6 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     """Every way the plan would corrupt a run (empty: the plan is safe)."""
     violations: list[Violation] = []
     place: dict[int, Placement] = {}
-    label = {c.id: c.owner for c in schedule.classes}
     for blob, kind, slot, offset in plan.assign:
         storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
         if slot not in plan.slot_bytes:

@@ -1,0 +1,121 @@
+"""caffemem's JSON documents: an analysis and an optimize result, with the field names of
+``../shared/groundtruth`` so the two compare directly.  Pure functions from results to
+plain dicts; the CLI prints them, ``--plan-json`` writes them, ``verify`` reads them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from caffemem.api.analyze import Analysis, NetAnalysis
+from caffemem.graph import Shape
+from caffemem.passes.memory import MemoryReport
+from caffemem.units import percent_of
+
+
+def _shape(shape: Shape) -> list[int]:
+    return [int(d) for d in shape]
+
+
+def memory_json(memory: MemoryReport) -> dict[str, Any]:
+    """The whole-net figures, with the ground truth's names."""
+    return {
+        "dtype": memory.dtype,
+        "heap_init": memory.heap_init,
+        "heap_forward": memory.heap_forward,
+        "heap_backward": memory.heap_backward,
+        "input_bytes": memory.input_bytes,
+        "memory_required_for_data": memory.memory_required_for_data,
+        "learnable_param_bytes": memory.learnable_param_bytes,
+        "prefetch_bytes": memory.prefetch_bytes,
+        "total_bytes": memory.total_bytes,
+        "by_category": dict(memory.by_category, prefetch=memory.prefetch_bytes),
+        "peak_layer": memory.peak_layer,
+        "unverified_types": list(memory.unverified_types),
+    }
+
+
+def net_json(net: NetAnalysis) -> dict[str, Any]:
+    """One net: phase, blobs in Caffe's order, layers in execution order, memory."""
+    shaped, memory = net.shaped, net.memory
+    graph = shaped.graph
+    layers = []
+    for layer, bytes_ in zip(graph.layers, memory.layers):
+        layers.append(
+            {
+                "name": layer.name,
+                "type": layer.type,
+                "bottoms": list(layer.bottoms),
+                "tops": list(layer.tops),
+                "params": [_shape(p) for p in shaped.layer_shapes[layer.index].params],
+                "need_backward": bytes_.need_backward,
+                "propagate_down": list(bytes_.propagate_down),
+                "init_alloc": bytes_.init,
+                "fwd_alloc": bytes_.fwd_alloc,
+                "bwd_alloc": bytes_.bwd_alloc,
+                "buffers": bytes_.buffers,
+                "by_category": bytes_.by_category,
+            }
+        )
+    return {
+        "role": net.role,
+        "index": net.index,
+        "file": net.file,
+        "name": graph.name,
+        "phase": graph.phase,
+        "blobs": [{"name": name, "shape": _shape(shape)} for name, shape in shaped.blob_shapes.items()],
+        "layers": layers,
+        **memory_json(memory),
+        "notes": list(net.notes + shaped.notes),
+    }
+
+
+def to_json(analysis: Analysis) -> dict[str, Any]:
+    """A net file gives one net's document; a solver gives {"solver": ..., "nets": [...]}."""
+    if analysis.kind == "net":
+        document = net_json(analysis.nets[0])
+        document["notes"] = list(analysis.notes) + document["notes"]
+        return document
+    document: dict[str, Any] = {"solver": analysis.path, "nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes)}
+    if analysis.process is not None:
+        document["process"] = asdict(analysis.process)
+    return document
+
+
+def phase_plan_json(phase) -> dict[str, Any]:
+    """One planned phase: the four whole-run figures, the plan, and the peak."""
+    schedule, liveness = phase.schedule, phase.liveness
+    peak_step = schedule.steps[liveness.peak_step] if schedule.steps else None
+    return {
+        "phase": phase.phase,
+        "strategy": phase.strategy,
+        "bytes": {"stock": phase.stock.heap_total, "fork": phase.fork.heap_total, "planned": phase.planned.heap_total, "lower_bound": phase.lower_bound}
+        | ({} if phase.as_given is None else {"stock_as_given": phase.as_given}),
+        "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, phase.stock.heap_total)},
+        "gap_to_lower_bound_percent": percent_of(phase.planned.heap_total - phase.lower_bound, phase.lower_bound),
+        "fork_plan_safe": phase.fork_safe,
+        "candidates": phase.candidates,
+        "rejected": phase.rejected,
+        "peak": {
+            "step": liveness.peak_step,
+            "at": schedule.step_name(peak_step) if peak_step else None,
+            "alive": [schedule.classes[c].label for c in liveness.alive_at_peak],
+        },
+        "plan": {
+            "slots": [{"id": slot, "bytes": size} for slot, size in sorted(phase.plan_data.slot_bytes.items())],
+            "assign": [{"blob": blob, "kind": kind, "slot": slot, "offset": offset} for blob, kind, slot, offset in phase.plan_data.assign],
+        },
+        "kept_private": {schedule.classes[c].label: why for c, why in liveness.kept.items()},
+    }
+
+
+def optimize_json(result) -> dict[str, Any]:
+    phases = [phase_plan_json(p) for p in result.phases]
+    document: dict[str, Any] = {"file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
+    if len(phases) == 1:
+        document.update({k: phases[0][k] for k in ("phase", "bytes", "plan")})
+    if result.inplace is not None:
+        document["inplace"] = [{"layer": r.layer, "type": r.type, "top_was": r.top_was, "now": r.now} for r in result.inplace.rewrites]
+        document["inplace_kept"] = [{"layer": k.layer, "type": k.type, "reason": k.reason} for k in result.inplace.kept]
+        document["inplace_notes"] = list(result.inplace.notes)
+    return document
