@@ -52,7 +52,7 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
         updated_baseline,
     )
     from caffemem.errors import CaffememError, Location
-    from caffemem.plan.rewrite import write_atomically
+    from caffemem.prototxt.write import write_atomically
     from caffemem.units import parse_size
 
     if update_baseline and not baseline:

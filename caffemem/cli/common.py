@@ -84,7 +84,7 @@ HTML_HELP = "Also write a self-contained HTML report here (memory timeline, Gant
 
 
 def write_html(path: str, subject, options) -> None:
-    from caffemem.plan.rewrite import write_atomically
+    from caffemem.prototxt.write import write_atomically
     from caffemem.report.html import html_report
 
     write_atomically(path, html_report(subject, options))

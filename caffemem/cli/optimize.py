@@ -36,7 +36,8 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     from caffemem.api.optimize import OptimizeSettings
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
-    from caffemem.plan.rewrite import mem_param, rewrite_text, write_atomically
+    from caffemem.plan.rewrite import mem_param
+    from caffemem.prototxt.write import rewrite_text, write_atomically
     from caffemem.report.document import optimize_json
     from caffemem.report.terminal import print_optimize
 

@@ -1,0 +1,35 @@
+"""`caffemem verify` as an API: judge a plan (the JSON of ``optimize --json`` or
+``--plan-json``) against the net's own run, with the verifier that shares no code with
+the planners (plan/verify.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from caffemem.api.analyze import Options, analyze, spec_table
+from caffemem.passes.schedule import build_schedule
+from caffemem.plan.verify import Violation, read_plan, verify_plan
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One phase of a plan file, judged."""
+
+    phase: str
+    slots: int
+    violations: tuple[Violation, ...]
+
+    @property
+    def safe(self) -> bool:
+        return not self.violations
+
+
+def verify(path: str, plan_file: str, options: Options = Options()) -> tuple[Verdict, ...]:
+    """Every phase the plan file holds (or only ``options.phase``), replayed over the net."""
+    verdicts = []
+    for phase, plan in read_plan(plan_file, options.phase):
+        at_phase = replace(options, phase=phase)
+        net = analyze(path, at_phase).nets[0]
+        schedule = build_schedule(net.shaped, spec_table(at_phase), options.dtype, options.engine)
+        verdicts.append(Verdict(net.phase, len(plan.slot_bytes), tuple(verify_plan(schedule, plan))))
+    return tuple(verdicts)
