@@ -20,6 +20,12 @@ class Location:
     layer: str | None = None
     layer_type: str | None = None
 
+    @classmethod
+    def of_layer(cls, layer: object, file: str | None = None, line: int | None = None) -> "Location":
+        """Where a layer stands: a graph ``Layer`` (which knows its line) or a protobuf
+        ``LayerParameter`` (pass ``line``).  The one way every pass points at a layer."""
+        return cls(file=file, line=line if line is not None else getattr(layer, "line", None), layer=layer.name, layer_type=layer.type)  # type: ignore[attr-defined]
+
     def describe(self) -> str:
         """`file:line:col: layer 'name' (Type)` with the unknown parts left out."""
         parts: list[str] = []

@@ -89,6 +89,27 @@ class LayerMemory:
     pointer_only: tuple[Touch, ...] = ()
 
 
+class Bucket(NamedTuple):
+    """A step of the run that allocations are charged to (a tuple hashes in C: the
+    memory model keys every byte by it).
+
+    ``stage``: "init" (layer ``layer``'s SetUp in Net::Init), "share" (Net::ShareWeights),
+    "input" (the data filled before the first Forward), "forward" / "backward" (layer
+    ``layer``'s pass), "prefetch" / "unreached" (outside the measured run)."""
+
+    stage: str
+    layer: int | None = None
+
+    @property
+    def before_forward(self) -> bool:
+        """Net::Init, ShareWeights or the input fill: one step for the liveness pass."""
+        return self.stage in ("init", "share", "input")
+
+    @property
+    def in_net_init(self) -> bool:
+        return self.stage in ("init", "share")
+
+
 @dataclass(frozen=True)
 class InnerNet:
     """A net a layer builds inside itself (Recurrent's unrolled net), after the same passes
@@ -100,7 +121,7 @@ class InnerNet:
     need_backward: tuple[bool, ...]  # per inner layer
     rules: tuple["LayerMemory", ...]
     sharers: frozenset[BlobId]  # parameters shared by name (Net::AppendParam): not owned
-    events: tuple[tuple[object, "Action"], ...]  # (bucket, action) in replay order
+    events: tuple[tuple[Bucket, "Action"], ...]  # in replay order
 
 
 @dataclass(frozen=True)

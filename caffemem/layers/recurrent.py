@@ -280,13 +280,13 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
     share_weights: list[Action] = []
     forward: list[Action] = []
     for bucket, action in unrolled.events:
-        if not isinstance(bucket, tuple) or bucket[0] == "bwd":
+        if bucket.stage in ("input", "backward"):
             continue  # the inputs' fill is the copy below; Backward follows
-        if bucket[0] == "init":
+        if bucket.in_net_init:
             setup.append(_rename(action, inner))
-            if bucket == ("init", "share"):
+            if bucket.stage == "share":
                 share_weights.append(setup[-1])
-        elif bucket[1] < last:
+        elif bucket.layer < last:
             forward.append(_rename(action, inner))
     ran = list(zip(unrolled.need_backward[:last], rules[:last]))
     backward = tuple(_rename(action, inner) for need_backward, rule in reversed(ran) if need_backward for action in rule.backward)

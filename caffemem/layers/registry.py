@@ -30,7 +30,7 @@ class ShapeQuery:
 
     def fail(self, message: str) -> CaffememError:
         """An error about this layer, located at its line (raise the result)."""
-        return CaffememError(message, Location(line=self.layer.line, layer=self.layer.name, layer_type=self.layer.type))
+        return CaffememError(message, Location.of_layer(self.layer))
 
     def check(self, condition: bool, message: str) -> None:
         """Caffe's CHECK in a layer's Reshape: a false condition is the user's error."""

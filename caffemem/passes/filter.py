@@ -62,7 +62,7 @@ def filter_net(
         if len(layer.include) and len(layer.exclude):
             raise CaffememError(
                 "specify either include rules or exclude rules, not both",
-                Location(file=file, line=line_of(layer.name), layer=layer.name, layer_type=layer.type),
+                Location.of_layer(layer, file, line_of(layer.name)),
             )
         included = len(layer.include) == 0
         if any(state_meets_rule(state, rule) for rule in layer.exclude):

@@ -44,23 +44,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from caffemem.errors import CaffememError, Location
-from caffemem.layers.access import Touch
+from caffemem.layers.access import Bucket, Touch
 from caffemem.layers.registry import SpecTable
-from caffemem.passes.load import LAYER_FIELDS, NetSource
+from caffemem.passes.load import NetSource
 from caffemem.passes.memory import Run
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.prototxt.textmap import (
     Token,
     field_extent,
+    layer_blocks,
     string_value,
     tokenize,
-    top_level_blocks,
 )
 from caffemem.schema import caffe_pb2
 
 RunOf = Callable[[caffe_pb2.NetParameter, str], Run]  # an upgraded net, a phase -> its run
-StepKey = tuple[str, "int | None"]
-STEP_KINDS = {"fwd": "forward", "bwd": "backward"}
+StepKey = Bucket  # a step of the run: everything before Forward is one ("init")
 
 
 @dataclass(frozen=True)
@@ -298,11 +297,11 @@ class _Checked:
         for bucket, action in self.run.events:
             if type(action) is not Touch:
                 continue
-            key = (STEP_KINDS[bucket[0]], bucket[1]) if isinstance(bucket, tuple) and bucket[0] in STEP_KINDS else ("init", None)
+            key = Bucket("init") if bucket.before_forward else bucket
             storage = self.schedule.class_of[(action.blob, action.part)]
             if action.write:
                 last_writer[storage] = key
-            elif key[1] is not None and action not in rules[key[1]].pointer_only:
+            elif key.layer is not None and action not in rules[key.layer].pointer_only:
                 reads.setdefault(key, []).append((last_writer.get(storage), storage))
         return reads
 
@@ -331,11 +330,11 @@ def _value_changes(original: _Checked, after: _Checked, rewrites: list[Rewrite])
             blame(named_by(i), f"layer '{graph.layers[i].name}' would {'gain' if needs else 'lose'} its Backward")
     old_reads = original.reads()
     for key, new in after.reads().items():
-        kind, layer_index = key
+        kind, layer_index = key.stage, key.layer
         own = by_layer.get(layer_index)
         old = old_reads.get(key, [])
         if own is not None:
-            allowed = {("forward", layer_index), ("backward", layer_index)} | {writer for writer, _ in old}
+            allowed = {Bucket("forward", layer_index), Bucket("backward", layer_index)} | {writer for writer, _ in old}
             bad = [(writer, storage) for writer, storage in new if writer not in allowed]
         elif [w for w, _ in old] != [w for w, _ in new]:
             bad = [(w, s) for (w, s), (v, _) in zip(new, old) if w != v] or new[len(old) :]
@@ -346,9 +345,9 @@ def _value_changes(original: _Checked, after: _Checked, rewrites: list[Rewrite])
         for writer, storage in bad:
             members = rewritten.classes[storage].members
             culprits = [own] if own else [by_blob[m.name] for m, _ in members if m.kind == "blob" and m.name in by_blob]
-            if not culprits and writer is not None and writer[1] in by_layer:
-                culprits = [by_layer[writer[1]]]
-            when = f"after '{graph.layers[writer[1]].name}' overwrote it" if writer is not None and writer[1] is not None else "before its value is written"
+            if not culprits and writer is not None and writer.layer in by_layer:
+                culprits = [by_layer[writer.layer]]
+            when = f"after '{graph.layers[writer.layer].name}' overwrote it" if writer is not None and writer.layer is not None else "before its value is written"
             blame(culprits, f"the {kind} of '{graph.layers[layer_index].name}' would read '{rewritten.classes[storage].owner}' {when}")
     return blamed
 
@@ -387,7 +386,7 @@ def _rewrite_text(text: str, rewrites: list[Rewrite], offset: int, file: str) ->
         return text
     tokens = tokenize(text)
     starts = {token.offset: i for i, token in enumerate(tokens)}
-    blocks = [b for b in top_level_blocks(text, tokens) if b.field in LAYER_FIELDS]
+    blocks = layer_blocks(text, tokens)
     spans = [(starts[b.start], next((i for i in range(starts[b.start], len(tokens)) if tokens[i].offset >= b.end), len(tokens))) for b in blocks]
     fields = [_blob_fields(tokens, start, stop) for start, stop in spans]
     values = [[name for _, _, name in block] for block in fields]

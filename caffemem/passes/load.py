@@ -22,12 +22,11 @@ from google.protobuf.message import DecodeError
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape
 from caffemem.prototxt.parse import parse_net
-from caffemem.prototxt.textmap import tokenize, top_level_blocks, unknown_fields
+from caffemem.prototxt.textmap import LAYER_FIELDS, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2
 
 MAX_TEXT_BYTES = 64 * 1024 * 1024
 MAX_BINARY_BYTES = 2 * 1024 * 1024 * 1024 - 1  # protobuf's own message limit
-LAYER_FIELDS = ("layer", "layers")
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,7 @@ def load(path: str | os.PathLike, *, lenient: bool = False, cwd: str | os.PathLi
         if expect_net:
             raise CaffememError("is a solver, named where a solver expects a net definition", Location(file=file))
         return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd())
-    layer_blocks = [b for b in top_level_blocks(text, tokens if tokens is not None else tokenize(text)) if b.field in LAYER_FIELDS]
-    return NetSource(message, file, _layer_lines(text, layer_blocks), notes=tuple(notes))
+    return NetSource(message, file, _layer_lines(text, layer_blocks(text, tokens)), notes=tuple(notes))
 
 
 def _read_bytes(file: str) -> bytes:
@@ -261,7 +259,7 @@ def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
 
 
 def _net_layer_blocks(text: str):
-    return [b for b in top_level_blocks(text) if b.field in LAYER_FIELDS]
+    return layer_blocks(text)
 
 
 def _layer_lines(text: str, blocks, line_offset: int = 0) -> dict[str, tuple[int, ...]]:

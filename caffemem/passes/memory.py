@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from caffemem.errors import CaffememError, Location
-from caffemem.graph import Layer, ShapedGraph, count
+from caffemem.graph import Layer, Shape, ShapedGraph, count
 from caffemem.layers.access import (
     Action,
     Alloc,
     BlobId,
+    Bucket,
     InnerNet,
     LayerMemory,
     MemoryQuery,
@@ -62,7 +63,7 @@ def loss_weights(layer: Layer, is_loss: bool, file: str) -> tuple[float, ...]:
     if weights and len(weights) != len(layer.tops):
         raise CaffememError(
             f"loss_weight must be unspecified or given once per top ({len(layer.tops)} tops, {len(weights)} loss_weight)",
-            Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type),
+            Location.of_layer(layer, file),
         )
     return tuple(weights) if weights else (0.0,) * len(layer.tops)
 
@@ -78,7 +79,7 @@ def backward_flags(shaped: ShapedGraph, specs: SpecTable) -> tuple[LayerFlags, .
     weights: list[tuple[float, ...]] = []
     for layer in graph.layers:
         spec = specs.get(layer.type)
-        where = Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type)
+        where = Location.of_layer(layer, file)
         proto = layer.proto
         if len(proto.propagate_down) and len(proto.propagate_down) != len(layer.bottoms):
             raise CaffememError("propagate_down must be given either 0 or once per bottom", where)
@@ -164,9 +165,9 @@ class Heap:
     def __init__(self, dtype_bytes: int) -> None:
         self.dtype_bytes = dtype_bytes
         self.blobs: dict[BlobId, _Blob] = {}
-        self.bucket: object = "init"
-        self.charged: dict[object, int] = {}
-        self.charged_by_category: dict[object, dict[str, int]] = {}  # bucket -> category -> bytes
+        self.bucket = Bucket("init")
+        self.charged: dict[Bucket, int] = {}
+        self.charged_by_category: dict[Bucket, dict[str, int]] = {}  # bucket -> category -> bytes
         self.by_blob: dict[BlobId, int] = {}
 
     def _charge(self, blob_id: BlobId, category: str, amount: int) -> None:
@@ -178,7 +179,7 @@ class Heap:
         by_category[category] = by_category.get(category, 0) + amount
         self.by_blob[blob_id] = self.by_blob.get(blob_id, 0) + amount
 
-    def category_totals(self, buckets: Iterable[object]) -> dict[str, int]:
+    def category_totals(self, buckets: Iterable[Bucket]) -> dict[str, int]:
         """Bytes of each category (all of CATEGORIES, in order) charged to the given buckets."""
         totals = dict.fromkeys(CATEGORIES, 0)
         for bucket in buckets:
@@ -353,7 +354,6 @@ def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, 
     return tuple(rules)
 
 
-Bucket = object  # ("init", i), ("init", "share"), "input", ("fwd", i), ("bwd", i)
 
 
 def run_inner_net(net: caffe_pb2.NetParameter, engine: str = "caffe") -> InnerNet:
@@ -384,6 +384,20 @@ def shared_parameters(shaped: ShapedGraph) -> list[tuple[BlobId, BlobId]]:
     return shared
 
 
+def owned_params(shaped: ShapedGraph, shared: list[tuple[BlobId, BlobId]] | None = None) -> dict[BlobId, tuple[Layer, Shape]]:
+    """Every parameter blob the net owns, in net order, with its layer and shape: a param
+    shared by name is owned once, by its first layer (``shared``: the net's
+    :func:`shared_parameters`, when the caller has them already)."""
+    sharers = {param for param, _ in (shared_parameters(shaped) if shared is None else shared)}
+    owned = {}
+    for layer in shaped.graph.layers:
+        for j, shape in enumerate(shaped.layer_shapes[layer.index].params):
+            param = param_id(layer, j)
+            if param not in sharers:
+                owned[param] = (layer, shape)
+    return owned
+
+
 def data_tops(shaped: ShapedGraph, specs: SpecTable) -> list[str]:
     """Tops of the data layers: the run fills them before the first Forward."""
     return [top for layer in shaped.graph.layers if (s := specs.get(layer.type)) is not None and s.is_data for top in layer.tops]
@@ -409,16 +423,16 @@ def run_groups(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, .
         init.extend(Reshape(BlobId("blob", top), shape) for top, shape in zip(layer.tops, shaped.top_shapes(layer.index)))
         init.extend(rule.setup)
         init.extend(write(BlobId("blob", top), "diff") for top, w in zip(layer.tops, flag.loss_weights) if w)
-        groups.append((("init", layer.index), tuple(init)))
+        groups.append((Bucket("init", layer.index), tuple(init)))
     shares = tuple(Share(param, owner, part) for param, owner in shared_parameters(shaped) for part in ("data", "diff"))  # Net::ShareWeights
-    groups.append((("init", "share"), shares))
-    groups.append(("input", tuple(write(BlobId("blob", top)) for top in data_tops(shaped, specs))))
+    groups.append((Bucket("share"), shares))
+    groups.append((Bucket("input"), tuple(write(BlobId("blob", top)) for top in data_tops(shaped, specs))))
     for layer, flag, rule in zip(layers, flags, rules):
         # Layer::Forward then reads each loss top's data and diff (loss += data . diff).
         loss_reads = tuple(Touch(BlobId("blob", top), part, False) for top, w in zip(layer.tops, flag.loss_weights) if w for part in ("data", "diff"))
-        groups.append((("fwd", layer.index), rule.forward + loss_reads if loss_reads else rule.forward))
+        groups.append((Bucket("forward", layer.index), rule.forward + loss_reads if loss_reads else rule.forward))
     if shaped.graph.phase == "TRAIN":
-        groups.extend((("bwd", layer.index), rule.backward) for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)) if flag.need_backward)
+        groups.extend((Bucket("backward", layer.index), rule.backward) for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)) if flag.need_backward)
     return [group for group in groups if group[1]]
 
 
@@ -495,7 +509,7 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
     pending = slots
     apply_one = heap.apply_one
     for bucket, actions in run.groups:
-        if pending is not None and not (isinstance(bucket, tuple) and bucket[0] == "init"):
+        if pending is not None and not bucket.in_net_init:
             heap.take_over(pending)  # Net::Init is over
             pending = None
         heap.bucket = bucket
@@ -503,11 +517,11 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
             apply_one(action)
     if pending is not None:
         heap.take_over(pending)
-    inits = [heap.charged.get(("init", layer.index), 0) for layer in layers]
-    heap_init = sum(v for k, v in heap.charged.items() if isinstance(k, tuple) and k[0] == "init")
-    input_bytes = heap.charged.get("input", 0)
+    inits = [heap.charged.get(Bucket("init", layer.index), 0) for layer in layers]
+    heap_init = sum(v for k, v in heap.charged.items() if k.in_net_init)
+    input_bytes = heap.charged.get(Bucket("input"), 0)
 
-    heap.bucket = "prefetch"
+    heap.bucket = Bucket("prefetch")
     prefetched_input = 0
     for layer, rule in zip(layers, rules):
         if rule.prefetch:
@@ -518,9 +532,9 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
             inputs = (heap.blob(BlobId("blob", top)).data for top in layer.tops if BlobId("blob", top) not in copied)
             prefetched_input += sum(storage.bytes for storage in inputs if storage is not None and storage.allocated)
 
-    heap.bucket = "unreached"
+    heap.bucket = Bucket("unreached")
     untouched = 0
-    for param in _owner_params(shaped, shared_params):
+    for param in owned_params(shaped, shared_params):
         storage = heap.blob(param).diff
         if storage is not None and not storage.allocated:
             untouched += storage.bytes
@@ -528,9 +542,9 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
     per_layer = tuple(_layer_bytes(layer, flag, rule, heap, inits[layer.index], buffers) for layer, flag, rule, buffers in zip(layers, flags, rules, run.layer_buffers))
     steps = [(l.fwd_alloc, l.name) for l in per_layer] + [(l.bwd_alloc, l.name) for l in per_layer]
     peak = max(steps)[1] if steps and max(steps)[0] > 0 else None
-    owners_only = _owner_params(shaped, shared_params)
+    owners_only = owned_params(shaped, shared_params)
     data_elements = sum(count(shape) for layer in layers for shape in shaped.top_shapes(layer.index))
-    measured = {bucket for bucket in heap.charged if bucket not in ("prefetch", "unreached")}
+    measured = {bucket for bucket in heap.charged if bucket.stage not in ("prefetch", "unreached")}
     return MemoryReport(
         phase=graph.phase,
         dtype=dtype,
@@ -541,10 +555,10 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
         input_bytes=input_bytes,
         heap_forward=input_bytes + sum(l.fwd_alloc for l in per_layer),
         heap_backward=sum(l.bwd_alloc for l in per_layer),
-        prefetch_bytes=heap.charged.get("prefetch", 0),
+        prefetch_bytes=heap.charged.get(Bucket("prefetch"), 0),
         prefetched_input_bytes=prefetched_input,
         memory_required_for_data=data_elements * heap.dtype_bytes,
-        learnable_param_bytes=sum(count(shape) * heap.dtype_bytes for _, shape in owners_only.items()),
+        learnable_param_bytes=sum(count(shape) * heap.dtype_bytes for _, shape in owners_only.values()),
         untouched_param_diff_bytes=untouched,
         by_category=heap.category_totals(measured),
         peak_layer=peak,
@@ -553,26 +567,14 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
     )
 
 
-def _owner_params(shaped: ShapedGraph, shared: list[tuple[BlobId, BlobId]]) -> dict[BlobId, tuple[int, ...]]:
-    """Every parameter blob the net owns (a param shared by name is owned once)."""
-    sharers = {param for param, _ in shared}
-    owned = {}
-    for layer in shaped.graph.layers:
-        for j, shape in enumerate(shaped.layer_shapes[layer.index].params):
-            param = param_id(layer, j)
-            if param not in sharers:
-                owned[param] = shape
-    return owned
-
-
 def _layer_bytes(layer: Layer, flag: LayerFlags, rule: LayerMemory, heap: Heap, init: int, buffers: tuple[tuple[str, BlobId], ...]) -> LayerBytes:
-    buckets = (("init", layer.index), ("fwd", layer.index), ("bwd", layer.index))
+    buckets = (Bucket("init", layer.index), Bucket("forward", layer.index), Bucket("backward", layer.index))
     return LayerBytes(
         name=layer.name,
         type=layer.type,
         init=init,
-        fwd_alloc=heap.charged.get(("fwd", layer.index), 0),
-        bwd_alloc=heap.charged.get(("bwd", layer.index), 0),
+        fwd_alloc=heap.charged.get(buckets[1], 0),
+        bwd_alloc=heap.charged.get(buckets[2], 0),
         need_backward=flag.need_backward,
         propagate_down=flag.propagate_down,
         buffers={name: heap.by_blob[blob] for name, blob in buffers if heap.by_blob.get(blob)},

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from caffemem.graph import ShapedGraph, count
-from caffemem.layers.access import BlobId, Reshape, Share, Touch
+from caffemem.layers.access import BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.memory import Run, prepare
 from caffemem.units import DTYPE_BYTES, INT_BYTES
@@ -104,7 +104,7 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
     init_members: set[Member] = set()
     known = union.parent.setdefault  # a touched member joins the classes as its own root
     for bucket, actions in run.groups:
-        in_init = isinstance(bucket, tuple) and bucket[0] == "init"
+        in_init = bucket.in_net_init
         for action in actions:
             if isinstance(action, Touch):
                 member = (action.blob, action.part)
@@ -136,14 +136,13 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
             class_of[member] = classes[-1].id
 
     steps: list[Step] = []
-    current_bucket: object = None
+    current_bucket: Bucket | None = None
     accesses: list[Access] = []
 
     def close() -> None:
         if current_bucket is None:
             return
-        kind, layer = _step_of(current_bucket)
-        steps.append(Step(len(steps), kind, layer, tuple(accesses)))
+        steps.append(Step(len(steps), current_bucket.stage, current_bucket.layer, tuple(accesses)))
 
     shared_access: dict[tuple[int, bool], Access] = {}  # steps share one Access per (class, write)
     for bucket, actions in run.groups:
@@ -174,15 +173,6 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
     )
 
 
-def _step_key(bucket: object) -> object:
+def _step_key(bucket: Bucket) -> Bucket:
     """Init, the ShareWeights and the input fill are one step: everything before Forward."""
-    if bucket == "input" or (isinstance(bucket, tuple) and bucket[0] == "init"):
-        return "init"
-    return bucket
-
-
-def _step_of(key: object) -> tuple[str, int | None]:
-    if key == "init":
-        return "init", None
-    direction, layer = key  # type: ignore[misc]
-    return ("forward" if direction == "fwd" else "backward"), layer
+    return Bucket("init") if bucket.before_forward else bucket

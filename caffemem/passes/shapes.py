@@ -71,12 +71,12 @@ def infer_shapes(
     _check_inputs_used(inputs, data_tops, graph)
     if missing:
         first = missing[0][1]  # located at the first layer that needs a shape
-        raise CaffememError(_missing_message(missing), Location(file=graph.source, line=first.line, layer=first.name, layer_type=first.type))
+        raise CaffememError(_missing_message(missing), Location.of_layer(first, graph.source))
     return ShapedGraph(graph, blob_shapes, tuple(layer_shapes), tuple(notes))
 
 
 def _where(layer: Layer, file: str) -> Location:
-    return Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type)
+    return Location.of_layer(layer, file)
 
 
 def _spec_for(layer: Layer, specs: SpecTable, file: str) -> LayerSpec:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from caffemem.graph import ShapedGraph, count
-from caffemem.passes.memory import MemoryReport
+from caffemem.passes.memory import MemoryReport, owned_params
 from caffemem.units import INT_BYTES
 
 # solver type -> (history blobs per parameter, update_ data touched, temp_ data touched)
@@ -62,26 +62,13 @@ def history_bytes(params: list[tuple[int, ...]], solver_type: str, dtype_bytes: 
     return total
 
 
-def owned_params(shaped: ShapedGraph):
-    """(layer, shape) of every parameter the net owns: a param shared by name counts once."""
-    seen: set[str] = set()
-    for layer in shaped.graph.layers:
-        for j, shape in enumerate(shaped.layer_shapes[layer.index].params):
-            name = layer.proto.param[j].name if j < len(layer.proto.param) else ""
-            if name in seen:
-                continue
-            if name:
-                seen.add(name)
-            yield layer, shape
-
-
 def shared_test_param_bytes(test: ShapedGraph, train: ShapedGraph, dtype_bytes: int) -> int:
     """Parameter data of a test net that ShareTrainedLayersWith replaces by the train net's
     (it matches layers by name; their parameter shapes must agree)."""
     train_params = {layer.name: train.layer_shapes[layer.index].params for layer in train.graph.layers}
     return sum(
         count(shape) * dtype_bytes
-        for layer, shape in owned_params(test)
+        for layer, shape in owned_params(test).values()
         if train_params.get(layer.name) == test.layer_shapes[layer.index].params
     )
 
@@ -103,7 +90,7 @@ def solver_footprint(
         solver_type_counted = solver_type
     l1 = solver.regularization_type == "L1" and solver.weight_decay != 0
     train_bytes = train_memory.total_bytes + train_memory.untouched_param_diff_bytes
-    history = history_bytes([shape for _, shape in owned_params(train_shaped)], solver_type_counted, dtype_bytes, l1)
+    history = history_bytes([shape for _, shape in owned_params(train_shaped).values()], solver_type_counted, dtype_bytes, l1)
     shares = []
     for index, (shaped, memory) in enumerate(tests):
         shared = shared_test_param_bytes(shaped, train_shaped, dtype_bytes)

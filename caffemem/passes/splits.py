@@ -47,7 +47,7 @@ def insert_splits(
         lines.append(line_of(layer.name, k))
 
     def where(i: int) -> Location:
-        return Location(file=file, line=lines[i], layer=layers[i].name, layer_type=layers[i].type)
+        return Location.of_layer(layers[i], file, lines[i])
 
     last_top: dict[str, tuple[int, int]] = {}
     source_of: dict[tuple[int, int], tuple[int, int]] = {}
@@ -142,11 +142,11 @@ def _check_tops(layers: list[Layer], file: str | None) -> None:
                 raise CaffememError(
                     f"top '{top}' is already produced by layer '{produced[top]}' "
                     "(a layer may reuse a name only to work in place, as top i = bottom i): rename one of them",
-                    Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type),
+                    Location.of_layer(layer, file),
                 )
             produced.setdefault(top, layer.name)
         seen: set[str] = set()
         for top in layer.tops:
             if top in seen:
-                raise CaffememError(f"top '{top}' is named twice", Location(file=file, line=layer.line, layer=layer.name, layer_type=layer.type))
+                raise CaffememError(f"top '{top}' is named twice", Location.of_layer(layer, file))
             seen.add(top)

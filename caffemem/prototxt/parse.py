@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from caffemem.prototxt.textmap import LAYER_FIELDS
 from caffemem.schema import caffe_pb2
 
 # protobuf's tokens (text_format.Tokenizer._TOKEN), strings without escapes only; group 1:
@@ -30,7 +31,6 @@ _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _BOOLS = {"true": True, "t": True, "1": True, "True": True, "false": False, "f": False, "0": False, "False": False}
 _MAX_DEPTH = 32  # protobuf refuses 100; nets nest a handful deep
-_LAYER_FIELDS = ("layer", "layers")
 
 
 class _Unsupported(Exception):
@@ -180,7 +180,7 @@ def _parse(text: str) -> tuple[caffe_pb2.NetParameter, dict[str, tuple[int, ...]
             else:
                 child = getattr(message, token)
                 child.SetInParent()
-            if not stack and token in _LAYER_FIELDS:
+            if not stack and token in LAYER_FIELDS:
                 line += text.count("\n", counted_to, match.start())
                 counted_to = match.start()
                 layer, layer_line = child, line

@@ -101,6 +101,16 @@ def field_extent(tokens: list[Token], index: int) -> int:
     return i
 
 
+# The fields of a NetParameter that hold its layers: current `layer` and V1 `layers`
+# (V0 nests its layers one level down, inside `layers { layer { } }`).
+LAYER_FIELDS = ("layer", "layers")
+
+
+def layer_blocks(text: str, tokens: list[Token] | None = None) -> list[Block]:
+    """The top-level layer blocks of a net's text, in file order."""
+    return [block for block in top_level_blocks(text, tokens) if block.field in LAYER_FIELDS]
+
+
 def top_level_blocks(text: str, tokens: list[Token] | None = None) -> list[Block]:
     """Every top-level field, with the `name` of message-valued ones."""
     tokens = tokenize(text) if tokens is None else tokens
