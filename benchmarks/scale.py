@@ -6,12 +6,16 @@ ResNet-152, each command a fresh process, as a user runs it.
     python benchmarks/scale.py --sizes 1000 10000 100000 --repeat 1
 
 Prints a Markdown table (the README's "Benchmarks" section) and the machine it ran on.
+The last column is the growth of the time per layer against the smallest size, divided by
+what n log n allows (log n / log n₀): 1.00 or less means the command grows no faster than
+n log n.  These are figures of one run on one machine; no test asserts on them.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import platform
 import subprocess
@@ -82,11 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per command (the fastest is kept)")
     options = parser.parse_args(argv)
     print(f"Machine: {machine()}\n")
-    print("| net | layers | command | seconds | µs per layer | peak RSS (MiB) |")
-    print("|---|---:|---|---:|---:|---:|")
+    print("| net | layers | command | seconds | µs per layer | peak RSS (MiB) | growth / n log n |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    smallest: dict[tuple[str, str], tuple[int, float]] = {}  # (shape, command) -> (layers, µs per layer)
     with tempfile.TemporaryDirectory() as folder:
-        nets = [("ResNet-152", lambda: generate.resnet(152))] + [(f"{shape} {size:,}", functools.partial(generate.sized, shape, size)) for shape in options.shapes for size in options.sizes]
-        for name, make in nets:
+        nets = [("ResNet-152", "resnet", lambda: generate.resnet(152))]
+        nets += [(f"{shape} {size:,}", shape, functools.partial(generate.sized, shape, size)) for shape in options.shapes for size in sorted(options.sizes)]
+        for name, shape, make in nets:
             path = Path(folder) / "net.prototxt"
             text = make()
             path.write_text(text)
@@ -95,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             for command in (["analyze", str(path)], ["analyze", str(path), "--json"], ["optimize", str(path), "--phase", "TRAIN"]):
                 measure = best_of(command, options.repeat if layers <= 10000 else 1)
                 shown = " ".join(["caffemem", command[0]] + command[2:])
-                print(f"| {name} | {layers:,} | `{shown}` | {measure.seconds:.2f} | {measure.seconds / layers * 1e6:.0f} | {measure.peak_mib:.0f} |", flush=True)
+                per_layer = measure.seconds / layers * 1e6
+                base_layers, base_per_layer = smallest.setdefault((shape, shown), (layers, per_layer))
+                growth = "" if base_layers == layers else f"{per_layer / base_per_layer / (math.log(layers) / math.log(base_layers)):.2f}"
+                print(f"| {name} | {layers:,} | `{shown}` | {measure.seconds:.2f} | {per_layer:.0f} | {measure.peak_mib:.0f} | {growth} |", flush=True)
     return 0
 
 

@@ -413,7 +413,7 @@ def _rescaled_inputs_note(net: NetAnalysis, options: Options) -> tuple[str, ...]
     tops = [
         top
         for layer, spec in zip(net.shaped.graph.layers, opaque)
-        if spec is not None and spec.is_data and (spec.type == "Python" or spec.family == "declared")
+        if spec is not None and spec.is_data and spec.opaque_tops
         for top in layer.tops
     ]
     if not tops:

@@ -173,7 +173,7 @@ def _split_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=tuple(Share(q.top(i), q.bottom(0), "data") for i in range(len(q.tops))), backward=backward)
 
 
-@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory, fork_shares=("data",))
+@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory, fork_shares=("data",), fork_shares_first_bottom=True)
 def _split(q: ShapeQuery) -> LayerShapes:
     """Every top is shaped like the bottom; none may be the bottom itself (no in-place)."""
     q.check(not any(q.layer.in_place_tops), "Split layer does not allow in-place computation")

@@ -290,7 +290,7 @@ def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an HDF5Data layer's trailing dimensions are those of the datasets in its files")
 
 
-@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, source="caffe master layers/python_layer.hpp", memory=_python_memory)
+@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, opaque_tops=True, source="caffe master layers/python_layer.hpp", memory=_python_memory)
 def _python(q: ShapeQuery) -> LayerShapes:
     """A Python layer shapes its tops in Python code (its reshape()), which caffemem does not run."""
     param = q.proto.python_param

@@ -229,7 +229,7 @@ def _spec(type_name: str, table: dict, file: str) -> LayerSpec:
             raise query.fail(f"the declaration of {type_name} gives {len(tops)} top shape(s) for {len(query.layer.tops)} tops")
         return LayerShapes(tuple(t.evaluate(query) for t in tops[: len(query.layer.tops)]), tuple(p.evaluate(query) for p in params))
 
-    return LayerSpec(type=type_name, shape=rule, family="declared", bottoms=bottoms, tops=top_count, is_data=is_data, source=file)
+    return LayerSpec(type=type_name, shape=rule, family="declared", bottoms=bottoms, tops=top_count, is_data=is_data, opaque_tops=True, source=file)
 
 
 def load_declarations(file: str) -> dict[str, LayerSpec]:

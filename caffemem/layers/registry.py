@@ -76,6 +76,10 @@ class LayerSpec:
     # default loss_weight of 1 on top 0 when the file gives none.
     auto_top: bool = False
     is_data: bool = False  # tops come from outside the net (files, memory, the user)
+    # Tops whose shapes caffemem cannot read in the layer's code, only from the user
+    # (--input, a declaration): Python layers and declared types.  Their first axis may
+    # not be the batch, so `--batch` says so.
+    opaque_tops: bool = False
     source: str = ""  # where the rule was checked: "caffe master layers/foo.cpp" or a fork
     # What it does to memory in SetUp/Forward/Backward (see access.py); None: unknown,
     # the memory pass then uses a generic guess and says so.
@@ -87,6 +91,8 @@ class LayerSpec:
     # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
     # top's data with bottom 0.
     fork_shares: tuple[str, ...] = ()
+    # The fork pairs top i with bottom i, except where every top shares bottom 0 (Split).
+    fork_shares_first_bottom: bool = False
     # `optimize --inplace`: a test of the LayerParameter saying that Caffe's Forward and
     # Backward give the right result when top i is bottom i (read from the type's CPU and
     # GPU code, cited where it is set); None: never rewritten in place.

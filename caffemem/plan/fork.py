@@ -87,7 +87,7 @@ def fork_assignment(
             top_data, top_diff = root(top + "_data"), root(top + "_diff")
             for ib, bottom in enumerate(layer.bottoms):
                 bottom_data, bottom_diff = root(bottom + "_data"), root(bottom + "_diff")
-                paired = ib == 0 if layer.type == "Split" else it == ib
+                paired = ib == 0 if spec is not None and spec.fork_shares_first_bottom else it == ib
                 if paired and "data" in shares:
                     link[top_data] = bottom_data
                 if paired and "diff" in shares:

@@ -6,6 +6,8 @@ ground-truth file names (when there is one); nets without ground truth run as th
 and their error output is part of the snapshot too.
 
     python tests/tools/json_snapshot.py OUTDIR
+    PYTHONPATH=/path/to/other/checkout python tests/tools/json_snapshot.py OUTDIR2
+    diff -r OUTDIR OUTDIR2
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
+# The CLI as every layout of the package has it (PYTHONPATH picks the checkout to run).
+CLI = "import sys; sys.argv[0] = 'caffemem'; from caffemem.cli import main; main()"
 
 
 def runs_of(relative: str) -> list[tuple[str | None, list[str]]]:
@@ -44,7 +48,7 @@ def main(out: Path) -> None:
             phase_args = ["--phase", phase] if phase else []
             for command in ("analyze", "optimize"):
                 done = subprocess.run(
-                    [str(Path(sys.executable).parent / "caffemem"), command, str(net), "--json", *phase_args, *inputs],
+                    [sys.executable, "-c", CLI, command, str(net), "--json", *phase_args, *inputs],
                     capture_output=True, text=True, cwd=SHARED / "models",  # the same cwd from any checkout
                 )
                 key = f"{relative.replace('/', '__')}.{phase or 'default'}.{command}"

@@ -17,7 +17,7 @@ from caffemem.errors import CaffememError
 from caffemem.passes.upgrade import V1_LAYER_TYPE_NAMES, upgrade_net, upgrade_solver
 from caffemem.schema import caffe_pb2
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 MODELS = SHARED / "models"
 GROUNDTRUTH = SHARED / "groundtruth"
 needs_models = pytest.mark.skipif(not MODELS.is_dir(), reason="../shared/models is not beside the repo")

@@ -1,0 +1,46 @@
+"""The command line: every command is attached to `caffemem` and to `python -m caffemem`,
+answers --help, and takes back every name the reports print."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES
+
+from caffemem.cli import main
+from caffemem.plan.strategies import STRATEGY_NAMES
+
+LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
+COMMANDS = ("analyze", "optimize", "verify", "check", "fit")
+
+
+def test_python_dash_m_caffemem_lists_the_five_commands():
+    done = subprocess.run([sys.executable, "-m", "caffemem", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.split("Commands:")[1].splitlines() if line.strip()}
+    assert set(COMMANDS) <= listed
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_answers_help(command):
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert f"Usage: main {command}" in result.output or f"Usage: caffemem {command}" in result.output
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+def test_optimize_accepts_every_strategy_name(strategy):
+    result = CliRunner().invoke(main, ["optimize", LENET, "--phase", "TEST", "--strategy", strategy, "--json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_strategy_a_report_names_can_be_passed_back():
+    first = json.loads(CliRunner().invoke(main, ["optimize", LENET, "--phase", "TRAIN", "--json"]).output)
+    chosen = first["phases"][0]["strategy"]
+    assert chosen in STRATEGY_NAMES
+    again = json.loads(CliRunner().invoke(main, ["optimize", LENET, "--phase", "TRAIN", "--json", "--strategy", chosen]).output)
+    assert again["phases"][0]["bytes"] == first["phases"][0]["bytes"]
