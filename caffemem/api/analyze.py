@@ -20,6 +20,7 @@ from caffemem.passes.shapes import INT_MAX, infer_shapes
 from caffemem.passes.solver import ProcessFootprint, solver_footprint
 from caffemem.passes.splits import insert_splits
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
+from caffemem.prototxt.read import MAX_TEXT_BYTES
 from caffemem.schema import caffe_pb2
 from caffemem.units import DTYPE_BYTES
 
@@ -37,6 +38,7 @@ class Options:
     dtype: str = "float32"
     batch: int | None = None  # rescale the batch axis of every data layer's tops
     engine: str = "caffe"  # "cudnn": a GPU build's default engine
+    max_input_bytes: int = MAX_TEXT_BYTES  # a text input larger than this is refused unread
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def spec_table(options: Options) -> SpecTable:
 def analyze(path: str, options: Options = Options()) -> Analysis:
     """Load a net or solver and infer the shapes of every net it defines."""
     specs = spec_table(options)
-    source = load(path, lenient=options.lenient)
+    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
     if isinstance(source, SolverSource):
         return _analyze_solver(source, options, specs)
     upgraded, notes = upgrade_net(source.proto, source.file)

@@ -27,6 +27,7 @@ from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
+from caffemem.prototxt.read import read_input
 from caffemem.prototxt.textmap import top_level_blocks
 from caffemem.units import DTYPE_BYTES, mib
 
@@ -143,7 +144,7 @@ def check_file(path: str, settings: CheckSettings) -> tuple[Outcome, ...]:
     """Every net and phase of one file, measured; bad input becomes a Problem (a phase
     that fails does not hide the phase that builds)."""
     try:
-        source = load(path, lenient=settings.options.lenient)
+        source = load(path, lenient=settings.options.lenient, max_text_bytes=settings.options.max_input_bytes)
         options = replace(settings.options, inputs=_inputs_named_in(source, settings.options.inputs))
         if isinstance(source, SolverSource):
             return _check_solver(path, source, options, settings.optimized)
@@ -287,14 +288,15 @@ class Baseline:
 def read_baseline(path: str, optimized: bool, missing_ok: bool = False) -> Baseline:
     """The committed baseline; it must have been measured the way this run measures."""
     where = Location(file=path)
+    if missing_ok and not os.path.lexists(path):
+        return Baseline(path, optimized)
     try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)
-    except FileNotFoundError:
-        if missing_ok:
-            return Baseline(path, optimized)
-        raise CaffememError("baseline file not found (create it with --update-baseline)", where) from None
-    except (OSError, ValueError) as error:
+        document = json.loads(read_input(path, what="baseline file").decode("utf-8"))
+    except CaffememError as error:
+        if error.message == "file not found":
+            raise CaffememError("baseline file not found (create it with --update-baseline)", where) from None
+        raise
+    except ValueError as error:
         raise CaffememError(f"cannot read the baseline as JSON: {error}", where) from None
     try:
         if document.get("format") != BASELINE_FORMAT:

@@ -350,7 +350,7 @@ def schedule_notes(schedule: BatchSchedule, largest: int) -> tuple[str, ...]:
 def subject_of(path: str, options: Options, optimized: bool) -> Subject:
     """Memory as a function of the batch: a net's phase (its total_bytes), or a solver's
     training process (train net at the batch, solver history, test nets at their own batch)."""
-    source = load(path, lenient=options.lenient)
+    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
     if isinstance(source, SolverSource):
         return _solver_subject(path, source, options, optimized)
     specs = spec_table(options)

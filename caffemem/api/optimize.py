@@ -31,6 +31,7 @@ from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment
 from caffemem.plan.strategies import Plan, make_plan
 from caffemem.plan.verify import PlanData, verify_plan
+from caffemem.prototxt.write import read_exact
 from caffemem.schema import caffe_pb2
 from caffemem.units import DTYPE_BYTES
 
@@ -172,7 +173,7 @@ def optimize(path: str, options: Options, settings: OptimizeSettings, force: boo
     """Plan every phase the user asked for (default: TRAIN and TEST for a net that
     trains, TEST for a deploy net)."""
     specs = spec_table(options)
-    source = load(path, lenient=options.lenient)
+    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
     if isinstance(source, SolverSource):
         raise CaffememError("optimize takes a net definition, not a solver: pass the solver's net file", Location(file=path))
     if source.proto.HasField("mem_param") and not force:
@@ -182,7 +183,7 @@ def optimize(path: str, options: Options, settings: OptimizeSettings, force: boo
     settings = replace(settings, exclude=exclude)
     as_given, inplace = (source, upgraded), None
     if settings.inplace:
-        inplace = make_in_place(_text_of(path), source, upgraded, specs, exclude, _run_of(source, options, specs))
+        inplace = make_in_place(read_exact(path), source, upgraded, specs, exclude, _run_of(source, options, specs))
         source = replace(source, proto=inplace.net)
         upgraded, _ = upgrade_net(inplace.net, source.file)
     if options.phase:
@@ -207,9 +208,6 @@ def optimize(path: str, options: Options, settings: OptimizeSettings, force: boo
     return OptimizeResult(path, source, exclude, tuple(results), inplace)
 
 
-def _text_of(path: str) -> str:
-    with open(path, encoding="utf-8", errors="surrogateescape") as handle:  # a rewrite keeps undecodable bytes
-        return handle.read()
 
 
 def _run_of(source: NetSource, options: Options, specs: SpecTable):

@@ -14,13 +14,13 @@ import click
 from caffemem._version import __version__
 from caffemem.cli.analyze import analyze_command
 from caffemem.cli.check import check_command
-from caffemem.cli.common import CaffememGroup
+from caffemem.cli.common import EXIT_CODES_HELP, CaffememGroup
 from caffemem.cli.fit import fit_command
 from caffemem.cli.optimize import optimize_command
 from caffemem.cli.verify import verify_command
 
 
-@click.group(cls=CaffememGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CaffememGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(__version__, prog_name="caffemem")
 def main() -> None:
     """Profile and optimize the GPU memory of Caffe networks, statically."""

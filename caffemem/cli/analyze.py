@@ -7,7 +7,9 @@ import json
 import click
 
 from caffemem.cli.common import (
+    EXIT_CODES_HELP,
     HTML_HELP,
+    console,
     net_options,
     options_from,
     reports_errors,
@@ -15,7 +17,7 @@ from caffemem.cli.common import (
 )
 
 
-@click.command("analyze")
+@click.command("analyze", epilog=EXIT_CODES_HELP)
 @net_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option("--html", "html_file", type=str, metavar="FILE", help=HTML_HELP)
@@ -33,6 +35,4 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
     if as_json:
         click.echo(json.dumps(to_json(analysis), indent=1))
         return
-    from rich.console import Console
-
-    print_tables(analysis, Console())
+    print_tables(analysis, console())

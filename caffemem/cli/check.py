@@ -13,13 +13,13 @@ import sys
 
 import click
 
-from caffemem.cli.common import reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, console, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 
 
-@click.command("check")
+@click.command("check", epilog=EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--budget", metavar="SIZE", help="Fail a net whose footprint is larger (11GiB, 800MB, 4096; KB/MB/GB decimal, KiB/MiB/GiB binary).")
 @click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), help="Check only this phase (default: every phase each net has).")
@@ -52,7 +52,7 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
         updated_baseline,
     )
     from caffemem.errors import CaffememError, Location
-    from caffemem.prototxt.write import write_atomically
+    from caffemem.prototxt.write import locked, write_output
     from caffemem.units import parse_size
 
     if update_baseline and not baseline:
@@ -72,7 +72,12 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
             os.makedirs(os.path.dirname(os.path.abspath(old.path)), exist_ok=True)
         except OSError as error:
             raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=old.path)) from None
-        write_atomically(old.path, baseline_text(updated_baseline(old, outcomes, optimized, budget_bytes)))
+        with locked(old.path):  # another run may have updated it since we read it
+            current = read_baseline(old.path, optimized, missing_ok=True)
+            if current.optimized != optimized:
+                current = Baseline(current.path, optimized)
+            checked = [target for target in targets if isinstance(target, str)]
+            write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes)).encode("utf-8"), inputs=checked, flag="--baseline")
         wrote = old.path
     report = make_report(outcomes, gate, optimized, wrote)
     if output_format == "text":
@@ -90,9 +95,8 @@ def _run_with_progress(targets, settings, jobs):
     files = sum(isinstance(target, str) for target in targets)
     if files < PROGRESS_MIN_FILES or not sys.stderr.isatty():
         return check_files(targets, settings, jobs)
-    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(console=Console(stderr=True), transient=True) as progress:
+    with Progress(console=console(stderr=True), transient=True) as progress:
         task = progress.add_task("caffemem check", total=files)
         return check_files(targets, settings, jobs, lambda: progress.advance(task))

@@ -1,8 +1,9 @@
 """What every command shares: the net flags, one-line errors and the exit codes.
 
 Exit codes: 0 success, 1 a finding (over budget, unsafe plan, nothing fits), 2 bad input
-(one message naming file, line and layer), 3 a bug in caffemem itself (set
-CAFFEMEM_DEBUG=1 for the traceback).
+or environment (one message naming file, line and layer), 130 interrupted (Ctrl-C), 3 a
+bug in caffemem itself (set CAFFEMEM_DEBUG=1 for the traceback).  A closed standard
+output (``caffemem analyze NET | head``) ends the run quietly with 0.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from caffemem.errors import CaffememError, one_line
 EXIT_FINDING = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+EXIT_CODES_HELP = "Exit codes: 0 ok, 1 a finding (over budget, unsafe plan, nothing fits), 2 bad input or environment, 130 interrupted."
 
 
 def reports_errors(command: Callable) -> Callable:
@@ -31,8 +35,18 @@ def reports_errors(command: Callable) -> Callable:
         except CaffememError as error:
             click.echo(f"caffemem: error: {error}", err=True)
             sys.exit(EXIT_BAD_INPUT)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
+        except KeyboardInterrupt:
+            _quiet_stdout()  # what was printed so far is all; no traceback
+            click.echo("caffemem: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:  # `| head` closed the pipe: the reader has what it wanted
+            _quiet_stdout()
+            sys.exit(0)
+        except MemoryError:
+            click.echo("caffemem: error: the input needs more memory than this machine has (is it a real net definition?)", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except RecursionError:
             click.echo("caffemem: error: the input nests too deeply to be a Caffe definition", err=True)
             sys.exit(EXIT_BAD_INPUT)
@@ -43,6 +57,49 @@ def reports_errors(command: Callable) -> Callable:
             sys.exit(EXIT_INTERNAL)
 
     return run
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush of a closed
+    pipe or an interrupted write cannot print a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def console(stderr: bool = False):
+    """A rich Console whose closed pipe ends the run with 0, like any other write
+    (rich's own handler exits with 1)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return _Console(stderr=stderr)
+
+
+def _remember_max_input(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        from caffemem.units import parse_size
+
+        try:
+            ctx.meta["caffemem.max_input_bytes"] = parse_size(value, "--max-input-size")
+        except CaffememError as error:
+            raise click.BadParameter(error.message) from None
+
+
+# Read by options_from through the context, so no command lists it among its parameters.
+MAX_INPUT_SIZE_OPTION = click.option(
+    "--max-input-size",
+    metavar="SIZE",
+    expose_value=False,
+    callback=_remember_max_input,
+    help="Refuse text inputs larger than this, unread (default 64MiB: far above any real prototxt).",
+)
 
 
 def net_options(command: Callable) -> Callable:
@@ -58,6 +115,7 @@ def net_options(command: Callable) -> Callable:
         click.option("--dtype", type=click.Choice(["float32", "float16", "float64"]), default="float32", show_default=True, help="Caffe's Dtype."),
         click.option("--batch", type=click.IntRange(min=1), help="Rescale the batch axis of every data layer."),
         click.option("--engine", type=click.Choice(["caffe", "cudnn"]), default="caffe", show_default=True, help="Default engine of the build (cuDNN figures are estimates)."),
+        MAX_INPUT_SIZE_OPTION,
     ]
     for decorate in reversed(decorators):
         command = decorate(command)
@@ -66,8 +124,11 @@ def net_options(command: Callable) -> Callable:
 
 def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine):
     from caffemem.api.analyze import Options, parse_inputs
+    from caffemem.prototxt.read import MAX_TEXT_BYTES
 
+    context = click.get_current_context(silent=True)
     return Options(
+        max_input_bytes=context.meta.get("caffemem.max_input_bytes", MAX_TEXT_BYTES) if context else MAX_TEXT_BYTES,
         phase=phase.upper() if phase else None,
         stages=tuple(stages),
         level=level,
@@ -83,11 +144,18 @@ def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batc
 HTML_HELP = "Also write a self-contained HTML report here (memory timeline, Gantt chart of storage, per-layer table)."
 
 
+def input_files(subject, options) -> list[str]:
+    """Every file a run read (the net or solver, a solver's nets, the --layers file): no
+    output may overwrite one of them."""
+    files = [subject.path] + [net.file for net in getattr(subject, "nets", ())]
+    return files + ([options.layers_file] if options.layers_file else [])
+
+
 def write_html(path: str, subject, options) -> None:
-    from caffemem.prototxt.write import write_atomically
+    from caffemem.prototxt.write import write_output
     from caffemem.report.html import html_report
 
-    write_atomically(path, html_report(subject, options))
+    write_output(path, html_report(subject, options).encode("utf-8"), inputs=input_files(subject, options), flag="--html")
     click.echo(f"wrote {path}", err=True)  # stderr: --json keeps stdout one document
 
 

@@ -11,10 +11,10 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_FINDING, net_options, options_from, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, reports_errors
 
 
-@click.command("fit")
+@click.command("fit", epilog=EXIT_CODES_HELP)
 @net_options
 @click.option("--gpu-memory", required=True, metavar="SIZE", help="The card's memory: 12GiB, 11264MiB, 16GB (KiB/MiB/GiB binary, KB/MB/GB decimal).")
 @click.option("--reserve", default="500MiB", show_default=True, metavar="SIZE", help="Left for what Caffe does not allocate itself: the CUDA context, cuDNN/cuBLAS handles (see README).")

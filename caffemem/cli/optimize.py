@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
+import sys
 
 import click
 
 from caffemem.cli.common import (
+    EXIT_CODES_HELP,
+    EXIT_FINDING,
     HTML_HELP,
+    console,
+    input_files,
     net_options,
     options_from,
     reports_errors,
@@ -17,9 +21,9 @@ from caffemem.cli.common import (
 from caffemem.plan.strategies import STRATEGY_NAMES
 
 
-@click.command("optimize")
+@click.command("optimize", epilog=EXIT_CODES_HELP)
 @net_options
-@click.option("-o", "--output", type=str, metavar="OUT", help="Write the prototxt with mem_param here.")
+@click.option("-o", "--output", type=str, metavar="OUT", help="Write the prototxt with mem_param here (- for standard output); never over an input unless --in-place-file.")
 @click.option("--strategy", type=click.Choice(list(STRATEGY_NAMES)), default="auto", show_default=True, help="auto: every strategy, the smallest safe plan is kept.")
 @click.option("--exclude-blob", "exclude", multiple=True, metavar="NAME", help="Keep this blob's storage private (repeatable).")
 @click.option("--share-buffers", is_flag=True, help="Let scratch layer buffers (im2col) share slots too.")
@@ -37,33 +41,41 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
     from caffemem.plan.rewrite import mem_param
-    from caffemem.prototxt.write import rewrite_text, write_atomically
+    from caffemem.prototxt.write import STDOUT, encode_exact, read_exact, rewrite_text, write_output
     from caffemem.report.document import optimize_json
     from caffemem.report.terminal import print_optimize
 
-    if output and os.path.exists(output) and os.path.realpath(output) == os.path.realpath(net) and not in_place_file:
-        raise CaffememError("-o names the input file; pass --in-place-file to overwrite it", Location(file=net))
+    if STDOUT in (output, plan_json) and as_json:
+        raise CaffememError("--json prints to standard output; write the prototxt or plan to a file, not -")
+    if output == STDOUT and plan_json == STDOUT:
+        raise CaffememError("-o - and --plan-json - would both write to standard output")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     result = run_optimize(net, options, OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace), force=force)
     document = optimize_json(result)
+    inputs_read = input_files(result, options)
     if output:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
-        if result.inplace is not None:
-            original = result.inplace.text
-        else:
-            with open(net, encoding="utf-8", errors="surrogateescape") as handle:  # bytes kept as they are
-                original = handle.read()
-        write_atomically(output, rewrite_text(original, mem_param(result.phases, result.exclude, target)), errors="surrogateescape")
+        unsafe = [p.phase for p in result.phases if not p.fork_safe]
+        if target == "fork" and unsafe:
+            click.echo(
+                f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(unsafe)} "
+                f"(its plan fails caffemem's verifier: {net}); nothing written. Write caffemem's verified "
+                "slot table instead (--target caffemem, run by `caffemem patch`), or keep the blobs it names private with --exclude-blob.",
+                err=True,
+            )
+            sys.exit(EXIT_FINDING)
+        original = result.inplace.text if result.inplace is not None else read_exact(net)
+        written = encode_exact(rewrite_text(original, mem_param(result.phases, result.exclude, target)))
+        write_output(output, written, inputs=inputs_read, allow_input=in_place_file)
     if plan_json:
-        write_atomically(plan_json, json.dumps(document, indent=1) + "\n")
+        write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
     if html_file:
         write_html(html_file, result, options)
     if as_json:
         click.echo(json.dumps(document, indent=1))
         return
-    from rich.console import Console
-
-    print_optimize(result, Console())
-    if output:
+    report_to_stderr = STDOUT in (output, plan_json)  # standard output carries the file
+    print_optimize(result, console(stderr=report_to_stderr))
+    if output and output != STDOUT:
         click.echo(f"wrote {output}")

@@ -9,10 +9,10 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_FINDING, net_options, options_from, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, reports_errors
 
 
-@click.command("verify")
+@click.command("verify", epilog=EXIT_CODES_HELP)
 @net_options
 @click.argument("plan", type=str)
 @reports_errors

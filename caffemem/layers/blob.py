@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Iterable
+from typing import Any, Iterable
+
+from google.protobuf.descriptor import FieldDescriptor
 
 from caffemem.errors import CaffememError
 from caffemem.graph import Shape
@@ -77,13 +79,40 @@ def format_shape(shape: Shape) -> str:
     return " ".join(str(d) for d in shape) + f" ({element_count(shape)})"
 
 
+# uint32 fields Caffe really reads as unsigned (data_layer.cpp: `unsigned int skip =
+# caffe_rng_rand() % rand_skip`); every other integer of a layer lands in an `int`.
+UNSIGNED_IN_CAFFE = frozenset({"rand_skip"})
+_WIDE_INTS = frozenset({FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_FIXED64})
+
+
+def int_overflow(message: Any, path: str = "") -> tuple[str, int] | None:
+    """The first integer field of a layer's parameters that Caffe would wrap when it reads
+    it into an ``int`` (``stride: 4294967295`` becomes -1), as (field path, value)."""
+    for field, value in message.ListFields():
+        name = f"{path}{field.name}"
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            for item in value if field.is_repeated else (value,):
+                found = int_overflow(item, name + ".")
+                if found:
+                    return found
+        elif field.type in _WIDE_INTS and field.name not in UNSIGNED_IN_CAFFE:
+            for item in value if field.is_repeated else (value,):
+                if not -(2**31) <= item <= INT_MAX:
+                    return name, item
+    return None
+
+
 def int32(value: int) -> int:
     """A uint32/int64 proto field read into Caffe's ``int``.  A value outside it is refused:
     Caffe would silently wrap it (a dim of 2^40 becomes 0), so no figure for it is true."""
     if not -(2**31) <= value <= INT_MAX:
-        wrapped = (value & 0xFFFFFFFF) - (2**32 if value & 0x80000000 else 0)
-        raise CaffememError(f"{value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {wrapped})")
+        raise CaffememError(f"{value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {int32_wrapped(value)})")
     return value
+
+
+def int32_wrapped(value: int) -> int:
+    """What a C++ ``int`` holds after ``int x = value`` (two's complement, low 32 bits)."""
+    return (value & 0xFFFFFFFF) - (2**32 if value & 0x80000000 else 0)
 
 
 def float32(value: float) -> float:

@@ -28,6 +28,7 @@ import tomllib
 from caffemem.errors import CaffememError, Location, NeedsInput, excerpt
 from caffemem.graph import LayerShapes, Shape
 from caffemem.layers.registry import Arity, LayerSpec, ShapeQuery
+from caffemem.prototxt.read import read_input
 
 _LIKE = re.compile(r"^\s*like\s+bottom\s+(\d+)\s*(?:with\s+(.*))?$", re.IGNORECASE)
 _AXIS = re.compile(r"^\s*axis\s+(-?\d+)\s*=\s*(.+)$", re.IGNORECASE)
@@ -235,12 +236,9 @@ def _spec(type_name: str, table: dict, file: str) -> LayerSpec:
 def load_declarations(file: str) -> dict[str, LayerSpec]:
     """Read a --layers file into specs (errors name the file and the declaration)."""
     try:
-        with open(file, "rb") as handle:
-            document = tomllib.load(handle)
-    except FileNotFoundError:
-        raise CaffememError("--layers file not found", Location(file=file)) from None
-    except OSError as error:
-        raise CaffememError(f"cannot read --layers file: {error.strerror or error}", Location(file=file)) from None
+        document = tomllib.loads(read_input(file, what="--layers file").decode("utf-8"))
+    except CaffememError as error:
+        raise CaffememError(error.message.replace("file not found", "--layers file not found"), error.where) from None
     except UnicodeDecodeError:
         raise CaffememError("not valid TOML: the file is not UTF-8 text", Location(file=file)) from None
     except tomllib.TOMLDecodeError as error:

@@ -11,7 +11,6 @@ import bisect
 import codecs
 import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +21,13 @@ from google.protobuf.message import DecodeError
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape
 from caffemem.prototxt.parse import parse_net
-from caffemem.prototxt.textmap import LAYER_FIELDS, layer_blocks, tokenize, top_level_blocks, unknown_fields
+from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input
+from caffemem.prototxt.textmap import LAYER_FIELDS, check_nesting, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2
 
-MAX_TEXT_BYTES = 64 * 1024 * 1024
-MAX_BINARY_BYTES = 2 * 1024 * 1024 * 1024 - 1  # protobuf's own message limit
+MAX_LAYERS = 200_000  # a few GiB of memory for the whole pipeline (README: Benchmarks)
+_LAYER_OPENING = re.compile(r"\blayers?\s*:?\s*[{<]")
+MAX_NAME_CHARS = 4096  # a layer, blob or parameter name (real ones: under 200)
 
 
 @dataclass(frozen=True)
@@ -68,48 +69,57 @@ class SolverSource:
 Source = NetSource | SolverSource
 
 
-def load(path: str | os.PathLike, *, lenient: bool = False, cwd: str | os.PathLike | None = None, expect_net: bool = False) -> Source:
+def load(
+    path: str | os.PathLike,
+    *,
+    lenient: bool = False,
+    cwd: str | os.PathLike | None = None,
+    expect_net: bool = False,
+    max_text_bytes: int = MAX_TEXT_BYTES,
+) -> Source:
     """Read a net (text or binary) or a solver file; raises CaffememError on any problem.
 
     ``expect_net``: the file is a solver's net, so a solver here is an error (not a loop)."""
     file = str(path)
-    data = _read_bytes(file)
+    data = read_input(file, max_text_bytes)
     text = _as_text(data, file)
     if text is None:
-        return _load_binary(data, file)
+        return _check_names(_load_binary(data, file))
     del data
-    if len(text) > MAX_TEXT_BYTES:  # before any scan: a huge file is refused at once
-        raise CaffememError(f"text file of {len(text)} bytes is larger than any net definition ({MAX_TEXT_BYTES} max)", Location(file=file))
+    check_nesting(text, file)
+    layers = len(_LAYER_OPENING.findall(text))
+    if layers > MAX_LAYERS:  # before the parse: its memory grows with every layer
+        raise CaffememError(f"{layers} layer blocks; caffemem plans nets of up to {MAX_LAYERS:,} layers (real ones have at most a few thousand)", Location(file=file))
     fast = None if lenient else parse_net(text)  # a plain net file, read at once (textparse.py)
     if fast is not None:
-        return NetSource(fast[0], file, fast[1])
+        return _check_names(NetSource(fast[0], file, fast[1]))
     message, notes, tokens = _parse_net_or_solver(text, file, lenient)
     if isinstance(message, caffe_pb2.SolverParameter):
         if expect_net:
             raise CaffememError("is a solver, named where a solver expects a net definition", Location(file=file))
-        return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd())
-    return NetSource(message, file, _layer_lines(text, layer_blocks(text, tokens)), notes=tuple(notes))
+        return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd(), max_text_bytes)
+    return _check_names(NetSource(message, file, _layer_lines(text, layer_blocks(text, tokens)), notes=tuple(notes)))
 
 
-def _read_bytes(file: str) -> bytes:
-    where = Location(file=file)
-    try:
-        status = os.stat(file)
-        size = status.st_size
-        if stat.S_ISDIR(status.st_mode):
-            raise CaffememError("is a directory, not a net or solver file", where)
-        if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode):
-            raise CaffememError("is a device, not a net or solver file", where)  # /dev/zero would never end
-        if size > MAX_BINARY_BYTES:
-            raise CaffememError(f"file is {size} bytes, larger than any Caffe net can be", where)
-        with open(file, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise CaffememError("file not found", where) from None
-    except PermissionError:
-        raise CaffememError("permission denied", where) from None
-    except OSError as error:
-        raise CaffememError(f"cannot read: {error.strerror or error}", where) from None
+def _check_names(source: NetSource) -> NetSource:
+    """Layer, blob and parameter names of a sane length: Caffe sets no limit, but a name of
+    megabytes is no net definition, and every message and table would carry it."""
+    for layer in list(source.proto.layer) + list(source.proto.layers):
+        names = [("name", layer.name), ("type", layer.type if isinstance(layer.type, str) else "")]
+        names += [("bottom", n) for n in layer.bottom] + [("top", n) for n in layer.top] + [("param name", p.name) for p in layer.param if hasattr(p, "name")]
+        for what, name in names:
+            if len(name) > MAX_NAME_CHARS:
+                where = Location(file=source.file, line=source.line_of(layer.name), layer=layer.name)
+                raise CaffememError(f"a {what} of {len(name)} characters; caffemem takes names of at most {MAX_NAME_CHARS}", where)
+    return source
+
+
+def _text_with_nul(head: bytes) -> bool:
+    """Text with a stray NUL in it, rather than a binary proto: protobuf's wire format puts
+    field keys and lengths (control bytes) everywhere, text has none but line ends and tabs."""
+    sample = head.replace(b"\x00", b"").decode("utf-8", "replace")
+    usual = sum(ch.isprintable() or ch in "\n\r\t" for ch in sample)
+    return usual >= 0.99 * len(sample)
 
 
 def _as_text(data: bytes, file: str) -> str | None:
@@ -117,9 +127,15 @@ def _as_text(data: bytes, file: str) -> str | None:
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise CaffememError("is UTF-16 text; Caffe reads a prototxt as ASCII or UTF-8: save it as UTF-8", Location(file=file))
     if b"\x00" in data[:65536]:
+        if _text_with_nul(data[:65536]):
+            line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+            raise CaffememError("a NUL byte in the text (Caffe would stop reading there): remove it", Location(file=file, line=line))
         return None
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
+        # A UTF-8 byte order mark (editors on Windows write one) is no token: read it as a
+        # blank, which keeps every offset and line number; the rewrite keeps the mark itself.
+        return " " + text[1:] if text.startswith("\ufeff") else text
     except UnicodeDecodeError:
         try:
             text = data.decode("latin-1")
@@ -313,7 +329,7 @@ def _blob_shape(blob) -> Shape:
 # ----------------------------------------------------------------------------- solvers
 
 
-def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, cwd: Path) -> SolverSource:
+def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, cwd: Path, max_text_bytes: int = MAX_TEXT_BYTES) -> SolverSource:
     """Read the train net and test nets as Solver::InitTrainNet / InitTestNets do."""
     where = Location(file=file)
     sources = [name for name in ("train_net_param", "train_net", "net_param", "net") if solver.HasField(name)]
@@ -323,7 +339,7 @@ def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, 
             where,
         )
     blocks = top_level_blocks(text)
-    train = _solver_net(solver, sources[0], None, file, text, blocks, lenient, cwd, notes)
+    train = _solver_net(solver, sources[0], None, file, text, blocks, lenient, cwd, notes, max_text_bytes)
     train_state = caffe_pb2.NetState(phase=caffe_pb2.TRAIN)
     train_state.MergeFrom(train.proto.state)
     train_state.MergeFrom(solver.train_state)
@@ -343,8 +359,8 @@ def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, 
         raise CaffememError(f"test_state must be unspecified or given once per test net ({num_tests})", where)
 
     nets: list[NetSource] = []
-    nets += [_solver_net(solver, "test_net_param", i, file, text, blocks, lenient, cwd, notes) for i in range(num_params)]
-    nets += [_solver_net(solver, "test_net", i, file, text, blocks, lenient, cwd, notes) for i in range(num_files)]
+    nets += [_solver_net(solver, "test_net_param", i, file, text, blocks, lenient, cwd, notes, max_text_bytes) for i in range(num_params)]
+    nets += [_solver_net(solver, "test_net", i, file, text, blocks, lenient, cwd, notes, max_text_bytes) for i in range(num_files)]
     if num_generic:
         generic_net = train if sources[0] in ("net", "net_param") else None
         nets += [generic_net] * num_generic  # type: ignore[list-item]
@@ -358,7 +374,7 @@ def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, 
     return SolverSource(solver, file, train, train_state, tuple(tests), tuple(notes))
 
 
-def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, notes) -> NetSource:
+def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, notes, max_text_bytes) -> NetSource:
     value = getattr(solver, field_name)
     if index is not None:
         value = value[index]
@@ -369,10 +385,10 @@ def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, not
         body = inner[first_brace + 1 : inner.rfind("}")] if first_brace >= 0 else ""
         offset = text.count("\n", 0, block.start + first_brace + 1)
         lines = _layer_lines(body, _net_layer_blocks(body), offset)
-        return NetSource(value, file, lines, notes=(f"{field_name} is given inline in the solver",))
+        return _check_names(NetSource(value, file, lines, notes=(f"{field_name} is given inline in the solver",)))
     path, note = resolve_net_path(value, file, cwd, field_name)
     notes.append(note)
-    return load(path, lenient=lenient, cwd=cwd, expect_net=True)  # type: ignore[return-value]
+    return load(path, lenient=lenient, cwd=cwd, expect_net=True, max_text_bytes=max_text_bytes)  # type: ignore[return-value]
 
 
 def resolve_net_path(value: str, solver_file: str, cwd: Path, field_name: str) -> tuple[str, str]:

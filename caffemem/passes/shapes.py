@@ -16,6 +16,8 @@ from caffemem.graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
 from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
     INT_MAX,
     MAX_BLOB_AXES,
+    int32_wrapped,
+    int_overflow,
 )
 from caffemem.layers.registry import LayerSpec, ShapeQuery, SpecTable
 
@@ -47,6 +49,10 @@ def infer_shapes(
             unknown.update(layer.tops)
             layer_shapes.append(LayerShapes(tops=()))
             continue
+        overflow = int_overflow(layer.proto)
+        if overflow is not None:
+            field, value = overflow
+            raise CaffememError(f"{field}: {value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {int32_wrapped(value)})", _where(layer, graph.source))
         query = ShapeQuery(layer, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs)
         try:
             result = spec.shape(query)

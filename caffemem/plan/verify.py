@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.layers.access import BlobId
 from caffemem.passes.schedule import Schedule
+from caffemem.prototxt.read import read_input
 
 
 @dataclass(frozen=True)
@@ -39,22 +40,51 @@ class Violation:
         return f"step {self.step} ({self.step_name}), blob '{self.blob}': {self.message}"
 
 
+def _whole(value: object, what: str, low: int = 0) -> int:
+    """A JSON integer, strictly: not a string, a bool or a float that happens to be whole."""
+    if type(value) is not int or value < low:
+        raise ValueError(f"{what} must be a whole number of at least {low}, not {excerpt(json.dumps(value), 40)}")
+    return value
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, not {excerpt(json.dumps(value), 40)}")
+    return value
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def plan_from_json(document: dict, file: str | None = None) -> PlanData:
-    """Read the `plan` object of `caffemem optimize --json` (or a --plan-json file)."""
+    """Read the `plan` object of `caffemem optimize --json` (or a --plan-json file), with
+    a strict schema: whole numbers as numbers, slot ids unique, every member inside its
+    slot (an offset past the slot's end can never be right)."""
     try:
         plan = document.get("plan", document)
-        slots = {int(s["id"]): int(s["bytes"]) for s in plan["slots"]}
-        assign = tuple((str(a["blob"]), str(a["kind"]), int(a["slot"]), int(a.get("offset", 0))) for a in plan["assign"])
-        for blob, kind, _, _ in assign:
+        slots: dict[int, int] = {}
+        for entry in plan["slots"]:
+            slot = _whole(entry["id"], "slots[].id")
+            if slot in slots:
+                raise ValueError(f"slot id {slot} is given twice")
+            slots[slot] = _whole(entry["bytes"], f"slot {slot}: bytes", low=1)
+        assign = []
+        for entry in plan["assign"]:
+            blob, kind = _text(entry["blob"], "assign[].blob"), _text(entry["kind"], "assign[].kind")
+            slot, offset = _whole(entry["slot"], f"'{excerpt(blob)}': slot"), _whole(entry.get("offset", 0), f"'{excerpt(blob)}': offset")
             if kind not in ("data", "diff"):
                 raise ValueError(f"blob '{excerpt(blob)}' has kind '{excerpt(kind)}', not 'data' or 'diff'")
-    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as error:  # OverflowError: int(1e400)
+            if slot in slots and offset >= slots[slot]:
+                raise ValueError(f"'{excerpt(blob)}' ({kind}) starts at offset {offset}, past the end of slot {slot} ({slots[slot]} bytes)")
+            assign.append((blob, kind, slot, offset))
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
         detail = f"no key {error}" if isinstance(error, KeyError) else str(error)
         raise CaffememError(
             f"not a caffemem plan: {excerpt(detail, 200)} (expected plan.slots[{{id, bytes}}] and plan.assign[{{blob, kind, slot, offset}}])",
             Location(file=file),
         ) from None
-    return PlanData(slots, assign)
+    return PlanData(slots, tuple(assign))
 
 
 def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, PlanData]]:
@@ -62,11 +92,10 @@ def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, Pla
     `--plan-json` output (only ``phase`` when given), or one bare plan (phase None)."""
     where = Location(file=file)
     try:
-        with open(file, encoding="utf-8") as handle:
-            document = json.load(handle)
-    except FileNotFoundError:
-        raise CaffememError("plan file not found", where) from None
-    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        document = json.loads(read_input(file, what="plan file").decode("utf-8"), parse_constant=_no_constant)
+    except CaffememError as error:
+        raise CaffememError(error.message.replace("file not found", "plan file not found"), where) from None
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CaffememError(f"cannot read the plan as JSON: {excerpt(getattr(error, 'strerror', None) or str(error), 200)}", where) from None
     except RecursionError:
         raise CaffememError("cannot read the plan as JSON: it nests too deeply", where) from None

@@ -7,9 +7,12 @@ the grammar (comments, strings, `{}`/`<>` nesting, `name: value` pairs) to do bo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from google.protobuf import text_encoding
+
+from caffemem.errors import CaffememError, Location
 
 OPEN = "{<"
 CLOSE = "}>"
@@ -99,6 +102,25 @@ def field_extent(tokens: list[Token], index: int) -> int:
     while i < len(tokens) and tokens[i].text[:1] in "\"'" and tokens[i - 1].text[:1] in "\"'":
         i += 1  # adjacent string literals are concatenated
     return i
+
+
+MAX_DEPTH = 64  # nested messages; real nets reach 5 (V0: layers { layer { weight_filler { } } })
+_NESTING = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*|[{}<>]')
+
+
+def check_nesting(text: str, file: str | None = None) -> None:
+    """Refuse text nested deeper than any net (a parser would recurse once per level):
+    CaffememError at the line where it gets too deep."""
+    depth = 0
+    for match in _NESTING.finditer(text):
+        token = match.group()
+        if token in ("{", "<"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = text.count("\n", 0, match.start()) + 1
+                raise CaffememError(f"messages nested {depth} deep; no Caffe definition nests more than a few levels ({MAX_DEPTH} at most)", Location(file=file, line=line))
+        elif token in ("}", ">"):
+            depth -= 1
 
 
 # The fields of a NetParameter that hold its layers: current `layer` and V1 `layers`

@@ -1,16 +1,29 @@
-"""Writing the user's file: the text with our block replaced, and an atomic write.
+"""Writing: the user's file with our block (every other byte kept), and every output
+caffemem writes, atomically and never over an input.
 
-:func:`rewrite_text` keeps the original byte for byte (layer order, values, comments); an
-existing top-level `mem_param` is blanked out and the new one is appended, which
-protobuf's text format reads the same wherever it stands.  :func:`write_atomically`
-writes a temporary file beside the target, then renames it.
+:func:`rewrite_text` keeps the original byte for byte (CR, CRLF, tabs, trailing spaces,
+a BOM, undecodable bytes read through :func:`read_exact`); an existing top-level
+`mem_param` is blanked out and the new one is appended in the file's own line ending,
+which protobuf's text format reads the same wherever it stands.
+
+:func:`write_output` is the one way an output reaches the disk: ``-`` is standard output;
+a regular file is written to a temporary file beside it (random name, so a stale one
+from a killed run never blocks), fsynced and renamed over the target; a file that is one
+of the run's inputs (after symlinks and hard links) is refused unless the user allows it;
+devices, FIFOs, sockets and folders are refused, except the harmless character devices
+(/dev/null, /dev/full, /dev/zero), written in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import stat
+import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -19,38 +32,128 @@ from caffemem.errors import CaffememError, Location
 from caffemem.prototxt.textmap import blank_out, top_level_blocks
 from caffemem.schema import caffe_pb2
 
+STDOUT = "-"
+HARMLESS_DEVICES = ("/dev/null", "/dev/full", "/dev/zero")
+
+
+def read_exact(path: str) -> str:
+    """A file's text with every byte recoverable: no newline translation (a lone CR stays
+    a CR), undecodable bytes kept as surrogates (``encode_exact`` gives them back)."""
+    return Path(path).read_bytes().decode("utf-8", "surrogateescape")
+
+
+def encode_exact(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def line_ending(text: str) -> str:
+    """The file's own line ending: CRLF when most of its lines end so, else LF."""
+    crlf = text.count("\r\n")
+    return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
+
 
 def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter) -> str:
     """The original text without its old mem_param, plus the new one at the end."""
     text = original
     for existing in reversed([b for b in top_level_blocks(original) if b.field == "mem_param"]):
         text = blank_out(text, existing.start, existing.end)
+    eol = line_ending(original)
     body = text_format.MessageToString(block, indent=2)
-    if not text.endswith("\n"):
-        text += "\n"
-    return text + "mem_param {\n" + body + "}\n"
+    ours = "mem_param {\n" + body + "}\n"
+    separator = "" if text.endswith(("\n", "\r")) or not text else eol
+    return text + separator + ours.replace("\n", eol)
 
 
-def write_atomically(path: str, text: str, *, errors: str = "strict") -> None:
-    """Write to a temporary file beside the target, then rename: never half a file, and no
-    temporary file left behind whatever stops the write.  ``errors="surrogateescape"``
-    writes back the undecodable bytes of a file read that way, as they were."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
+def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_input: bool = False, flag: str = "-o") -> None:
+    """Write ``data`` to ``path`` (``-``: standard output) as the module docstring says;
+    every refusal and failure is a CaffememError naming the file."""
+    if path == STDOUT:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    where = Location(file=path)
+    target = os.path.realpath(path)  # a symlink stays a symlink; its target is written
+    status = _stat(target)
+    if status is not None:
+        if stat.S_ISDIR(status.st_mode):
+            raise CaffememError(f"{flag} names a folder; give a file name", where)
+        if not stat.S_ISREG(status.st_mode):
+            if stat.S_ISCHR(status.st_mode) and target in HARMLESS_DEVICES:
+                return _write_in_place(target, data, where)
+            kind = "a FIFO" if stat.S_ISFIFO(status.st_mode) else "a socket" if stat.S_ISSOCK(status.st_mode) else "a device"
+            raise CaffememError(f"{flag} names {kind}; caffemem writes regular files (or - for standard output)", where)
+        for given in inputs:
+            with contextlib.suppress(OSError):
+                if not allow_input and os.path.samefile(target, given):
+                    raise CaffememError(f"{flag} names an input of this run ({given}); choose another file" + (" or pass --in-place-file" if flag == "-o" else ""), where)
+    _write_atomically(target, data, where)
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` + ``.lock`` (created beside it): a
+    read-modify-write of a shared file (the `check` baseline) by two runs at once lands
+    both changes instead of losing one."""
+    where = Location(file=path)
+    try:
+        handle = open(f"{path}.lock", "a")
+    except OSError as error:
+        raise CaffememError(f"cannot lock: {error.strerror or error}", where) from None
+    with handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise CaffememError(f"cannot write: {error.strerror or error}", Location(file=path)) from None
+
+
+def _write_in_place(target: str, data: bytes, where: Location) -> None:
+    try:
+        with open(target, "wb") as handle:
+            handle.write(data)
+    except OSError as error:
+        raise _write_error(error, where) from None
+
+
+def _write_atomically(target: str, data: bytes, where: Location) -> None:
+    directory = os.path.dirname(target) or "."
     temporary: str | None = None
     try:
-        with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{target.name}.", suffix=".tmp", delete=False, encoding="utf-8", errors=errors) as handle:
-            temporary = handle.name
-            handle.write(text)
-        os.chmod(temporary, _mode_for(target))
+        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, _mode_for(Path(target)))
         os.replace(temporary, target)
-    except BaseException as error:
-        if temporary is not None:
+        temporary = None
+        with contextlib.suppress(OSError):  # the rename itself, on file systems that need it
+            folder = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+    except OSError as error:
+        raise _write_error(error, where) from None
+    finally:
+        if temporary is not None:  # an error or Ctrl-C: no half file, no temporary left behind
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
-        if isinstance(error, OSError):
-            raise CaffememError(f"cannot write: {error.strerror or error}", Location(file=str(path))) from None
-        raise
+
+
+def _write_error(error: OSError, where: Location) -> CaffememError:
+    if error.errno == errno.ENOSPC:
+        return CaffememError("cannot write: no space left on the device", where)
+    return CaffememError(f"cannot write: {error.strerror or error}", where)
 
 
 def _mode_for(target: Path) -> int:

@@ -37,10 +37,26 @@ def print_tables(analysis: Analysis, console: Console) -> None:
 
 Cell = list[tuple[str, str | None]]  # fragments of text, each with its style (None: the column's)
 
+# The widest a cell of each text column may be: a 300-character layer name (or a Concat of
+# twenty blobs) is elided in the middle instead of pushing every row off the screen.
+MAX_NAME_CELLS, MAX_TYPE_CELLS, MAX_BLOBS_CELLS, MAX_PARAMS_CELLS = 48, 32, 100, 48
+
+
+def elide(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells, its middle replaced by "…" (both
+    ends of a name tell most: a prefix of a block, a suffix of a branch)."""
+    if cell_len(text) <= width:
+        return text
+    keep = width - 1
+    head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2 :]
+    while cell_len(head) + cell_len(tail) > keep:  # wide characters take two cells
+        head, tail = (head[:-1], tail) if cell_len(head) >= cell_len(tail) else (head, tail[1:])
+    return head + "…" + tail
+
 
 def _print_net(net: NetAnalysis, console: Console) -> None:
     graph, memory = net.shaped.graph, net.memory
-    title = f"{graph.name or net.file} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}, {memory.dtype})"
+    title = f"{elide(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}, {memory.dtype})"
     columns = [("#", "right", "dim"), ("layer", "left", None), ("type", "left", "cyan"), ("bottoms → tops", "left", None), ("params", "left", "magenta")]
     columns += [(column, "right", None) for column in ("outputs", "gradients", "buffers", "parameters", "total")]
     blobs = net.shaped.blob_shapes
@@ -54,10 +70,10 @@ def _print_net(net: NetAnalysis, console: Console) -> None:
         rows.append(
             [
                 [(str(layer.index), None)],
-                [(layer.name, None)] + ([(" ◀ peak", "bold red")] if layer.name == memory.peak_layer else []),
-                [(layer.type, None)] + ([] if bytes_.verified else [(" ?", "yellow")]),
-                [(f"{bottoms} → {tops}", None)],
-                [(params, None)],
+                [(elide(layer.name, MAX_NAME_CELLS), None)] + ([(" ◀ peak", "bold red")] if layer.name == memory.peak_layer else []),
+                [(elide(layer.type, MAX_TYPE_CELLS), None)] + ([] if bytes_.verified else [(" ?", "yellow")]),
+                [(elide(f"{bottoms} → {tops}", MAX_BLOBS_CELLS), None)],
+                [(elide(params, MAX_PARAMS_CELLS), None)],
             ]
             + [[(_cell(n), None)] for n in numbers]
         )
@@ -134,7 +150,7 @@ def _print_summary(memory: MemoryReport, console: Console) -> None:
         "the log counts each layer's outputs once (in-place outputs again) and leaves out gradients, parameters and layer buffers."
     )
     if memory.peak_layer:
-        console.print(f"The largest single allocation step is layer '{memory.peak_layer}'.")
+        console.print(f"The largest single allocation step is layer '{elide(memory.peak_layer, MAX_BLOBS_CELLS)}'.")
     if memory.unverified_types:
         console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {', '.join(memory.unverified_types)}[/yellow]")
 

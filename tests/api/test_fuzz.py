@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
-from conftest import FIXTURES
+from conftest import FIXTURES, SHARED
 from google.protobuf import text_format
 from google.protobuf.descriptor import FieldDescriptor
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from random_nets import caffe_nets
 
@@ -268,3 +269,73 @@ def test_random_net_messages_as_binary_succeed_or_refuse_in_one_line(tmp_path_fa
 @given(net=random_legacy_net_messages(), phase=PHASES)
 def test_random_legacy_nets_succeed_or_refuse_in_one_line(tmp_path_factory, net, phase):
     run_on(tmp_path_factory.mktemp("fuzz"), "legacy.prototxt", text_format.MessageToString(net).encode("utf-8"), "analyze", *phase)
+
+
+# ------------------------------------------------------------------------------ (c) real nets, mutated as bytes
+
+def _real_nets() -> list[tuple[bytes, str, tuple[str, ...]]]:
+    """(file bytes, phase, --input flags) for the smaller real nets of ../shared whose
+    ground truth names their inputs: the campaign's seeds."""
+    import json
+
+    seeds = []
+    for truth in sorted((SHARED / "groundtruth").glob("*.json")):
+        document = json.loads(truth.read_text())
+        net = SHARED / document["source"]  # "models/<folder>/<file>"
+        if not net.is_file() or net.stat().st_size > 30_000:
+            continue
+        for run in document["runs"]:
+            if run["ok"]:
+                flags = tuple(arg for name, shape in run["inputs"].items() for arg in ("--input", f"{name}={','.join(map(str, shape))}"))
+                seeds.append((net.read_bytes(), run["phase"], flags))
+    return seeds
+
+
+REAL_NETS = _real_nets()
+CAMPAIGN = settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@st.composite
+def mutated_real_nets(draw) -> tuple[bytes, str, tuple[str, ...]]:
+    """A real net after up to three byte-level edits — a number replaced by an extreme, a
+    line deleted or duplicated, a byte of noise — in LF, CRLF or CR line ends."""
+    data, phase, flags = draw(st.sampled_from(REAL_NETS))
+    lines = data.split(b"\n")
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, len(lines) - 1))
+        edit = draw(st.sampled_from(["number", "delete", "duplicate", "noise"]))
+        if edit == "number" and re.search(rb"\d+", lines[i]):
+            lines[i] = re.sub(rb"\d+", draw(st.sampled_from(EXTREMES)).encode(), lines[i], count=1)
+        elif edit == "delete":
+            del lines[i]
+        elif edit == "duplicate":
+            lines.insert(i, lines[i])
+        elif edit == "noise" and lines[i]:
+            j = draw(st.integers(0, len(lines[i]) - 1))
+            lines[i] = lines[i][:j] + bytes([draw(st.integers(1, 255))]) + lines[i][j + 1 :]
+    return draw(st.sampled_from([b"\n", b"\r\n", b"\r"])).join(lines), phase, flags
+
+
+@pytest.mark.skipif(not REAL_NETS, reason="../shared (models and ground truth) is not beside the repo")
+@CAMPAIGN
+@given(case=mutated_real_nets())
+def test_optimize_on_mutated_real_nets_keeps_every_promise(tmp_path_factory, case):
+    """Exit 0, 1 or 2 and never a traceback; nothing written on failure; on success the
+    user's bytes come first, unchanged, and the plan written passes `verify`."""
+    data, phase, flags = case
+    folder = tmp_path_factory.mktemp("campaign")
+    net, out, plan = folder / "net.prototxt", folder / "out.prototxt", folder / "plan.json"
+    net.write_bytes(data)
+    result = CliRunner().invoke(main, ["optimize", str(net), "--phase", phase, *flags, "-o", str(out), "--plan-json", str(plan)])
+    event(f"exit {result.exit_code}")  # --hypothesis-show-statistics: how many got through
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output[-2000:])
+    assert "Traceback" not in result.output and (result.exception is None or isinstance(result.exception, SystemExit))
+    if result.exit_code != 0:
+        assert sorted(p.name for p in folder.iterdir()) == ["net.prototxt"]
+        assert MASKED_BUG not in result.output
+        return
+    assert net.read_bytes() == data
+    if b"mem_param" not in data:
+        assert out.read_bytes().startswith(data)
+    checked = CliRunner().invoke(main, ["verify", str(net), str(plan), "--phase", phase, *flags])
+    assert checked.exit_code == 0, checked.output

@@ -226,7 +226,7 @@ CASES = [
         1,
         "two\\nlines",
     ),
-    Case("deeply nested braces", write_bytes("nested.prototxt", b"layer { " * 100_000 + b"}" * 100_000), ("unknown field 'layer' in LayerParameter",), 1),
+    Case("deeply nested braces", write_bytes("nested.prototxt", b"layer { " * 100_000 + b"}" * 100_000), ("messages nested 65 deep", "64 at most"), 1),
     Case("100 MB comment", write_chunks("comment.prototxt", huge_comment), ("larger than any net definition",)),
     Case("2 million garbage layers", write_chunks("layers.prototxt", garbage_layers), ("larger than any net definition",)),
     Case("100 MB run of one token", write_chunks("token.prototxt", one_token), ("larger than any net definition",)),
@@ -309,17 +309,23 @@ PLANS = {
     "a phase named 3": write_bytes("phase3.json", b'{"phases": [{"phase": 3}]}'),
     "an unknown storage kind": write_bytes("kind.json", b'{"slots": [{"id": 0, "bytes": 64}], "assign": [{"blob": "data", "kind": "weights", "slot": 0}]}'),
     "an infinite slot": write_bytes("inf.json", b'{"slots": [{"id": 0, "bytes": 1e400}], "assign": []}'),
+    "a string number": write_bytes("string.json", b'{"slots": [{"id": "0", "bytes": 64}], "assign": []}'),
+    "two slots with one id": write_bytes("twice.json", b'{"slots": [{"id": 0, "bytes": 64}, {"id": 0, "bytes": 128}], "assign": []}'),
+    "an offset past its slot": write_bytes("past.json", b'{"slots": [{"id": 0, "bytes": 64}], "assign": [{"blob": "conv1", "kind": "data", "slot": 0, "offset": 64}]}'),
     "a missing file": lambda folder: folder / "absent.json",
 }
 PLAN_WORDS = {
-    "wrong field types": "not a caffemem plan: invalid literal for int() with base 10: 'lots'",
+    "wrong field types": 'not a caffemem plan: slot 0: bytes must be a whole number of at least 1, not "lots"',
+    "a string number": 'not a caffemem plan: slots[].id must be a whole number of at least 0, not "0"',
+    "two slots with one id": "not a caffemem plan: slot id 0 is given twice",
+    "an offset past its slot": "not a caffemem plan: 'conv1' (data) starts at offset 64, past the end of slot 0 (64 bytes)",
     "random bytes": "cannot read the plan as JSON",
     "a JSON list": "not a caffemem plan: the JSON is list, not an object",
     "nested 100000 deep": "cannot read the plan as JSON: it nests too deeply",
     "phases not a list": "'phases' must be a list of objects with 'phase' TRAIN or TEST",
     "a phase named 3": "'phases' must be a list of objects with 'phase' TRAIN or TEST",
     "an unknown storage kind": "blob 'data' has kind 'weights', not 'data' or 'diff'",
-    "an infinite slot": "not a caffemem plan: cannot convert float infinity to integer",
+    "an infinite slot": "not a caffemem plan: slot 0: bytes must be a whole number of at least 1, not Infinity",
     "a missing file": "plan file not found",
 }
 
@@ -342,7 +348,8 @@ def test_optimize_that_cannot_write_leaves_no_temporary_file(where: str, folder:
         target.mkdir()
     result = run_cli("optimize", LENET, "-o", target)
     line = the_one_error_line(result)
-    assert line.startswith(f"caffemem: error: {target}: cannot write: "), line
+    said = "cannot write: " if where == "a missing folder" else "-o names a folder; give a file name"
+    assert line.startswith(f"caffemem: error: {target}: {said}"), line
     assert sorted(p.name for p in folder.rglob("*")) == ([] if where == "a missing folder" else ["taken"])
 
 
