@@ -18,6 +18,7 @@ from caffemem.errors import CaffememError
 from caffemem.graph import Shape
 from caffemem.graph import count as element_count
 from caffemem.layers.registry import ShapeQuery
+from caffemem.schema import is_repeated
 
 MAX_BLOB_AXES = 32  # kMaxBlobAxes in blob.hpp
 INT_MAX = 2**31 - 1
@@ -91,12 +92,12 @@ def int_overflow(message: Any, path: str = "") -> tuple[str, int] | None:
     for field, value in message.ListFields():
         name = f"{path}{field.name}"
         if field.type == FieldDescriptor.TYPE_MESSAGE:
-            for item in value if field.is_repeated else (value,):
+            for item in value if is_repeated(field) else (value,):
                 found = int_overflow(item, name + ".")
                 if found:
                     return found
         elif field.type in _WIDE_INTS and field.name not in UNSIGNED_IN_CAFFE:
-            for item in value if field.is_repeated else (value,):
+            for item in value if is_repeated(field) else (value,):
                 if not -(2**31) <= item <= INT_MAX:
                     return name, item
     return None

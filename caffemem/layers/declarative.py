@@ -23,7 +23,10 @@ import operator
 import re
 from dataclasses import dataclass
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (a dependency there)
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from caffemem.errors import CaffememError, Location, NeedsInput, excerpt
 from caffemem.graph import LayerShapes, Shape

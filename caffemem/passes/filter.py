@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from caffemem.errors import CaffememError, Location
-from caffemem.schema import caffe_pb2
+from caffemem.schema import caffe_pb2, is_repeated
 
 PHASES = {"TRAIN": caffe_pb2.TRAIN, "TEST": caffe_pb2.TEST}
 
@@ -76,7 +76,7 @@ def filter_net(
 
 def _copy_field(message, field, value) -> None:
     """Set one field of ``message`` to another message's ``value`` of it."""
-    if field.is_repeated:
+    if is_repeated(field):
         target = getattr(message, field.name)
         if field.message_type is not None:
             for item in value:

@@ -11,6 +11,7 @@ import bisect
 import codecs
 import os
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +102,31 @@ def load(
     return _check_names(NetSource(message, file, _layer_lines(text, layer_blocks(text, tokens)), notes=tuple(notes)))
 
 
+_LAYER_PATH = re.compile(r"layers?\[(\d+)\]\.")
+
+
+def _check_required(source: NetSource) -> None:
+    """Caffe's parser refuses a message whose `required` fields are missing (a fork layer's
+    ``spatial_scale``, ``roi_per_img``...); protobuf's Python text parser does not, and
+    some runtimes fail later, on a copy.  Refused here, at the layer, as Caffe would."""
+    if source.proto.IsInitialized():
+        return
+    missing = source.proto.FindInitializationErrors()[0]
+    where = Location(file=source.file)
+    match = _LAYER_PATH.match(missing)
+    if match:
+        layers = source.proto.layer if missing.startswith("layer[") else source.proto.layers
+        layer = layers[int(match.group(1))]
+        where = Location(file=source.file, line=source.line_of(layer.name), layer=layer.name, layer_type=layer.type if isinstance(layer.type, str) else None)
+        missing = missing[match.end() :]
+    raise CaffememError(f"required field {missing} is missing (Caffe refuses the file without it)", where)
+
+
 def _check_names(source: NetSource) -> NetSource:
     """Layer, blob and parameter names of a sane length: Caffe sets no limit, but a name of
-    megabytes is no net definition, and every message and table would carry it."""
+    megabytes is no net definition, and every message and table would carry it.  (Also
+    the required fields, see _check_required.)"""
+    _check_required(source)
     for layer in list(source.proto.layer) + list(source.proto.layers):
         names = [("name", layer.name), ("type", layer.type if isinstance(layer.type, str) else "")]
         names += [("bottom", n) for n in layer.bottom] + [("top", n) for n in layer.top] + [("param name", p.name) for p in layer.param if hasattr(p, "name")]
@@ -306,7 +329,14 @@ def _load_binary(data: bytes, file: str) -> NetSource:
     """A binary NetParameter (.caffemodel): keep parameter shapes, drop the weights."""
     net = caffe_pb2.NetParameter()
     try:
-        net.ParseFromString(data)
+        with warnings.catch_warnings(record=True) as caught:
+            # protobuf 3.20's runtime only warns where the others raise: "Unexpected
+            # end-group tag: Not all data was converted".
+            warnings.simplefilter("always")
+            net.ParseFromString(data)
+        for warning in caught:
+            if issubclass(warning.category, RuntimeWarning):
+                raise DecodeError(str(warning.message))
     except (DecodeError, RuntimeError, ValueError) as error:
         raise CaffememError(f"binary file is not a Caffe NetParameter ({error})", Location(file=file)) from None
     if not (len(net.layer) or len(net.layers)):

@@ -22,7 +22,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 
 from caffemem.errors import CaffememError, Location
-from caffemem.schema import caffe_pb2
+from caffemem.schema import caffe_pb2, is_repeated
 
 __all__ = [
     "SOLVER_TYPE_NAMES",
@@ -399,9 +399,7 @@ _V0_SILENTLY_DROPPED: tuple[str, ...] = ("new_num", "new_channels")
 def _set_field(message: Any, field: str, value: Any) -> None:
     """Set (or, for a repeated field, append to) `field`; copy sub-messages."""
     descriptor = message.DESCRIPTOR.fields_by_name[field]
-    repeated = getattr(descriptor, "is_repeated", None)
-    if repeated is None:  # protobuf runtimes before `is_repeated` existed
-        repeated = descriptor.label == descriptor.LABEL_REPEATED
+    repeated = is_repeated(descriptor)
     value = _converted(value, descriptor.cpp_type)
     if repeated:
         getattr(message, field).append(value)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from caffemem.prototxt.textmap import LAYER_FIELDS
-from caffemem.schema import caffe_pb2
+from caffemem.schema import caffe_pb2, is_repeated
 
 # protobuf's tokens (text_format.Tokenizer._TOKEN), strings without escapes only; group 1:
 # a word, 2: a number, 3: a string, 4: punctuation, 5: any other character (the end of
@@ -117,7 +117,7 @@ def _fields_of(descriptor: Descriptor) -> dict[str, _Field]:
         for field in descriptor.fields:
             if field.containing_oneof is not None:
                 continue  # protobuf's oneof checks are not repeated here: such a field takes the slow path
-            repeated = field.is_repeated
+            repeated = is_repeated(field)
             if field.type == FieldDescriptor.TYPE_MESSAGE:
                 found[field.name] = _Field(field.name, True, repeated, None)
             elif field.type == FieldDescriptor.TYPE_ENUM:

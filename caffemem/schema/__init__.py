@@ -11,9 +11,11 @@ Typical use::
 
     net = text_format.Parse(text, caffe_pb2.NetParameter())
 
-The generated module registers ``caffe.proto`` (package ``caffe``) in
-protobuf's default descriptor pool, so it cannot be imported in the same
-process as another ``caffe_pb2`` (for example pycaffe's).
+The generated module registers ``caffe.proto`` (package ``caffe``) in its own
+descriptor pool, never protobuf's default one: pycaffe's ``caffe_pb2`` and
+caffemem live in one process, imported in either order.  It carries no
+runtime version check, so it loads on protobuf 3.20 to current
+(see ``regenerate.portable``).
 
 ``caffe_pb2`` is loaded on first access (``from caffemem.schema import
 caffe_pb2`` and ``caffemem.schema.caffe_pb2`` both work).
@@ -23,6 +25,13 @@ import importlib
 from typing import Any
 
 __all__ = ["caffe_pb2", "forks"]
+
+
+def is_repeated(field: Any) -> bool:
+    """A FieldDescriptor's repeatedness on every protobuf runtime: ``is_repeated``
+    (protobuf 5.28 on; ``label`` is gone in 7), else ``label`` (3.20 to 5.27)."""
+    repeated = getattr(field, "is_repeated", None)
+    return repeated if repeated is not None else field.label == field.LABEL_REPEATED
 
 
 def __getattr__(name: str) -> Any:

@@ -79,7 +79,26 @@ def generate(proto: Path = DEFAULT_PROTO) -> str:
         generated = Path(out) / (proto.stem + "_pb2.py")
         if not generated.is_file():  # pragma: no cover
             raise RegenerateError(f"protoc wrote no {generated.name}")
-        return generated.read_text(encoding="utf-8")
+        return portable(generated.read_text(encoding="utf-8"))
+
+
+_RUNTIME_IMPORT = "from google.protobuf import runtime_version as _runtime_version\n"
+_RUNTIME_CHECK = re.compile(r"_runtime_version\.ValidateProtobufRuntimeVersion\([^)]*\)\n")
+_DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
+
+
+def portable(text: str) -> str:
+    """protoc's module, made to live beside pycaffe and on older runtimes:
+
+    - its own descriptor pool instead of protobuf's default one, where pycaffe's
+      ``caffe_pb2`` registers a different ``caffe.proto``: either may be imported first;
+    - no runtime version check (``runtime_version`` exists only from protobuf 5.26; the
+      builder calls the module makes exist from 3.20 on), so one file serves every
+      protobuf a Caffe install runs, 3.20 to current."""
+    if _DEFAULT_POOL not in text:  # pragma: no cover - a protoc that writes other code
+        raise RegenerateError("protoc's output has no default-pool registration to replace")
+    text = _RUNTIME_CHECK.sub("", text.replace(_RUNTIME_IMPORT, ""))
+    return text.replace(_DEFAULT_POOL, "POOL = _descriptor_pool.DescriptorPool()  # caffemem's own: see regenerate.portable\nDESCRIPTOR = POOL.AddSerializedFile(")
 
 
 def _gencode_version(text: str) -> Optional[str]:

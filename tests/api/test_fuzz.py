@@ -26,7 +26,7 @@ from random_nets import caffe_nets
 
 from caffemem.cli import main
 from caffemem.layers.registry import builtin_specs
-from caffemem.schema import caffe_pb2
+from caffemem.schema import caffe_pb2, is_repeated
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
@@ -167,10 +167,10 @@ def fill(draw, message, depth: int = 0) -> None:
         field = draw(st.sampled_from(fields))
         if field.message_type is not None:
             if depth < 2:
-                inner = getattr(message, field.name).add() if field.is_repeated else getattr(message, field.name)
+                inner = getattr(message, field.name).add() if is_repeated(field) else getattr(message, field.name)
                 inner.SetInParent()
                 fill(draw, inner, depth + 1)
-        elif field.is_repeated:
+        elif is_repeated(field):
             getattr(message, field.name).append(scalar_value(draw, field))
         else:
             setattr(message, field.name, scalar_value(draw, field))

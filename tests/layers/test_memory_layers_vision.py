@@ -277,7 +277,7 @@ def test_roi_pooling_keeps_max_idx_and_leaves_the_rois_alone(tmp_path):
 def test_psroi_pooling_backward_zeroes_the_rois_diff(tmp_path):
     # R-FCN psroi_pooling_layer.cu (no CPU code): top and mapping_channel_ (3,2,2,2) 96 bytes
     # each; Backward: top diff 96 + feature diff 512 + the rois' diff 3*5*4 = 60.
-    layer = 'layer { name: "ps" type: "PSROIPooling" bottom: "feat" bottom: "rois" top: "y" psroi_pooling_param { output_dim: 2 group_size: 2 } }\n'
+    layer = 'layer { name: "ps" type: "PSROIPooling" bottom: "feat" bottom: "rois" top: "y" psroi_pooling_param { spatial_scale: 0.0625 output_dim: 2 group_size: 2 } }\n'
     assert layer_bytes(tmp_path, FORCE + ROI + layer, "ps") == (32, 192, 96 + 512 + 60)
 
 

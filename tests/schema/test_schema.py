@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:  # running from a checkout without installing
 
 from google.protobuf import descriptor_pb2, text_format  # noqa: E402
 
-from caffemem.schema import caffe_pb2, forks, regenerate  # noqa: E402
+from caffemem.schema import caffe_pb2, forks, is_repeated, regenerate  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 MODELS = SHARED / "models"
@@ -204,7 +204,7 @@ def test_memory_optimization_parameter_matches_fork():
     desc = caffe_pb2.MemoryOptimizationParameter.DESCRIPTOR.fields_by_name
     assert desc["optimize_train"].default_value is True
     assert desc["optimize_test"].default_value is False
-    assert desc["exclude_blob"].is_repeated  # (FieldDescriptor.label is gone in protobuf 7)
+    assert is_repeated(desc["exclude_blob"])  # (FieldDescriptor.label is gone in protobuf 7)
     assert desc["slot"].message_type.name == "MemorySlot"
     msg = caffe_pb2.MemoryOptimizationParameter()
     assert msg.optimize_train is True and msg.optimize_test is False
