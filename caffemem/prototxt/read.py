@@ -4,6 +4,7 @@ is read.  What is not a regular file is refused before any read (a FIFO would bl
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -42,4 +43,6 @@ def read_input(file: str, max_text_bytes: int = MAX_TEXT_BYTES, what: str = "net
     except PermissionError:
         raise CaffememError("permission denied", where) from None
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise CaffememError("is a symbolic link loop (the link leads back to itself): point it at the real file", where) from None
         raise CaffememError(f"cannot read: {error.strerror or error}", where) from None

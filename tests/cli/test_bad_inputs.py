@@ -208,7 +208,7 @@ CASES = [
     Case("empty file", write_bytes("empty.prototxt", b""), ("defines no layers", "empty or cut short")),
     Case("a folder as NET", a_folder, ("is a directory",)),
     Case("a missing NET", lambda folder: folder / "absent.prototxt", ("file not found",)),
-    Case("symlink loop", symlink_loop, ("cannot read", "symbolic links")),
+    Case("symlink loop", symlink_loop, ("is a symbolic link loop", "point it at the real file")),
     Case("binary garbage", write_bytes("garbage.bin", random.Random(7).randbytes(4096)), ("binary file is not a Caffe NetParameter",)),
     Case("caffemodel cut in the middle", truncated_caffemodel, ("binary file is not a Caffe NetParameter",)),
     Case(

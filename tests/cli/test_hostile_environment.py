@@ -11,7 +11,6 @@ import socket
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
