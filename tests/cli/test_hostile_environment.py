@@ -20,13 +20,7 @@ from caffemem.cli import main
 from caffemem.prototxt.write import line_ending, locked
 
 LENET = FIXTURES / "examples" / "lenet_train.prototxt"
-FORK_DEFECT_NET = """\
-layer { name: "input" type: "Input" top: "data" top: "label" input_param { shape { dim: 2 dim: 3 } shape { dim: 2 } } }
-layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 4 } }
-layer { name: "side" type: "ReLU" bottom: "ip" top: "side" }
-layer { name: "score" type: "InnerProduct" bottom: "ip" top: "score" inner_product_param { num_output: 3 } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "score" bottom: "label" top: "loss" }
-"""
+FORK_DEFECT_NET = FIXTURES / "plan" / "fork_defect.prototxt"  # docs/fork-memopt.md §10
 
 
 def run(*args) -> "CliRunner.invoke":
@@ -137,8 +131,7 @@ def test_a_stale_temporary_file_never_blocks_the_next_run(tmp_path):
 
 
 def test_target_fork_refuses_to_write_a_plan_the_forks_optimizer_would_corrupt(tmp_path):
-    net, out = tmp_path / "net.prototxt", tmp_path / "out.prototxt"
-    net.write_text(FORK_DEFECT_NET)
+    net, out = FORK_DEFECT_NET, tmp_path / "out.prototxt"
     result = CliRunner().invoke(main, ["optimize", str(net), "--phase", "TRAIN", "--target", "fork", "-o", str(out)])
     assert result.exit_code == 1 and "would corrupt this net in TRAIN" in result.output
     assert not out.exists()

@@ -275,13 +275,7 @@ def test_a_blob_the_net_does_not_have_is_caught(net):
 
 # ----------------------------------------------------------------------------- cases these properties found
 
-FORK_DEFECT_NET = """\
-layer { name: "input" type: "Input" top: "data" top: "label" input_param { shape { dim: 2 dim: 3 } shape { dim: 2 } } }
-layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 4 } }
-layer { name: "side" type: "ReLU" bottom: "ip" top: "side" }
-layer { name: "score" type: "InnerProduct" bottom: "ip" top: "score" inner_product_param { num_output: 3 } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "score" bottom: "label" top: "loss" }
-"""
+FORK_DEFECT_NET = (FIXTURES / "plan" / "fork_defect.prototxt").read_text()
 
 
 def test_the_fork_shares_a_gradient_that_caffe_relies_on_being_zero():
