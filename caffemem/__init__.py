@@ -3,8 +3,8 @@
 The public API (the CLI is a thin layer over it)::
 
     import caffemem
-    analysis = caffemem.analyze("train_val.prototxt", caffemem.Options(phase="TRAIN"))
-    result = caffemem.optimize("train_val.prototxt", caffemem.Options(), caffemem.OptimizeSettings())
+    analysis = caffemem.analyze("train_val.prototxt", phase="TRAIN", inputs={"data": (32, 3, 224, 224)})
+    result = caffemem.optimize(net_parameter)  # a path, prototxt text or a NetParameter (pycaffe's too)
 
 Every problem with the user's input is a :class:`CaffememError` naming file, line and layer.
 """
@@ -26,10 +26,10 @@ from caffemem.api import (
     verify,
 )
 from caffemem.errors import CaffememError, Location
-from caffemem.passes.load import load
+from caffemem.passes.load import NetText, load
 
 __all__ = [
-    "Analysis", "CaffememError", "FitRequest", "FitResult", "Location", "NetAnalysis", "OptimizeResult",
+    "Analysis", "CaffememError", "FitRequest", "FitResult", "Location", "NetAnalysis", "NetText", "OptimizeResult",
     "OptimizeSettings", "Options", "PhasePlan", "Verdict", "__version__", "analyze", "fit", "load", "optimize",
     "verify",
 ]  # fmt: skip

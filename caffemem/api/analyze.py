@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape, ShapedGraph
 from caffemem.layers.registry import SpecTable
@@ -77,8 +78,19 @@ def spec_table(options: Options) -> SpecTable:
     return SpecTable(load_declarations(options.layers_file))
 
 
-def analyze(path: str, options: Options = Options()) -> Analysis:
-    """Load a net or solver and infer the shapes of every net it defines."""
+def analyze(
+    net: NetLike,
+    options: Options = Options(),
+    *,
+    phase: str | None = None,
+    inputs: Mapping[str, Sequence[int]] | None = None,
+    batch: int | None = None,
+) -> Analysis:
+    """Load a net or solver (a path, prototxt text or a NetParameter) and infer the shapes
+    and bytes of every net it defines.  ``phase``, ``inputs`` and ``batch`` override
+    ``options``' own."""
+    options = with_overrides(options, phase, inputs, batch)
+    path = as_source(net)
     specs = spec_table(options)
     source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
     if isinstance(source, SolverSource):
@@ -88,7 +100,19 @@ def analyze(path: str, options: Options = Options()) -> Analysis:
     state = make_state(phase, options.stages, options.level, base=upgraded.state)
     net = build_net(source, upgraded, state, options, specs)
     memory = simulate(net, specs, options.dtype, options.engine)
-    return Analysis(path, "net", (NetAnalysis("net", 0, source.file, net, memory, tuple(source.notes) + tuple(notes) + memory.notes),))
+    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, tuple(source.notes) + tuple(notes) + memory.notes),))
+
+
+def with_overrides(options: Options, phase: str | None, inputs: Mapping[str, Sequence[int]] | None, batch: int | None) -> Options:
+    """``options`` with the keyword arguments of the library calls applied."""
+    changes: dict = {}
+    if phase is not None:
+        changes["phase"] = phase.upper()
+    if inputs is not None:
+        changes["inputs"] = {name: tuple(int(d) for d in shape) for name, shape in inputs.items()}
+    if batch is not None:
+        changes["batch"] = batch
+    return replace(options, **changes) if changes else options
 
 
 def build_net(

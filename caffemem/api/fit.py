@@ -11,7 +11,7 @@ promise is the one checked: the batch reported fits and the next one does not.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -22,7 +22,9 @@ from caffemem.api.analyze import (
     analyze,
     default_phase,
     spec_table,
+    with_overrides,
 )
+from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import SolverSource, load
 from caffemem.passes.memory import MemoryReport
@@ -278,7 +280,7 @@ class FitResult:
         return None if per_sample is None or self.bytes is None else self.bytes - self.search.batch * per_sample
 
 
-def fit(path: str, options: Options, request: FitRequest) -> FitResult:
+def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | None = None, inputs: Mapping[str, Sequence[int]] | None = None) -> FitResult:
     """The largest batch per GPU whose footprint fits `request.budget`, and the batch and
     iter_size that reach `request.effective_batch`.  `options.batch` is ignored: the batch
     is what varies."""
@@ -288,6 +290,8 @@ def fit(path: str, options: Options, request: FitRequest) -> FitResult:
         raise CaffememError("--gpus and --effective-batch must be at least 1")
     if request.effective_batch is not None and request.effective_batch % request.gpus:
         raise CaffememError(f"--effective-batch {request.effective_batch} is not a multiple of --gpus {request.gpus} (every GPU runs the same batch)")
+    options = with_overrides(options, phase, inputs, None)
+    path = as_source(net)
     subject = subject_of(path, options, request.optimized)
     evaluations = Evaluations(subject.measure, request.budget)
     search = largest_fitting_batch(evaluations)
@@ -304,7 +308,7 @@ def fit(path: str, options: Options, request: FitRequest) -> FitResult:
         notes += ("with several GPUs only the root solver (the first GPU) builds the test nets: these figures are that GPU's, the others need less",)
     if schedule is not None and request.effective_batch is not None:
         notes += schedule_notes(schedule, search.batch)
-    return FitResult(path, subject, request, search, schedule, made, tuple(dict.fromkeys(notes)))
+    return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)))
 
 
 def search_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...]) -> tuple[str, ...]:
@@ -369,7 +373,7 @@ def subject_of(path: str, options: Options, optimized: bool) -> Subject:
 def _solver_subject(path: str, source: SolverSource, options: Options, optimized: bool) -> Subject:
     """Only the train net's batch varies: the test nets keep the batch their files give."""
     if options.phase not in (None, "TRAIN"):
-        raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=path))
+        raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=str(path)))
     solver, _ = upgrade_solver(source.proto, source.file)
     train_options = replace(options, phase="TRAIN")
     tests = analyze(path, replace(options, phase="TEST", batch=None)).nets

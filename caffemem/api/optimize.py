@@ -7,9 +7,11 @@ smallest safe one; the fork's own plan is computed alongside as the baseline.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, default_phase, spec_table
+from caffemem.api.analyze import Options, build_net, default_phase, spec_table, with_overrides
+from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
@@ -17,7 +19,7 @@ from caffemem.layers.registry import SpecTable
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
 from caffemem.passes.liveness import Liveness, lifetimes
-from caffemem.passes.load import NetSource, SolverSource, load
+from caffemem.passes.load import NetSource, NetText, SolverSource, load
 from caffemem.passes.memory import (
     MemoryReport,
     Run,
@@ -169,21 +171,32 @@ def planned_report(shaped: ShapedGraph, specs: SpecTable, options: Options, sett
     return plan_phase(shaped, specs, options, settings).planned
 
 
-def optimize(path: str, options: Options, settings: OptimizeSettings, force: bool = False) -> OptimizeResult:
+def optimize(
+    net: NetLike,
+    options: Options = Options(),
+    settings: OptimizeSettings = OptimizeSettings(),
+    force: bool = False,
+    *,
+    phase: str | None = None,
+    inputs: Mapping[str, Sequence[int]] | None = None,
+    batch: int | None = None,
+) -> OptimizeResult:
     """Plan every phase the user asked for (default: TRAIN and TEST for a net that
-    trains, TEST for a deploy net)."""
+    trains, TEST for a deploy net).  ``net``: a path, prototxt text or a NetParameter."""
+    options = with_overrides(options, phase, inputs, batch)
+    path = as_source(net)
     specs = spec_table(options)
     source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
     if isinstance(source, SolverSource):
-        raise CaffememError("optimize takes a net definition, not a solver: pass the solver's net file", Location(file=path))
+        raise CaffememError("optimize takes a net definition, not a solver: pass the solver's net file", Location(file=str(path)))
     if source.proto.HasField("mem_param") and not force:
-        raise CaffememError("the file already has a mem_param (it was planned before); pass --force to plan it again", Location(file=path))
+        raise CaffememError("the file already has a mem_param (it was planned before); pass --force to plan it again", Location(file=str(path)))
     upgraded, _ = upgrade_net(source.proto, source.file)
     exclude = excluded_blobs(source.proto, settings.exclude)
     settings = replace(settings, exclude=exclude)
     as_given, inplace = (source, upgraded), None
     if settings.inplace:
-        inplace = make_in_place(read_exact(path), source, upgraded, specs, exclude, _run_of(source, options, specs))
+        inplace = make_in_place(path.text if isinstance(path, NetText) else read_exact(path), source, upgraded, specs, exclude, _run_of(source, options, specs))
         source = replace(source, proto=inplace.net)
         upgraded, _ = upgrade_net(inplace.net, source.file)
     if options.phase:
@@ -204,8 +217,8 @@ def optimize(path: str, options: Options, settings: OptimizeSettings, force: boo
         results.append(planned)
     unknown = [name for name in settings.exclude if name not in known]
     if unknown:
-        raise CaffememError(f"--exclude-blob {unknown[0]}: no blob of that name in the net", Location(file=path))
-    return OptimizeResult(path, source, exclude, tuple(results), inplace)
+        raise CaffememError(f"--exclude-blob {unknown[0]}: no blob of that name in the net", Location(file=str(path)))
+    return OptimizeResult(str(path), source, exclude, tuple(results), inplace)
 
 
 

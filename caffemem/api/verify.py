@@ -4,9 +4,11 @@ the planners (plan/verify.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from caffemem.api.analyze import Options, analyze, spec_table
+from caffemem.api.analyze import Options, analyze, spec_table, with_overrides
+from caffemem.api.source import NetLike, as_source
 from caffemem.passes.schedule import build_schedule
 from caffemem.plan.verify import Violation, read_plan, verify_plan
 
@@ -24,11 +26,14 @@ class Verdict:
         return not self.violations
 
 
-def verify(path: str, plan_file: str, options: Options = Options()) -> tuple[Verdict, ...]:
-    """Every phase the plan file holds (or only ``options.phase``), replayed over the net."""
+def verify(net: NetLike, plan_file: str, options: Options = Options(), *, phase: str | None = None, inputs: Mapping[str, Sequence[int]] | None = None) -> tuple[Verdict, ...]:
+    """Every phase the plan file holds (or only ``options.phase``), replayed over the net
+    (a path, prototxt text or a NetParameter)."""
+    options = with_overrides(options, phase, inputs, None)
+    path = as_source(net)
     verdicts = []
-    for phase, plan in read_plan(plan_file, options.phase):
-        at_phase = replace(options, phase=phase)
+    for plan_phase, plan in read_plan(plan_file, options.phase):
+        at_phase = replace(options, phase=plan_phase)
         net = analyze(path, at_phase).nets[0]
         schedule = build_schedule(net.shaped, spec_table(at_phase), options.dtype, options.engine)
         verdicts.append(Verdict(net.phase, len(plan.slot_bytes), tuple(verify_plan(schedule, plan))))

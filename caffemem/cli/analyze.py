@@ -23,7 +23,16 @@ from caffemem.cli.common import (
 @click.option("--html", "html_file", type=str, metavar="FILE", help=HTML_HELP)
 @reports_errors
 def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, as_json, html_file) -> None:
-    """Every layer's shapes and the bytes Caffe will allocate for it, as Caffe builds the net."""
+    """Every layer's shapes and the bytes Caffe will allocate for it, as Caffe builds the net.
+
+    NET is a net (its TRAIN phase if it has a loss, else TEST, unless --phase), a solver
+    (its train and test nets, and the whole training process) or a binary .caffemodel.
+
+    \b
+    Examples:
+      caffemem analyze models/bvlc_alexnet/train_val.prototxt --input data=256,3,227,227 --input label=256
+      caffemem analyze deploy.prototxt --phase TEST --json > memory.json
+    """
     from caffemem.api.analyze import analyze as run_analysis
     from caffemem.report.document import to_json
     from caffemem.report.terminal import print_tables

@@ -36,7 +36,12 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     """Fail when a net outgrows the memory budget or its committed baseline (a CI gate).
 
     PATHs are files, folders (every *.prototxt below them) and globs; a solver is
-    checked as its whole training process.
+    checked as its whole training process; a net in every phase it has (or --phase).
+
+    \b
+    Examples:
+      caffemem check models/ --budget 11GiB
+      caffemem check models/ --baseline .caffemem-baseline.json --format github
     """
     from caffemem.api.analyze import Options, parse_inputs
     from caffemem.api.check import (

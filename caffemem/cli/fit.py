@@ -27,7 +27,13 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
     """The largest batch per GPU whose memory fits the card (exact, confirmed at the next batch).
 
     NET is a net (its TRAIN phase if it trains, else TEST, or --phase) or a solver (the
-    whole training process: train net, solver history, test nets)."""
+    whole training process: train net, solver history, test nets).
+
+    \b
+    Examples:
+      caffemem fit solver.prototxt --gpu-memory 11GiB
+      caffemem fit train_val.prototxt --gpu-memory 16GB --gpus 4 --effective-batch 256 --optimized
+    """
     from caffemem.api.fit import FitRequest
     from caffemem.api.fit import fit as run_fit
     from caffemem.report.fit import fit_json, fit_lines, nothing_fits_message

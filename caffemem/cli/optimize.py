@@ -36,7 +36,16 @@ from caffemem.plan.strategies import STRATEGY_NAMES
 @click.option("--html", "html_file", type=str, metavar="FILE", help=HTML_HELP)
 @reports_errors
 def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, output, strategy, exclude, share_buffers, inplace, target, plan_json, in_place_file, force, as_json, html_file) -> None:
-    """Plan shared storage for the net's blobs and write it as mem_param."""
+    """Plan shared storage for the net's blobs and write it as mem_param.
+
+    Plans TRAIN and TEST for a net that trains (TEST for a deploy net) unless --phase;
+    every plan is checked by the verifier before it is written.
+
+    \b
+    Examples:
+      caffemem optimize train_val.prototxt -o train_val.optimized.prototxt
+      caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
+    """
     from caffemem.api.optimize import OptimizeSettings
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location

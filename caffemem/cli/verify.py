@@ -17,7 +17,15 @@ from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, opti
 @click.argument("plan", type=str)
 @reports_errors
 def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine) -> None:
-    """Check a plan (JSON from `optimize --json`/`--plan-json`) against the net's run."""
+    """Check a plan (JSON from `optimize --json`/`--plan-json`) against the net's run.
+
+    Every phase the plan holds is replayed (or only --phase).
+
+    \b
+    Examples:
+      caffemem verify train_val.prototxt plan.json
+      caffemem verify train_val.prototxt plan.json --phase TEST --input data=10,3,224,224
+    """
     from caffemem.api.verify import verify
 
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)

@@ -70,8 +70,21 @@ class SolverSource:
 Source = NetSource | SolverSource
 
 
+@dataclass(frozen=True)
+class NetText:
+    """A net or solver given as prototxt text instead of a file (the library API: a
+    notebook's string, or pycaffe's NetParameter printed); ``name`` stands for the file
+    in messages.  A solver's relative net paths are taken from the working directory."""
+
+    text: str
+    name: str = "<text>"
+
+    def __str__(self) -> str:
+        return self.name
+
+
 def load(
-    path: str | os.PathLike,
+    path: str | os.PathLike | NetText,
     *,
     lenient: bool = False,
     cwd: str | os.PathLike | None = None,
@@ -82,7 +95,7 @@ def load(
 
     ``expect_net``: the file is a solver's net, so a solver here is an error (not a loop)."""
     file = str(path)
-    data = read_input(file, max_text_bytes)
+    data = path.text.encode("utf-8", "surrogateescape") if isinstance(path, NetText) else read_input(file, max_text_bytes)
     text = _as_text(data, file)
     if text is None:
         return _check_names(_load_binary(data, file))

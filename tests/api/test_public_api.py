@@ -24,3 +24,43 @@ def test_optimize_with_shared_buffers_saves_in_every_phase():
     result = caffemem.optimize(LENET, caffemem.Options(), caffemem.OptimizeSettings(share_buffers=True))
     assert [p.phase for p in result.phases] == ["TRAIN", "TEST"]
     assert all(p.savings > 0 for p in result.phases)
+
+
+def test_a_net_may_be_a_path_its_text_or_a_netparameter():
+    from google.protobuf import text_format
+
+    from caffemem.schema import caffe_pb2
+
+    text = open(LENET, encoding="utf-8").read()
+    message = text_format.Parse(text, caffe_pb2.NetParameter())
+    figures = {kind: caffemem.analyze(net, phase="TEST").nets[0].memory.total_bytes for kind, net in (("path", LENET), ("text", text), ("message", message))}
+    assert len(set(figures.values())) == 1, figures
+
+
+def test_keyword_arguments_override_the_options():
+    # data 32x1x28x28 float: 100,352 bytes instead of the file's 64x1x28x28 (200,704).
+    analysis = caffemem.analyze(LENET, caffemem.Options(phase="TRAIN"), phase="test", inputs={"data": [32, 1, 28, 28], "label": [32]})
+    net = analysis.nets[0]
+    assert net.phase == "TEST" and net.shaped.blob_shapes["data"] == (32, 1, 28, 28)
+    assert caffemem.analyze(LENET, phase="TEST", batch=8).nets[0].shaped.blob_shapes["label"] == (8,)
+
+
+def test_the_library_gives_the_clis_figures():
+    import json
+
+    from click.testing import CliRunner
+
+    from caffemem.cli import main
+
+    printed = json.loads(CliRunner().invoke(main, ["optimize", LENET, "--json"]).output)
+    result = caffemem.optimize(LENET)
+    assert [p["bytes"]["planned"] for p in printed["phases"]] == [p.planned.heap_total for p in result.phases]
+
+
+def test_text_that_is_no_net_is_refused_as_bad_input():
+    try:
+        caffemem.analyze("layer { name: 'a' type: 'Nope' }")
+    except caffemem.CaffememError as error:
+        assert str(error).startswith("<text>:1") and "Nope" in str(error)
+    else:
+        raise AssertionError("an unknown layer type must be refused")

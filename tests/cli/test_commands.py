@@ -30,6 +30,8 @@ def test_every_command_answers_help(command):
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0, result.output
     assert f"Usage: main {command}" in result.output or f"Usage: caffemem {command}" in result.output
+    assert "Examples:" in result.output and f"caffemem {command} " in result.output.split("Examples:")[1]
+    assert "Exit codes: 0 ok, 1 a finding" in result.output
 
 
 @pytest.mark.parametrize("strategy", STRATEGY_NAMES)
