@@ -17,6 +17,7 @@ from caffemem.cli.check import check_command
 from caffemem.cli.common import EXIT_CODES_HELP, CaffememGroup
 from caffemem.cli.fit import fit_command
 from caffemem.cli.optimize import optimize_command
+from caffemem.cli.patch import patch_command
 from caffemem.cli.verify import verify_command
 
 
@@ -29,7 +30,7 @@ def main() -> None:
     gc.disable()
 
 
-for _command in (analyze_command, optimize_command, verify_command, check_command, fit_command):
+for _command in (analyze_command, optimize_command, verify_command, check_command, fit_command, patch_command):
     main.add_command(_command)
 
 

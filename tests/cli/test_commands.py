@@ -15,10 +15,10 @@ from caffemem.cli import main
 from caffemem.plan.strategies import STRATEGY_NAMES
 
 LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
-COMMANDS = ("analyze", "optimize", "verify", "check", "fit")
+COMMANDS = ("analyze", "optimize", "verify", "check", "fit", "patch")
 
 
-def test_python_dash_m_caffemem_lists_the_five_commands():
+def test_python_dash_m_caffemem_lists_every_command():
     done = subprocess.run([sys.executable, "-m", "caffemem", "--help"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     listed = {line.split()[0] for line in done.stdout.split("Commands:")[1].splitlines() if line.strip()}

@@ -1,0 +1,76 @@
+// caffemem runtime patch v1: added by `caffemem patch` (caffemem/runtime/cpp).
+#ifndef CAFFE_UTIL_MEM_SLOTS_HPP_
+#define CAFFE_UTIL_MEM_SLOTS_HPP_
+
+#include <string>
+#include <vector>
+
+#include "caffe/common.hpp"
+#include "caffe/proto/caffe.pb.h"
+#include "caffe/syncedmem.hpp"
+#include "caffe/util/layer_buffers.hpp"
+
+namespace caffe {
+
+template <typename Dtype> class Net;
+
+/**
+ * @brief Runs a net in the memory `caffemem optimize` planned for it: the slot
+ *        table of NetParameter.mem_param (messages MemorySlot, MemorySlotMember
+ *        in caffe.proto).
+ *
+ * At the end of Net::Init, Bind() looks at the slots whose phase is the net's.
+ * None: nothing happens, the net runs exactly as stock Caffe. Otherwise it
+ *   1. checks the whole table against the net before touching anything: every
+ *      member names a blob ("conv1"), a layer's buffer ("3:conv2/col_buffer")
+ *      or a parameter ("1:conv1#0") of this net, its storage ("data"/"diff")
+ *      exists and fits in its slot at its offset, and each slot is exactly as
+ *      large as its members need (a table planned for other shapes, e.g.
+ *      another batch size, fails here). Any mismatch is a LOG(FATAL) naming the
+ *      member and asking to rerun `caffemem optimize`;
+ *   2. allocates one buffer per slot (zero-filled, like SyncedMemory does) and
+ *      points each member's SyncedMemory at slot base + offset
+ *      (SyncedMemory::set_cpu_data, or set_gpu_data in GPU mode). Storages that
+ *      already hold values (parameters, loss weights, multipliers written in
+ *      SetUp) are copied into the slot first; their old memory is freed.
+ *
+ * A later Reshape that outgrows a member's storage never writes past the slot:
+ * Blob::Reshape then gives the blob a fresh SyncedMemory of its own, exactly as
+ * stock Caffe does. CheckBindings() (after every Forward) notices it and logs
+ * one LOG(WARNING) naming those storages; the other members keep their slots.
+ * (Chosen over LOG(FATAL): a net may legitimately be reshaped, e.g. pycaffe's
+ * net.blobs['data'].reshape(); the run stays correct, only the saving shrinks.)
+ */
+template <typename Dtype>
+class MemorySlots {
+ public:
+  /// NULL when param has no slot for net's phase.
+  static shared_ptr<MemorySlots<Dtype> > Bind(const NetParameter& param,
+      Net<Dtype>* net);
+  ~MemorySlots();
+  /// One LOG(WARNING) naming the bound storages that left their slots since.
+  void CheckBindings();
+  /// Bytes of all slots.
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Binding {
+    string name;        // "conv1 (data)"
+    LayerBuffers::Buffer storage;
+    bool diff;
+    SyncedMemory* bound;
+  };
+  MemorySlots() : bytes_(0), gpu_(false) {}
+  void Free();
+
+  vector<void*> slots_;
+  vector<Binding> bindings_;
+  size_t bytes_;
+  bool gpu_;
+
+  DISABLE_COPY_AND_ASSIGN(MemorySlots);
+};
+
+}  // namespace caffe
+
+#endif  // CAFFE_UTIL_MEM_SLOTS_HPP_

@@ -1,0 +1,156 @@
+"""caffemem.runtime's patching of a Caffe source tree (no build needed): flavour
+detection, all-or-nothing, idempotent, exact revert, refusals that change nothing, and
+the `caffemem patch` command."""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from runtime_caffe import BVLC_TARBALL, FORK_TARBALL
+
+from caffemem import runtime
+from caffemem.cli import main
+from caffemem.errors import CaffememError
+
+
+def patch(*args: str):
+    """`caffemem patch ARGS...` through the real command group."""
+    return CliRunner().invoke(main, ["patch", *args])
+
+
+def _unpack(tarball: Path, dest: Path) -> Path:
+    if not tarball.is_file():
+        pytest.skip(f"{tarball} missing")
+    dest.mkdir()
+    subprocess.run(["tar", "-xJf", str(tarball), "-C", str(dest)], check=True)
+    return dest
+
+
+def _snapshot(tree: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(tree.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[str(p.relative_to(tree))] = hashlib.sha256(p.read_bytes()).hexdigest() + oct(p.stat().st_mode)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    return _unpack(BVLC_TARBALL, tmp_path_factory.mktemp("bvlc") / "caffe")
+
+
+@pytest.fixture
+def bvlc(pristine, tmp_path) -> Path:
+    tree = tmp_path / "caffe"
+    subprocess.run(["cp", "-a", str(pristine), str(tree)], check=True)
+    return tree
+
+
+def test_detects_bvlc(bvlc):
+    assert runtime.detect_flavour(bvlc) is runtime.Flavour.BVLC
+    status = runtime.patch_status(bvlc)
+    assert not status.applied and status.version is None
+
+
+def test_detects_the_fork(tmp_path):
+    tree = _unpack(FORK_TARBALL, tmp_path / "fork")
+    assert runtime.detect_flavour(tree) is runtime.Flavour.FORK
+
+
+def test_refuses_a_directory_that_is_not_caffe(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "README").write_text("hello")
+    before = _snapshot(tmp_path)
+    with pytest.raises(CaffememError, match="not a Caffe source tree"):
+        runtime.apply_patch(tmp_path)
+    assert _snapshot(tmp_path) == before
+
+
+def test_apply_twice_is_apply_once_and_revert_gives_the_original_bytes(bvlc):
+    original = _snapshot(bvlc)
+    status = runtime.apply_patch(bvlc)
+    assert status.applied and status.version == runtime.PATCH_VERSION
+    once = _snapshot(bvlc)
+    assert once != original
+    assert "mem_param = 200" in (bvlc / "src/caffe/proto/caffe.proto").read_text()
+    assert (bvlc / "src/caffe/util/mem_slots.cpp").is_file()
+    runtime.apply_patch(bvlc)
+    assert _snapshot(bvlc) == once
+    status = runtime.revert_patch(bvlc)
+    assert not status.applied
+    assert _snapshot(bvlc) == original
+    runtime.revert_patch(bvlc)  # reverting an unpatched tree changes nothing
+    assert _snapshot(bvlc) == original
+
+
+def test_a_tree_changed_where_we_patch_is_refused_naming_the_file(bvlc):
+    net_cpp = bvlc / "src/caffe/net.cpp"
+    net_cpp.write_text(net_cpp.read_text().replace('"Network initialization done."', '"Net ready."'))
+    before = _snapshot(bvlc)
+    with pytest.raises(CaffememError, match="src/caffe/net.cpp") as e:
+        runtime.apply_patch(bvlc)
+    assert "nothing was written" in str(e.value)
+    assert _snapshot(bvlc) == before
+
+
+def test_a_half_patched_tree_is_refused(bvlc):
+    runtime.apply_patch(bvlc)
+    # a file restored by hand: the rest is still patched
+    pristine_proto = subprocess.run(["tar", "-xJOf", str(BVLC_TARBALL), "./src/caffe/proto/caffe.proto"], capture_output=True)
+    if pristine_proto.returncode != 0:
+        pristine_proto = subprocess.run(["tar", "-xJOf", str(BVLC_TARBALL), "src/caffe/proto/caffe.proto"], capture_output=True, check=True)
+    (bvlc / "src/caffe/proto/caffe.proto").write_bytes(pristine_proto.stdout)
+    before = _snapshot(bvlc)
+    status = runtime.patch_status(bvlc)
+    assert not status.applied and "src/caffe/proto/caffe.proto" in status.pending
+    with pytest.raises(CaffememError, match="half-patched"):
+        runtime.apply_patch(bvlc)
+    with pytest.raises(CaffememError, match="src/caffe/proto/caffe.proto"):
+        runtime.revert_patch(bvlc)
+    assert _snapshot(bvlc) == before
+
+
+def test_a_read_only_tree_is_refused_and_unchanged(bvlc):
+    for p in [bvlc, *bvlc.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(stat.S_IMODE(p.stat().st_mode) & ~0o222)
+    try:
+        before = _snapshot(bvlc)
+        with pytest.raises(CaffememError, match="read-only"):
+            runtime.apply_patch(bvlc)
+        assert _snapshot(bvlc) == before
+    finally:
+        for p in [bvlc, *bvlc.rglob("*")]:
+            if not p.is_symlink():
+                p.chmod(stat.S_IMODE(p.stat().st_mode) | 0o200)
+
+
+def test_the_patch_command(bvlc):
+    result = patch(str(bvlc), "--check")
+    assert result.exit_code == 1 and "not applied" in result.output
+    result = patch(str(bvlc))
+    assert result.exit_code == 0, result.output
+    result = patch(str(bvlc), "--check")
+    assert result.exit_code == 0 and f"v{runtime.PATCH_VERSION} applied" in result.output
+    result = patch(str(bvlc), "--revert")
+    assert result.exit_code == 0
+    result = patch(str(bvlc), "--check")
+    assert result.exit_code == 1
+
+
+def test_the_patch_command_refuses_a_folder_that_is_no_caffe_tree_in_one_line(tmp_path):
+    result = patch(str(tmp_path))
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("caffemem: error: ") and "Traceback" not in result.output
+
+
+def test_patch_files_are_package_data():
+    files = runtime.patch_files(runtime.Flavour.BVLC)
+    assert all(p.is_file() for p in files)
+    assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp"}
