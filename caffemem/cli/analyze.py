@@ -21,8 +21,10 @@ from caffemem.cli.common import (
 @net_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option("--html", "html_file", type=str, metavar="FILE", help=HTML_HELP)
+@click.option("--layers-table", "-v", "--verbose", "layers_table", is_flag=True, default=None, help="Also print every layer's shapes and bytes (default: only when the table fits the terminal).")
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, metavar="N", help="How many of the largest layers the summary lists.")
 @reports_errors
-def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, as_json, html_file) -> None:
+def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, as_json, html_file, layers_table, top) -> None:
     """Every layer's shapes and the bytes Caffe will allocate for it, as Caffe builds the net.
 
     NET is a net (its TRAIN phase if it has a loss, else TEST, unless --phase), a solver
@@ -44,4 +46,4 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
     if as_json:
         click.echo(json.dumps(to_json(analysis), indent=1))
         return
-    print_tables(analysis, console())
+    print_tables(analysis, console(), layers_table, top)

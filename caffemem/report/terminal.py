@@ -25,12 +25,15 @@ def _cell(n: int) -> str:
     return "" if n == 0 else mib(n)
 
 
-def print_tables(analysis: Analysis, console: Console) -> None:
-    """Per net: each layer's shapes and bytes, then where the memory goes."""
+def print_tables(analysis: Analysis, console: Console, layers_table: bool | None = None, top: int = 10) -> None:
+    """Per net, the answer first: what Caffe will allocate (prefetch on its own line), the
+    largest step, where the memory goes and the ``top`` layers by bytes; then the full
+    per-layer table when asked (``layers_table``), or, when not said, when it fits the
+    terminal.  Every line fits ``console.width`` except the full table asked for."""
     for note in analysis.notes:
         console.print(f"[dim]{note}[/dim]")
     for net in analysis.nets:
-        _print_net(net, console)
+        _print_net(net, console, layers_table, top)
     if analysis.process is not None:
         _print_process(analysis, console)
 
@@ -40,6 +43,7 @@ Cell = list[tuple[str, str | None]]  # fragments of text, each with its style (N
 # The widest a cell of each text column may be: a 300-character layer name (or a Concat of
 # twenty blobs) is elided in the middle instead of pushing every row off the screen.
 MAX_NAME_CELLS, MAX_TYPE_CELLS, MAX_BLOBS_CELLS, MAX_PARAMS_CELLS = 48, 32, 100, 48
+TOP_NAME_CELLS, TOP_TYPE_CELLS = 32, 20  # the summary's top layers fit 80 columns with their bytes
 
 
 def elide(text: str, width: int) -> str:
@@ -54,9 +58,56 @@ def elide(text: str, width: int) -> str:
     return head + "…" + tail
 
 
-def _print_net(net: NetAnalysis, console: Console) -> None:
+def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, top: int) -> None:
     graph, memory = net.shaped.graph, net.memory
     title = f"{elide(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}, {memory.dtype})"
+    console.print(f"[bold]{title}[/bold]")
+    _print_answer(memory, console)
+    _print_summary(memory, console)
+    _print_top_layers(net, console, top)
+    columns, rows = _layer_rows(net)
+    texts = list(_table_text(title, columns, rows))
+    widest = max(cell_len(line) for text in texts for line in text.plain.splitlines())
+    if layers_table or (layers_table is None and console.is_terminal and widest <= console.width):
+        for text in texts:
+            console.print(text, soft_wrap=True)
+    else:
+        console.print(f"[dim]every layer's shapes and bytes: --layers-table ({widest} columns wide), or --json[/dim]")
+    _print_log_line(memory, console)
+    for note in net.notes + net.shaped.notes:
+        console.print(f"[dim]{note}[/dim]")
+
+
+def _print_answer(memory: MemoryReport, console: Console) -> None:
+    """The figures a user came for, in the first lines: the total, prefetch apart, and the
+    step that allocates the most."""
+    console.print(f"Caffe will allocate [bold]{mib(memory.total_bytes)}[/bold] for this net ({memory.total_bytes:,} bytes)")
+    if memory.prefetch_bytes:
+        console.print(f"  of which prefetch batches (data layers' threads): {mib(memory.prefetch_bytes)}")
+    if memory.peak_layer is not None:
+        index, peak = next((i, b) for i, b in enumerate(memory.layers) if b.name == memory.peak_layer)
+        step, allocated = ("Forward", peak.fwd_alloc) if peak.fwd_alloc >= peak.bwd_alloc else ("Backward", peak.bwd_alloc)
+        console.print(f"largest step: the {step} of layer {index} '{elide(peak.name, MAX_NAME_CELLS)}' ({elide(peak.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
+
+
+def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
+    layers = sorted(enumerate(net.memory.layers), key=lambda item: -item[1].total)[:top]
+    if not layers or top <= 0:
+        return
+    whole = max(net.memory.heap_total, 1)
+    table = Table(title=f"top {len(layers)} layers by bytes", title_justify="left", header_style="bold", expand=False)
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("layer", overflow="ellipsis", no_wrap=True)
+    table.add_column("type", style="cyan", overflow="ellipsis", no_wrap=True)
+    table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    for index, layer in layers:
+        table.add_row(str(index), elide(layer.name, TOP_NAME_CELLS), elide(layer.type, TOP_TYPE_CELLS), mib(layer.total), f"{percent_of(layer.total, whole):.1f}%")
+    console.print(table)
+
+
+def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], list[list[Cell]]]:
+    graph, memory = net.shaped.graph, net.memory
     columns = [("#", "right", "dim"), ("layer", "left", None), ("type", "left", "cyan"), ("bottoms → tops", "left", None), ("params", "left", "magenta")]
     columns += [(column, "right", None) for column in ("outputs", "gradients", "buffers", "parameters", "total")]
     blobs = net.shaped.blob_shapes
@@ -77,11 +128,7 @@ def _print_net(net: NetAnalysis, console: Console) -> None:
             ]
             + [[(_cell(n), None)] for n in numbers]
         )
-    for text in _table_text(title, columns, rows):
-        console.print(text, soft_wrap=True)
-    _print_summary(memory, console)
-    for note in net.notes + net.shaped.notes:
-        console.print(f"[dim]{note}[/dim]")
+    return columns, rows
 
 
 def _table_text(title: str, columns: list[tuple[str, str, str | None]], rows: list[list[Cell]], rows_per_text: int = 500):
@@ -144,15 +191,16 @@ def _print_summary(memory: MemoryReport, console: Console) -> None:
         summary.add_row("prefetch batches", mib(memory.prefetch_bytes))
     summary.add_row("[bold]total[/bold]", f"[bold]{mib(memory.total_bytes)}[/bold]")
     console.print(summary)
+    if memory.unverified_types:
+        console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {', '.join(memory.unverified_types)}[/yellow]")
+
+
+def _print_log_line(memory: MemoryReport, console: Console) -> None:
     logged = memory.memory_required_for_data
     console.print(
         f"Caffe logs 'Memory required for data: {logged}' ({mib(logged)}); it will really allocate {mib(memory.total_bytes)}: "
         "the log counts each layer's outputs once (in-place outputs again) and leaves out gradients, parameters and layer buffers."
     )
-    if memory.peak_layer:
-        console.print(f"The largest single allocation step is layer '{elide(memory.peak_layer, MAX_BLOBS_CELLS)}'.")
-    if memory.unverified_types:
-        console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {', '.join(memory.unverified_types)}[/yellow]")
 
 
 def _print_process(analysis: Analysis, console: Console) -> None:
