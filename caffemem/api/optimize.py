@@ -63,11 +63,19 @@ class PhasePlan:
     lower_bound: int
     candidates: dict[str, int]  # strategy -> whole-run bytes (candidates not rejected)
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
-    as_given: int | None = None  # with --inplace: stock Caffe's whole-run bytes for the file as given
+    as_given: int | None = None  # with --inplace: stock Caffe's total bytes for the file as given
 
     @property
     def savings(self) -> int:
         return self.stock.heap_total - self.planned.heap_total
+
+    def totals(self) -> dict[str, int]:
+        """The whole-run figures as Caffe allocates them, prefetch batches included (the
+        same in every plan): ``stock`` is the figure analyze, check and fit give.  The
+        terminal, the JSON and the HTML all print these."""
+        extra = self.stock.outside_heap_bytes
+        figures = {"stock": self.stock.total_bytes, "fork": self.fork.total_bytes, "planned": self.planned.total_bytes, "lower_bound": self.lower_bound + extra}
+        return figures | ({} if self.as_given is None else {"stock_as_given": self.as_given})
 
 
 @dataclass(frozen=True)
@@ -213,7 +221,7 @@ def optimize(
         if inplace is not None:
             original = build_net(*as_given, state, options, specs)
             known |= set(original.blob_shapes)
-            planned = replace(planned, as_given=simulate(original, specs, options.dtype, options.engine).heap_total)
+            planned = replace(planned, as_given=simulate(original, specs, options.dtype, options.engine).total_bytes)
         results.append(planned)
     unknown = [name for name in settings.exclude if name not in known]
     if unknown:

@@ -327,9 +327,25 @@ class MemoryReport:
         return self.heap_init + self.heap_forward + self.heap_backward
 
     @property
+    def outside_heap_bytes(self) -> int:
+        """What a real run holds beyond the measured heap: the prefetch batches, less the
+        data tops that live in them (the heap counts those once already)."""
+        return self.prefetch_bytes - self.prefetched_input_bytes
+
+    @property
     def total_bytes(self) -> int:
-        """The net's real footprint: the heap plus prefetch batches, whose tops live in them."""
-        return self.heap_total + self.prefetch_bytes - self.prefetched_input_bytes
+        """The net's real footprint: the heap plus prefetch batches, whose tops live in them.
+        The one stock figure every command and report gives."""
+        return self.heap_total + self.outside_heap_bytes
+
+    def parts(self) -> dict[str, int]:
+        """``total_bytes`` by cause, parts that add up: the categories (the data tops
+        counted in the prefetch batches, not in activations) and the prefetch batches."""
+        parts = dict(self.by_category)
+        parts["activations"] -= self.prefetched_input_bytes
+        if self.prefetch_bytes:
+            parts["prefetch_batches"] = self.prefetch_bytes
+        return parts
 
 
 def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], engine: str = "caffe") -> tuple[LayerMemory, ...]:

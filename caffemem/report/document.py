@@ -83,18 +83,19 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 
 
 def phase_plan_json(phase) -> dict[str, Any]:
-    """One planned phase: the four whole-run figures, the plan, and the peak."""
+    """One planned phase: the whole-run figures (as analyze's total: prefetch included,
+    and on its own line), the plan, and the peak."""
     schedule, liveness = phase.schedule, phase.liveness
     peak_step = schedule.steps[liveness.peak_step] if schedule.steps else None
+    totals = phase.totals()
     return {
         "phase": phase.phase,
         "strategy": phase.strategy,
-        "bytes": {"stock": phase.stock.heap_total, "fork": phase.fork.heap_total, "planned": phase.planned.heap_total, "lower_bound": phase.lower_bound}
-        | ({} if phase.as_given is None else {"stock_as_given": phase.as_given}),
-        "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, phase.stock.heap_total)},
-        "gap_to_lower_bound_percent": percent_of(phase.planned.heap_total - phase.lower_bound, phase.lower_bound),
+        "bytes": totals | {"prefetch": phase.stock.prefetch_bytes},
+        "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, totals["stock"])},
+        "gap_to_lower_bound_percent": percent_of(totals["planned"] - totals["lower_bound"], totals["lower_bound"]),
         "fork_plan_safe": phase.fork_safe,
-        "candidates": phase.candidates,
+        "candidates": {name: cost + phase.stock.outside_heap_bytes for name, cost in phase.candidates.items()},
         "rejected": phase.rejected,
         "peak": {
             "step": liveness.peak_step,

@@ -329,9 +329,9 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
         facts = (
             ("net", f"{graph.name or '(unnamed)'} — {net.file}"),
             ("phase", f"{graph.phase}, {memory.dtype}, {options.engine} engine"),
-            ("Caffe allocates", f"{mib(memory.total_bytes)} (heap {mib(memory.heap_total)}" + (f", prefetch batches {mib(memory.prefetch_bytes)})" if memory.prefetch_bytes else ")")),
+            ("Caffe allocates", mib(memory.total_bytes) + (f" (the net {mib(memory.total_bytes - memory.prefetch_bytes)} + prefetch batches {mib(memory.prefetch_bytes)}, which hold the data tops)" if memory.prefetch_bytes else "")),
             _log_versus_real(memory),
-            ("by category", ", ".join(f"{c.replace('_', ' ')} {mib(memory.by_category[c])}" for c in CATEGORIES)),
+            ("by cause", ", ".join(f"{c.replace('_', ' ')} {mib(size)}" for c, size in memory.parts().items()) + f" (total {mib(memory.total_bytes)})"),
             _peak_fact(timeline),
         )
         if analysis.process is not None and net.role == "train":
@@ -357,14 +357,14 @@ def plan_sections(result) -> tuple[Section, ...]:
     for i, phase in enumerate(result.phases):
         graph, stock = phase.shaped.graph, phase.stock
         timeline = timeline_of(phase.schedule, phase.liveness, stock, phase.planned, phase.lower_bound)
-        saved = phase.savings
+        saved, totals = phase.savings, phase.totals()
         facts = (
             ("net", f"{graph.name or '(unnamed)'} — {result.path}"),
             ("phase", f"{graph.phase}, {stock.dtype}"),
-            ("stock Caffe", mib(stock.heap_total)),
-            ("memory-multiloading fork", mib(phase.fork.heap_total) + ("" if phase.fork_safe else " (its plan fails caffemem's verifier)")),
-            ("caffemem plan", f"{mib(phase.planned.heap_total)} — strategy '{phase.strategy}', {_count(len(phase.plan_data.slot_bytes), 'shared slot')}; saves {mib(saved)} ({100 * saved / max(stock.heap_total, 1):.1f}%)"),
-            ("lower bound", mib(phase.lower_bound)),
+            ("stock Caffe", mib(totals["stock"]) + (f" (prefetch batches {mib(stock.prefetch_bytes)} included, in every figure)" if stock.prefetch_bytes else "")),
+            ("memory-multiloading fork", mib(totals["fork"]) + ("" if phase.fork_safe else " (its plan fails caffemem's verifier)")),
+            ("caffemem plan", f"{mib(totals['planned'])} — strategy '{phase.strategy}', {_count(len(phase.plan_data.slot_bytes), 'shared slot')}; saves {mib(saved)} ({100 * saved / max(totals['stock'], 1):.1f}%)"),
+            ("lower bound", mib(totals["lower_bound"])),
             _log_versus_real(stock),
             _peak_fact(timeline),
         )

@@ -185,10 +185,8 @@ def _print_summary(memory: MemoryReport, console: Console) -> None:
     summary = Table(title="where the memory goes", show_header=False)
     summary.add_column("what")
     summary.add_column("bytes", justify="right")
-    for category in CATEGORIES:
-        summary.add_row(category.replace("_", " "), mib(memory.by_category[category]))
-    if memory.prefetch_bytes:
-        summary.add_row("prefetch batches", mib(memory.prefetch_bytes))
+    for part, size in memory.parts().items():  # they add up to the total
+        summary.add_row(part.replace("_", " "), mib(size))
     summary.add_row("[bold]total[/bold]", f"[bold]{mib(memory.total_bytes)}[/bold]")
     console.print(summary)
     if memory.unverified_types:
@@ -245,12 +243,13 @@ def print_optimize(result, console: Console) -> None:
     if result.inplace is not None:
         _print_inplace(result.inplace, console)
     for phase in result.phases:
-        stock = phase.stock.heap_total
+        totals = phase.totals()
+        stock = totals["stock"]
         table = Table(title=f"{result.path} — {phase.phase}: plan '{phase.strategy}', {len(phase.plan_data.slot_bytes)} shared slots", show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")
-        rows = [("stock Caffe", stock), ("memory-multiloading fork", phase.fork.heap_total), ("caffemem plan", phase.planned.heap_total), ("lower bound", phase.lower_bound)]
+        rows = [("stock Caffe", stock), ("memory-multiloading fork", totals["fork"]), ("caffemem plan", totals["planned"]), ("lower bound", totals["lower_bound"])]
         if phase.as_given is not None:
             rows[0] = ("stock Caffe, layers in place", stock)
             rows.insert(0, ("stock Caffe, file as given", phase.as_given))
@@ -258,8 +257,10 @@ def print_optimize(result, console: Console) -> None:
         for label, value in rows:
             table.add_row(label, mib(value), f"{-percent_of(base - value, base):+.1f}%")
         console.print(table)
+        if phase.stock.prefetch_bytes:
+            console.print(f"every figure includes the prefetch batches ({mib(phase.stock.prefetch_bytes)}, the same in every plan)")
         saved = phase.savings
-        console.print(f"saves {mib(saved)} ({percent_of(saved, stock):.1f}%) against stock Caffe, {mib(phase.fork.heap_total - phase.planned.heap_total)} against the fork; {percent_of(phase.planned.heap_total - phase.lower_bound, phase.lower_bound):.2f}% above the lower bound.")
+        console.print(f"saves {mib(saved)} ({percent_of(saved, stock):.1f}%) against stock Caffe, {mib(totals['fork'] - totals['planned'])} against the fork; {percent_of(totals['planned'] - totals['lower_bound'], totals['lower_bound']):.2f}% above the lower bound.")
         schedule, liveness = phase.schedule, phase.liveness
         if schedule.steps:
             alive = [schedule.classes[c].label for c in liveness.alive_at_peak]

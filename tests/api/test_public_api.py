@@ -54,7 +54,7 @@ def test_the_library_gives_the_clis_figures():
 
     printed = json.loads(CliRunner().invoke(main, ["optimize", LENET, "--json"]).output)
     result = caffemem.optimize(LENET)
-    assert [p["bytes"]["planned"] for p in printed["phases"]] == [p.planned.heap_total for p in result.phases]
+    assert [p["bytes"]["planned"] for p in printed["phases"]] == [p.planned.total_bytes for p in result.phases]
 
 
 def test_text_that_is_no_net_is_refused_as_bad_input():

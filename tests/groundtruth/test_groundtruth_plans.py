@@ -96,3 +96,23 @@ def test_optimized_file_parses_and_analyses_as_the_original(source, phase, input
     assert after.shaped.blob_shapes == before.shaped.blob_shapes
     stock = lambda m: (m.heap_init, m.heap_forward, m.heap_backward)  # noqa: E731
     assert stock(after.memory) == stock(before.memory)
+
+
+@needs_shared
+@pytest.mark.parametrize("source, phase, inputs", RUNS)
+def test_every_command_gives_one_stock_figure_and_one_planned_figure(source, phase, inputs):
+    """analyze, optimize (terminal, JSON, HTML: all from PhasePlan.totals), check and
+    check --optimized agree: prefetch batches counted once, in every figure."""
+    from caffemem.api.check import CheckSettings, check_file
+    from caffemem.report.document import phase_plan_json
+
+    path, options = str(SHARED / source), _options(phase, inputs)
+    flags = [arg for name, shape in json.loads(inputs).items() for arg in ("--input", f"{name}={','.join(map(str, shape))}")]
+    printed = json.loads(CliRunner().invoke(main, ["analyze", path, "--phase", phase, "--json", *flags]).output)
+    plan = planned(source, phase, inputs)
+    figures = phase_plan_json(plan)["bytes"]
+    (stock_check,) = check_file(path, CheckSettings(options))
+    (planned_check,) = check_file(path, CheckSettings(options, optimized=True))
+    assert printed["total_bytes"] == figures["stock"] == stock_check.bytes == plan.stock.total_bytes
+    assert planned_check.bytes == figures["planned"] == plan.planned.total_bytes
+    assert sum(plan.stock.parts().values()) == plan.stock.total_bytes
