@@ -24,6 +24,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from caffemem._version import __version__
 from caffemem.api.analyze import Analysis, Options, spec_table
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
@@ -91,6 +92,8 @@ class Section:
     gantt: Gantt
     table: str  # the per-layer table, as HTML
     notes: tuple[str, ...]
+    causes: tuple[tuple[str, int], ...] = ()  # what the total is made of (parts that add up)
+    top_layers: tuple[tuple[int, str, str, int], ...] = ()  # (index, name, type, bytes), largest first
 
 
 # ----------------------------------------------------------------------------- the series
@@ -346,9 +349,49 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
                 gantt=class_gantt(schedule, liveness),
                 table=layer_table(net.shaped, memory),
                 notes=tuple(dict.fromkeys(analysis.notes + net.notes + net.shaped.notes)),
+                causes=tuple(memory.parts().items()),
+                top_layers=top_layers(memory),
             )
         )
     return tuple(sections)
+
+
+TOP_LAYERS = 10
+
+
+def top_layers(memory: MemoryReport, count: int = TOP_LAYERS) -> tuple[tuple[int, str, str, int], ...]:
+    """The layers that make Caffe allocate the most, largest first."""
+    ranked = sorted(enumerate(memory.layers), key=lambda item: -item[1].total)[:count]
+    return tuple((index, layer.name, layer.type, layer.total) for index, layer in ranked if layer.total)
+
+
+def _causes_html(causes: tuple[tuple[str, int], ...]) -> str:
+    """A bar per cause, its length in proportion to its bytes; no script needed."""
+    if not causes:
+        return ""
+    total, largest = max(sum(size for _, size in causes), 1), max(max(size for _, size in causes), 1)
+    rows = "".join(
+        f'<tr><th>{escape(name.replace("_", " "))}</th><td class="bar"><span class="cause {escape(name)}" style="width:{100 * size / largest:.2f}%"></span></td>'
+        f'<td class="n" title="{size:,} bytes">{mib(size)}</td><td class="n">{100 * size / total:.1f}%</td></tr>'
+        for name, size in causes
+    )
+    return f'<div><h3>Where the memory goes</h3><table class="causes">{rows}<tr class="total"><th>total</th><td></td><td class="n">{mib(total)}</td><td class="n">100%</td></tr></table></div>'
+
+
+def _top_layers_html(layers: tuple[tuple[int, str, str, int], ...]) -> str:
+    if not layers:
+        return ""
+    rows = "".join(f'<tr><td class="n">{index}</td><td>{escape(name)}</td><td>{escape(kind)}</td><td class="n" title="{size:,} bytes">{mib(size)}</td></tr>' for index, name, kind, size in layers)
+    return f'<div><h3>The {len(layers)} largest layers</h3><table class="top"><tr><th>#</th><th>layer</th><th>type</th><th>bytes</th></tr>{rows}</table></div>'
+
+
+def options_text(options: Options) -> str:
+    """The options a page was made with, as the flags that make it again."""
+    flags = [f"--phase {options.phase}"] if options.phase else ["--phase (default)"]
+    flags += [f"--stage {stage}" for stage in options.stages] + ([f"--level {options.level}"] if options.level is not None else [])
+    flags += [f"--input {name}={','.join(map(str, shape))}" for name, shape in options.inputs.items()]
+    flags += [f"--dtype {options.dtype}", f"--engine {options.engine}"] + ([f"--batch {options.batch}"] if options.batch else [])
+    return " ".join(flags + ([f"--layers {options.layers_file}"] if options.layers_file else []))
 
 
 def plan_sections(result) -> tuple[Section, ...]:
@@ -378,6 +421,8 @@ def plan_sections(result) -> tuple[Section, ...]:
                 gantt=slot_gantt(phase.schedule, phase.liveness, phase.plan_data),
                 table=layer_table(phase.shaped, stock, phase.planned),
                 notes=rejected + phase.shaped.notes,
+                causes=tuple(phase.planned.parts().items()),
+                top_layers=top_layers(phase.planned),
             )
         )
     return tuple(sections)
@@ -420,6 +465,7 @@ def _section_html(section: Section) -> str:
 <section class="net" id="{section.anchor}">
 <h2>{escape(section.title)}</h2>
 <dl class="facts">{facts}</dl>
+<div class="summary">{_causes_html(section.causes)}{_top_layers_html(section.top_layers)}</div>
 <h3>Memory over the run</h3>
 <p class="note">Bytes after each step: Net::Init and the inputs' fill (step 0), each layer's Forward, then each Backward. Hover for a step's figures. Prefetch batches live outside this heap.</p>
 <div class="chart timeline"></div>
@@ -433,7 +479,7 @@ def _section_html(section: Section) -> str:
 </section>"""
 
 
-def page(title: str, sections: tuple[Section, ...]) -> str:
+def page(title: str, sections: tuple[Section, ...], made_with: str = "") -> str:
     """The whole document: head, one block per section, the drawing script."""
     nav = " · ".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections) if len(sections) > 1 else ""
     body = "".join(_section_html(s) for s in sections)
@@ -446,7 +492,7 @@ def page(title: str, sections: tuple[Section, ...]) -> str:
 <style>{_asset('report.css')}</style>
 </head>
 <body>
-<header><h1>{escape(title)}</h1><p class="note">caffemem — GPU memory of a Caffe net, computed from its definition. {nav}</p></header>
+<header><h1>{escape(title)}</h1><p class="note">caffemem {escape(__version__)} — GPU memory of a Caffe net, computed from its definition. {escape(made_with)} {nav}</p></header>
 <noscript><p class="warn">The charts need JavaScript; the tables below do not.</p></noscript>
 {body}
 <script>{_asset('report.js')}</script>
@@ -458,9 +504,10 @@ def page(title: str, sections: tuple[Section, ...]) -> str:
 def html_report(subject, options: Options = Options()) -> str:
     """The page for an :class:`~caffemem.api.analyze.Analysis` (``options``: the ones it was built
     with, for the schedule) or an :class:`~caffemem.api.optimize.OptimizeResult`."""
+    made_with = f"Options: {options_text(options)}."
     if isinstance(subject, Analysis):
-        return page(f"Memory of {subject.path}", analysis_sections(subject, options))
-    return page(f"Memory plan for {subject.path}", plan_sections(subject))
+        return page(f"Memory of {subject.path}", analysis_sections(subject, options), made_with)
+    return page(f"Memory plan for {subject.path}", plan_sections(subject), made_with)
 
 
 def _asset(name: str) -> str:

@@ -325,3 +325,20 @@ def test_browser_draws_googlenets_plan(browser_pages):
     dom, sections, page = browser_pages["googlenet optimize"]
     assert_both_charts_drawn(dom, sections)
     assert page.stat().st_size < 1_000_000
+
+
+def test_the_page_shows_where_the_memory_goes_in_parts_that_add_up_and_the_largest_layers(browser_pages):
+    dom, sections, _ = browser_pages["lenet analyze"]
+    (section,) = sections
+    assert sum(size for _, size in section.causes) == analyze(LENET, Options()).nets[0].memory.total_bytes
+    assert dom.count('class="cause ') == len(section.causes)
+    # LeNet TRAIN: pool1 4.22 MiB, fc1 3.37 MiB, conv1 3.07 MiB lead the layers.
+    assert [name for _, name, _, _ in section.top_layers[:3]] == ["pool1", "fc1", "conv1"]
+    assert len(section.top_layers) == 8 and "The 8 largest layers" in dom  # relu1 (in place) allocates nothing
+
+
+def test_the_page_names_the_caffemem_version_and_the_options_used(browser_pages):
+    from caffemem import __version__
+
+    dom, _, _ = browser_pages["lenet optimize"]
+    assert f"caffemem {__version__}" in dom and "Options: --phase (default) --dtype float32 --engine caffe." in dom
