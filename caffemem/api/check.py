@@ -67,6 +67,9 @@ class Measurement:
     net: str  # "net"; a solver's "process" or "testK"
     phase: str
     bytes: int
+    # Each layer's bytes and the line it starts on, keyed by name (a repeated name gets
+    # "#2", "#3"...): a change of the total is explained by the layers that changed.
+    layers: tuple[tuple[str, int, int | None], ...] = ()
 
     @property
     def key(self) -> str:
@@ -154,7 +157,7 @@ def check_file(path: str, settings: CheckSettings) -> tuple[Outcome, ...]:
     outcomes: list[Outcome] = []
     for phase in phases:
         try:
-            outcomes.append(Measurement(path, "net", phase, _net_bytes(path, replace(options, phase=phase), settings.optimized)))
+            outcomes.append(_net_measurement(path, replace(options, phase=phase), settings.optimized))
         except (CaffememError, RecursionError) as error:
             outcomes.append(problem_of(path, phase, error))
     return tuple(outcomes)
@@ -166,9 +169,24 @@ def _phases_of(source: NetSource, options: Options) -> list[str]:
     return ["TRAIN", "TEST"] if default_phase(upgraded, spec_table(options)) == "TRAIN" else ["TEST"]
 
 
-def _net_bytes(path: str, options: Options, optimized: bool) -> int:
-    """Stock Caffe's whole footprint, or that of caffemem's plan (planned heap + prefetch)."""
-    return _memory_reports(analyze(path, options).nets, options, optimized)[0].total_bytes
+def _net_measurement(path: str, options: Options, optimized: bool) -> Measurement:
+    """Stock Caffe's whole footprint, or that of caffemem's plan (planned heap + prefetch),
+    with every layer's share."""
+    net = analyze(path, options).nets[0]
+    report = _memory_reports([net], options, optimized)[0]
+    return Measurement(path, "net", options.phase or net.phase, report.total_bytes, layer_figures(net.shaped, report))
+
+
+def layer_figures(shaped, report: MemoryReport) -> tuple[tuple[str, int, int | None], ...]:
+    """(key, bytes, line) per layer; the key is the layer's name, "#k" added to the k-th
+    layer of a repeated name (Caffe accepts repeats and unnamed layers)."""
+    seen: dict[str, int] = {}
+    figures = []
+    for layer, bytes_ in zip(shaped.graph.layers, report.layers):
+        seen[layer.name] = seen.get(layer.name, 0) + 1
+        key = layer.name if seen[layer.name] == 1 else f"{layer.name}#{seen[layer.name]}"
+        figures.append((key, bytes_.total, layer.line))
+    return tuple(figures)
 
 
 def _check_solver(path: str, source: SolverSource, options: Options, optimized: bool) -> tuple[Outcome, ...]:
@@ -177,18 +195,18 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
     if options.phase == "TEST":
         analysis = analyze(path, options)
         reports = _memory_reports(analysis.nets, options, optimized)
-        return tuple(Measurement(path, f"test{net.index}", "TEST", report.total_bytes) for net, report in zip(analysis.nets, reports))
+        return tuple(Measurement(path, f"test{net.index}", "TEST", report.total_bytes, layer_figures(net.shaped, report)) for net, report in zip(analysis.nets, reports))
     analysis = analyze(path, replace(options, phase=None))
     process = analysis.process
+    reports = _memory_reports(analysis.nets, options, optimized)
     if optimized:
         from caffemem.passes.solver import solver_footprint
 
         solver, _ = upgrade_solver(source.proto, source.file)
-        reports = _memory_reports(analysis.nets, options, optimized)
         pairs = [(net.shaped, report) for net, report in zip(analysis.nets, reports)]
         process = solver_footprint(solver, pairs[0], pairs[1:], DTYPE_BYTES[options.dtype])
     assert process is not None  # a TRAIN analysis of a solver always has its process
-    return (Measurement(path, "process", "TRAIN", process.total_bytes),)
+    return (Measurement(path, "process", "TRAIN", process.total_bytes, layer_figures(analysis.nets[0].shaped, reports[0])),)  # the train net's layers
 
 
 def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
@@ -266,6 +284,7 @@ class BaselineEntry:
     bytes: int
     caffemem: str  # the version that measured it: a new model of Caffe may move figures
     budget: int | None = None
+    layers: Mapping[str, int] = field(default_factory=dict)  # per layer (empty in older baselines)
 
 
 @dataclass(frozen=True)
@@ -302,7 +321,10 @@ def read_baseline(path: str, optimized: bool, missing_ok: bool = False) -> Basel
         if document.get("format") != BASELINE_FORMAT:
             raise ValueError(f"unknown format {document.get('format')!r}")
         nets = {
-            file: {key: BaselineEntry(int(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else int(e["budget"])) for key, e in entries.items()}
+            file: {
+                key: BaselineEntry(int(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else int(e["budget"]), {str(k): int(v) for k, v in e.get("layers", {}).items()})
+                for key, e in entries.items()
+            }
             for file, entries in document["nets"].items()
         }
         recorded_optimized = bool(document["optimized"])
@@ -328,7 +350,7 @@ def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool
         file = old.key_of(outcome.file)
         entries = nets.setdefault(file, {})
         if isinstance(outcome, Measurement):
-            entries[outcome.key] = BaselineEntry(outcome.bytes, __version__, budget)
+            entries[outcome.key] = BaselineEntry(outcome.bytes, __version__, budget, {key: size for key, size, _ in outcome.layers})
         elif comparable:
             kept = old.nets.get(file, {})
             entries.update({key: entry for key, entry in kept.items() if outcome.phase is None or key == outcome.key})
@@ -338,7 +360,10 @@ def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool
 def baseline_text(baseline: Baseline) -> str:
     """The baseline as a small, stably ordered JSON document (diffs stay readable)."""
     nets = {
-        file: {key: {"bytes": e.bytes, "caffemem": e.caffemem, **({"budget": e.budget} if e.budget is not None else {})} for key, e in sorted(entries.items())}
+        file: {
+            key: {"bytes": e.bytes, "caffemem": e.caffemem, **({"budget": e.budget} if e.budget is not None else {}), **({"layers": dict(e.layers)} if e.layers else {})}
+            for key, e in sorted(entries.items())
+        }
         for file, entries in sorted(baseline.nets.items())
     }
     return json.dumps({"format": BASELINE_FORMAT, "optimized": baseline.optimized, "nets": nets}, indent=1) + "\n"
@@ -410,12 +435,41 @@ def judge(outcome: Outcome, gate: Gate) -> Row:
     if gate.baseline is not None and entry is None:
         statuses.append("new")
         notes.append("new: not in the baseline yet")
-    elif entry is not None:
+    line = 1
+    if entry is not None:
         status, note = _against_baseline(size, entry, gate)
         statuses.append(status)
+        changes = layer_changes(outcome, entry)
+        if changes and size != entry.bytes:
+            note += "; " + ", ".join(change for change, _ in changes[:LAYERS_NAMED])
+            line = next((at for _, at in changes if at is not None), 1)
         notes.append(note)
     status = next((s for s in FAILING + ("accepted", "shrank", "new") if s in statuses), "pass")
-    return Row(outcome.file, outcome.net, outcome.phase, size, gate.budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), 1)
+    return Row(outcome.file, outcome.net, outcome.phase, size, gate.budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), line)
+
+
+LAYERS_NAMED = 3  # the layers a changed figure is explained by, largest change first
+
+
+def layer_changes(outcome: Measurement, entry: BaselineEntry) -> list[tuple[str, int | None]]:
+    """What moved between the baseline and now, layer by layer, largest change first:
+    (`conv5 +2.00 MiB`, the line of conv5); a removed layer has no line."""
+    if not entry.layers:
+        return []
+    now = {key: (size, at) for key, size, at in outcome.layers}
+    changes = []
+    for key in list(now) + [key for key in entry.layers if key not in now]:
+        before, (after, at) = entry.layers.get(key), now.get(key, (None, None))
+        if before == after:
+            continue
+        if before is None:
+            changes.append((abs(after), f"new layer {key} {signed(after)}", at))
+        elif after is None:
+            changes.append((before, f"layer {key} removed ({signed(-before)})", None))
+        else:
+            changes.append((abs(after - before), f"{key} {signed(after - before)}", at))
+    changes.sort(key=lambda change: -change[0])
+    return [(text, at) for _, text, at in changes]
 
 
 def _against_baseline(size: int, entry: BaselineEntry, gate: Gate) -> tuple[str, str]:

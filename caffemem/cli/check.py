@@ -31,8 +31,9 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
+@click.option("--report", "reports", multiple=True, metavar="FORMAT:FILE", help="Also write the report in FORMAT to FILE (repeatable), e.g. markdown:$GITHUB_STEP_SUMMARY.")
 @reports_errors
-def check_command(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs) -> None:
+def check_command(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs, reports) -> None:
     """Fail when a net outgrows the memory budget or its committed baseline (a CI gate).
 
     PATHs are files, folders (every *.prototxt below them) and globs; a solver is
@@ -62,6 +63,7 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
 
     if update_baseline and not baseline:
         raise click.UsageError("--update-baseline needs --baseline FILE")
+    extra_reports = [_report_target(value) for value in reports]
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
     options = Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file)
@@ -85,12 +87,23 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
             write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes)).encode("utf-8"), inputs=checked, flag="--baseline")
         wrote = old.path
     report = make_report(outcomes, gate, optimized, wrote)
+    checked = [target for target in targets if isinstance(target, str)]
+    for report_format, file in extra_reports:
+        write_output(file, RENDERERS[report_format](report).encode("utf-8"), inputs=checked, flag="--report")
     if output_format == "text":
         terminal = sys.stdout.isatty()
         click.echo(render_text(report, shutil.get_terminal_size().columns if terminal else 160, color=terminal), nl=False)
     else:
         click.echo(RENDERERS[output_format](report), nl=False)
     sys.exit(report.exit_code)
+
+
+def _report_target(value: str) -> tuple[str, str]:
+    """`markdown:summary.md` as (format, file)."""
+    report_format, sep, file = value.partition(":")
+    if not sep or report_format not in RENDERERS or not file:
+        raise click.BadParameter(f"'{value}': expected FORMAT:FILE with FORMAT one of {', '.join(RENDERERS)}", param_hint="--report")
+    return report_format, file
 
 
 def _run_with_progress(targets, settings, jobs):

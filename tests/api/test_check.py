@@ -294,7 +294,10 @@ def test_update_baseline_writes_the_file_and_the_check_then_passes(repo):
     document = json.loads(result.stdout)
     assert (document["wrote_baseline"], document["results"][0]["status"]) == ("ci/memory.json", "accepted")
     entry = {"caffemem": __version__, "budget": 200 * 2**20}
-    assert json.loads((repo / "ci" / "memory.json").read_text()) == {
+    written = json.loads((repo / "ci" / "memory.json").read_text())
+    layers = {file: {key: e.pop("layers") for key, e in entries.items()} for file, entries in written["nets"].items()}
+    assert list(layers["../models/lenet.prototxt"]["TRAIN"])[:3] == ["digits", "conv1", "pool1"]  # every layer, in net order
+    assert written == {
         "format": 1,
         "optimized": False,
         "nets": {
@@ -477,18 +480,19 @@ def test_the_pre_commit_hook_checks_the_changed_nets(repo):
 
 def test_the_action_installs_itself_and_runs_caffemem_check_with_its_inputs(repo):
     action = yaml.safe_load((REPO / "action.yml").read_text())
-    setup, install, check = action["runs"]["steps"]
+    setup, cache, install, check = action["runs"]["steps"]
     assert action["runs"]["using"] == "composite"
-    assert setup["uses"].startswith("actions/setup-python@")
+    assert re.fullmatch(r"actions/setup-python@v\d+\.\d+\.\d+", setup["uses"]) and re.fullmatch(r"actions/cache@v\d+\.\d+\.\d+", cache["uses"])  # pinned versions
     assert install["run"] == 'python -m pip install --quiet "$GITHUB_ACTION_PATH"'
     inputs = {name: spec.get("default", "") for name, spec in action["inputs"].items()}
     inputs |= {"paths": "models/lenet.prototxt bad/*.prototxt", "budget": "13MiB", "args": "--input pixels=64,1,28,28 --jobs 1"}
     env = {name: re.sub(r"\$\{\{ inputs\.([\w-]+) \}\}", lambda m: inputs[m.group(1)], value) for name, value in check["env"].items()}
     bin_dir = str(Path(sys.executable).parent)
     assert shutil.which("caffemem", path=bin_dir), "the caffemem command is installed beside the test's Python"
+    outputs, summary = repo / "github_output", repo / "step_summary.md"
     completed = subprocess.run(
         ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", check["run"]],  # as GitHub runs a bash step
-        env={**os.environ, **env, "PATH": bin_dir + os.pathsep + os.environ["PATH"]},
+        env={**os.environ, **env, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "GITHUB_OUTPUT": str(outputs), "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(repo)},
         cwd=repo,
         capture_output=True,
         text=True,
@@ -499,3 +503,29 @@ def test_the_action_installs_itself_and_runs_caffemem_check_with_its_inputs(repo
         + GITHUB_BAD_INPUT
         + "caffemem check failed: 1 failed, 1 bad input, 3 passed (budget 13.00 MiB, stock Caffe)\n"
     )
+    written = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    rows = json.loads((repo / "caffemem-check.json").read_text())["results"]
+    assert written == {"total-bytes": str(sum(r["bytes"] or 0 for r in rows)), "status": "error", "report": str(repo / "caffemem-check.json")}
+    assert summary.read_text().startswith("#") or "|" in summary.read_text()  # the Markdown report, as the job summary
+
+
+def test_a_grown_net_is_explained_by_the_layers_that_grew_and_annotated_at_the_first(repo):
+    assert run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--update-baseline", "--phase", "TRAIN").exit_code == 0
+    net = repo / "models" / "lenet.prototxt"
+    net.write_text(net.read_text().replace("num_output: 500", "num_output: 1000"))  # fc1 (its block starts on line 40): twice the outputs
+    result = run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "github")
+    assert result.exit_code == 1
+    (line,) = [l for l in result.stdout.splitlines() if l.startswith("::error")]
+    # fc1 doubles its weights (800x500 -> 800x1000) and outputs; relu1 and fc2 follow it.
+    assert "file=models/lenet.prototxt,line=40" in line and "fc1 +" in line
+    row = json.loads(run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "json").stdout)["results"][0]
+    assert row["message"].split("; ")[1].startswith("fc1 +")
+
+
+def test_a_new_layer_is_named_in_the_explanation(repo):
+    assert run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--update-baseline", "--phase", "TEST").exit_code == 0
+    net = repo / "models" / "lenet.prototxt"
+    text = net.read_text()
+    net.write_text(text.replace('layer {\n  name: "fc2"', 'layer {\n  name: "extra"\n  type: "ReLU"\n  bottom: "fc1"\n  top: "extra"\n}\nlayer {\n  name: "fc2"', 1))
+    row = json.loads(run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TEST", "--format", "json").stdout)["results"][0]
+    assert "new layer extra +" in row["message"]
