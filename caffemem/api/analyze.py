@@ -57,6 +57,61 @@ class NetAnalysis:
     def phase(self) -> str:
         return self.shaped.graph.phase
 
+    # The JSON document's fields (report/document.py), under the same names.
+    @property
+    def name(self) -> str:
+        return self.shaped.graph.name
+
+    @property
+    def blobs(self) -> Mapping[str, Shape]:
+        """Every blob's shape, in Caffe's blob order."""
+        return self.shaped.blob_shapes
+
+    @property
+    def dtype(self) -> str:
+        return self.memory.dtype
+
+    @property
+    def heap_init(self) -> int:
+        return self.memory.heap_init
+
+    @property
+    def heap_forward(self) -> int:
+        return self.memory.heap_forward
+
+    @property
+    def heap_backward(self) -> int:
+        return self.memory.heap_backward
+
+    @property
+    def input_bytes(self) -> int:
+        return self.memory.input_bytes
+
+    @property
+    def memory_required_for_data(self) -> int:
+        return self.memory.memory_required_for_data
+
+    @property
+    def learnable_param_bytes(self) -> int:
+        return self.memory.learnable_param_bytes
+
+    @property
+    def prefetch_bytes(self) -> int:
+        return self.memory.prefetch_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """What Caffe allocates for this net: the one stock figure of every command."""
+        return self.memory.total_bytes
+
+    @property
+    def peak_layer(self) -> str | None:
+        return self.memory.peak_layer
+
+    @property
+    def unverified_types(self) -> tuple[str, ...]:
+        return self.memory.unverified_types
+
 
 @dataclass(frozen=True)
 class Analysis:

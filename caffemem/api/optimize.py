@@ -69,6 +69,19 @@ class PhasePlan:
     def savings(self) -> int:
         return self.stock.heap_total - self.planned.heap_total
 
+    # The JSON document's fields (report/document.py), under the same names.
+    @property
+    def bytes(self) -> dict[str, int]:
+        return self.totals() | {"prefetch": self.stock.prefetch_bytes}
+
+    @property
+    def fork_plan_safe(self) -> bool:
+        return self.fork_safe
+
+    @property
+    def plan(self) -> PlanData:
+        return self.plan_data
+
     def totals(self) -> dict[str, int]:
         """The whole-run figures as Caffe allocates them, prefetch batches included (the
         same in every plan): ``stock`` is the figure analyze, check and fit give.  The

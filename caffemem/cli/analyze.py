@@ -12,6 +12,7 @@ from caffemem.cli.common import (
     console,
     net_options,
     options_from,
+    progress,
     reports_errors,
     write_html,
 )
@@ -40,7 +41,8 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
     from caffemem.report.terminal import print_tables
 
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
-    analysis = run_analysis(net, options)
+    with progress(f"caffemem: analyzing {net}"):
+        analysis = run_analysis(net, options)
     if html_file:
         write_html(html_file, analysis, options)
     if as_json:

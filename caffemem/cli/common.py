@@ -8,10 +8,11 @@ output (``caffemem analyze NET | head``) ends the run quietly with 0.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import click
 
@@ -100,6 +101,17 @@ MAX_INPUT_SIZE_OPTION = click.option(
     callback=_remember_max_input,
     help="Refuse text inputs larger than this, unread (default 64MiB: far above any real prototxt).",
 )
+
+
+@contextlib.contextmanager
+def progress(message: str) -> Iterator[None]:
+    """A spinner on stderr while a long run works, only where someone watches (stderr
+    is a terminal): standard output stays the report, a pipe or a CI log stays clean."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    with console(stderr=True).status(message):
+        yield
 
 
 def net_options(command: Callable) -> Callable:

@@ -15,6 +15,7 @@ from caffemem.cli.common import (
     input_files,
     net_options,
     options_from,
+    progress,
     reports_errors,
     write_html,
 )
@@ -59,7 +60,8 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     if output == STDOUT and plan_json == STDOUT:
         raise CaffememError("-o - and --plan-json - would both write to standard output")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
-    result = run_optimize(net, options, OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace), force=force)
+    with progress(f"caffemem: planning {net}"):
+        result = run_optimize(net, options, OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace), force=force)
     document = optimize_json(result)
     inputs_read = input_files(result, options)
     if output:

@@ -91,7 +91,7 @@ def phase_plan_json(phase) -> dict[str, Any]:
     return {
         "phase": phase.phase,
         "strategy": phase.strategy,
-        "bytes": totals | {"prefetch": phase.stock.prefetch_bytes},
+        "bytes": phase.bytes,
         "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, totals["stock"])},
         "gap_to_lower_bound_percent": percent_of(totals["planned"] - totals["lower_bound"], totals["lower_bound"]),
         "fork_plan_safe": phase.fork_safe,

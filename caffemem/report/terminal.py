@@ -13,7 +13,7 @@ from rich.text import Span, Text
 
 from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
-from caffemem.passes.memory import CATEGORIES, MemoryReport
+from caffemem.passes.memory import MemoryReport
 from caffemem.units import mib, percent_of
 
 

@@ -64,3 +64,20 @@ def test_text_that_is_no_net_is_refused_as_bad_input():
         assert str(error).startswith("<text>:1") and "Nope" in str(error)
     else:
         raise AssertionError("an unknown layer type must be refused")
+
+
+def test_results_carry_the_json_documents_field_names():
+    import json
+
+    from click.testing import CliRunner
+
+    from caffemem.cli import main
+
+    printed = json.loads(CliRunner().invoke(main, ["analyze", LENET, "--json"]).output)
+    net = caffemem.analyze(LENET).nets[0]
+    scalars = [key for key, value in printed.items() if not isinstance(value, (list, dict))]
+    assert {key: getattr(net, key) for key in scalars} == {key: printed[key] for key in scalars}
+    assert list(net.blobs) == [blob["name"] for blob in printed["blobs"]]
+    planned = json.loads(CliRunner().invoke(main, ["optimize", LENET, "--json"]).output)["phases"]
+    phases = caffemem.optimize(LENET).phases
+    assert [(p.phase, p.strategy, p.bytes, p.fork_plan_safe) for p in phases] == [(d["phase"], d["strategy"], d["bytes"], d["fork_plan_safe"]) for d in planned]
