@@ -193,23 +193,30 @@ def build_net(
         line_of=source.line_of,
         auto_tops=lambda layer_type: _auto_top_count(specs, layer_type),
     )
-    return infer_shapes(graph, specs, inputs_for(options.inputs, role, file), source.stored_params, batch=options.batch)
+    produced = {top for layer in graph.layers for top in layer.tops}
+    return infer_shapes(graph, specs, inputs_for(options.inputs, role, file, graph.phase, produced), source.stored_params, batch=options.batch)
 
 
-def inputs_for(inputs: Mapping[str, Shape], role: str | None, file: str) -> dict[str, Shape]:
-    """The --input shapes one net gets: plain names go to every net; a solver's nets also
-    take `train:NAME`, `test:NAME` and `testK:NAME` (K = the test net's index)."""
+def inputs_for(inputs: Mapping[str, Shape], role: str | None, file: str, phase: str | None = None, produced: set[str] | None = None) -> dict[str, Shape]:
+    """The --input shapes one net gets.  Plain names go to every net (of a solver: to the
+    nets that have that blob); `TRAIN:NAME` and `TEST:NAME` to the net of that phase (a
+    train_val file's two batches); a solver's nets also take `train:NAME`, `test:NAME`
+    and `testK:NAME` (K = the test net's index).  A qualified name wins over a plain one."""
     chosen: dict[str, Shape] = {}
     for key, shape in sorted(inputs.items(), key=lambda item: ":" in item[0]):
         prefix, sep, name = key.rpartition(":")
         if not sep:
-            chosen[key] = shape
+            if role is None or produced is None or key in produced:
+                chosen[key] = shape
+        elif prefix in ("TRAIN", "TEST") or (role is None and prefix.upper() in ("TRAIN", "TEST")):
+            if prefix.upper() == phase:
+                chosen[name] = shape
         elif role is None:
-            raise CaffememError(f"--input {key}: a '{prefix}:' prefix only applies to a solver's nets", Location(file=file))
+            raise CaffememError(f"--input {key}: the prefix must be TRAIN: or TEST: (the phase whose net takes it)", Location(file=file))
         elif prefix in (role.rstrip("0123456789"), role):
             chosen[name] = shape
         elif not re.fullmatch(r"train|test\d*", prefix):
-            raise CaffememError(f"--input {key}: the prefix must be train:, test: or testK:", Location(file=file))
+            raise CaffememError(f"--input {key}: the prefix must be TRAIN:, TEST: (a phase), train:, test: or testK: (a solver's net)", Location(file=file))
     return chosen
 
 

@@ -52,7 +52,7 @@ def resolve_tops(q: ShapeQuery, templates: Sequence[Template], why: str) -> Laye
     missing: list[tuple[str, Template]] = []
     for name, template in zip(q.layer.tops, templates):
         if name in q.inputs:
-            shapes.append(tuple(q.inputs[name]))
+            shapes.append(with_batch(q.inputs[name], template))
         elif all(isinstance(d, int) for d in template):
             shapes.append(reshaped(q, template, f"top '{name}'"))  # type: ignore[arg-type]
         else:
@@ -61,6 +61,15 @@ def resolve_tops(q: ShapeQuery, templates: Sequence[Template], why: str) -> Laye
         flags = " ".join(f"--input {name}={','.join(str(d) for d in template)}" for name, template in missing)
         raise NeedsInput([name for name, _ in missing], f"{why}; pass {flags}")
     return LayerShapes(tops=tuple(shapes))
+
+
+def with_batch(given: Shape, template: Template) -> Shape:
+    """``--input data=3,224,224`` (no batch) on a layer whose batch is known (a Data
+    layer's batch_size, an Input layer's first dim): that batch in front, so a train_val
+    file's TRAIN and TEST nets each keep their own.  A full shape is taken as given."""
+    if "..." not in template and len(given) == len(template) - 1 and template and isinstance(template[0], int):
+        return (template[0],) + tuple(given)
+    return tuple(given)
 
 
 def positive_batch(q: ShapeQuery, batch_size: int, field: str) -> int:
@@ -95,9 +104,9 @@ def image_size(q: ShapeQuery, new_height: int, new_width: int, crop_size: int) -
 def follow_data(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
     """Height, width of a label map read with the data image: taken from a --input data top."""
     given = q.inputs.get(q.layer.tops[0])
-    if all(isinstance(d, int) for d in size) or given is None or len(given) != 4:
+    if all(isinstance(d, int) for d in size) or given is None or len(given) not in (3, 4):
         return size
-    return given[2], given[3]
+    return given[-2], given[-1]  # N,C,H,W or, with the batch left to the layer, C,H,W
 
 
 def color_channels(is_color: bool) -> int:
