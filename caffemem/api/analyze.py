@@ -155,7 +155,25 @@ def analyze(
     state = make_state(phase, options.stages, options.level, base=upgraded.state)
     net = build_net(source, upgraded, state, options, specs)
     memory = simulate(net, specs, options.dtype, options.engine)
-    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, tuple(source.notes) + tuple(notes) + memory.notes),))
+    notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes
+    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes),))
+
+
+def placeholder_notes(shaped: ShapedGraph, options: Options) -> tuple[str, ...]:
+    """A warning for an Input top the file sizes 1x1 (``input_dim: 1 3 1 1``, as OpenPose
+    deploy files ship and resize at run time): the figures are for that size."""
+    notes = []
+    for layer in shaped.graph.layers:
+        if layer.type != "Input":
+            continue
+        for top in layer.tops:
+            shape = shaped.blob_shapes.get(top, ())
+            if len(shape) == 4 and shape[2:] == (1, 1) and top not in options.inputs and not any(key.rpartition(":")[2] == top for key in options.inputs):
+                notes.append(
+                    f"warning: input '{top}' is {'x'.join(map(str, shape))} as the file gives it, a placeholder the program resizes at run time; "
+                    f"these figures are for that size: pass the real one, e.g. --input {top}={shape[0]},{shape[1]},368,368"
+                )
+    return tuple(notes)
 
 
 def with_overrides(options: Options, phase: str | None, inputs: Mapping[str, Sequence[int]] | None, batch: int | None) -> Options:
@@ -263,7 +281,7 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
         run_state.level = options.level
     shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
     memory = simulate(shaped, specs, options.dtype, options.engine)
-    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes) + memory.notes)
+    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes)
 
 
 def parse_inputs(values: Sequence[str]) -> dict[str, Shape]:

@@ -57,6 +57,11 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
 
     if STDOUT in (output, plan_json) and as_json:
         raise CaffememError("--json prints to standard output; write the prototxt or plan to a file, not -")
+    if output and batch is not None:
+        raise CaffememError(
+            f"--batch {batch} plans another batch than the file's data layers say, and a slot table must match the net it is written into: "
+            "edit the batch in the file and optimize that, or leave out -o to see the figures"
+        )
     if output == STDOUT and plan_json == STDOUT:
         raise CaffememError("-o - and --plan-json - would both write to standard output")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
@@ -77,7 +82,8 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
             )
             sys.exit(EXIT_FINDING)
         original = result.inplace.text if result.inplace is not None else read_exact(net)
-        written = encode_exact(rewrite_text(original, mem_param(result.phases, result.exclude, target)))
+        previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
+        written = encode_exact(rewrite_text(original, mem_param(result.phases, result.exclude, target, previous)))
         write_output(output, written, inputs=inputs_read, allow_input=in_place_file)
     if plan_json:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")

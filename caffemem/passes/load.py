@@ -276,7 +276,14 @@ def _located(error: text_format.ParseError, text: str, file: str) -> CaffememErr
     elif not unknown and not detail.startswith("Expected") and len(before) >= 2 and before[-1].text == ":":
         detail = f"{excerpt(before[-2].text)}: {detail}"  # the field whose value is wrong
     hint = " (use --lenient to skip unknown fields)" if unknown else ""
+    at_line = text[_offset_of(text, line, 1) : _offset_of(text, (line or 0) + 1, 1)] if line is not None else ""
+    if _PLACEHOLDER.search(at_line):
+        hint += f" — the file is a template: fill in its placeholders ({excerpt(_PLACEHOLDER.search(at_line).group(), 40)}) first, e.g. with the script that generates it or envsubst"
     return CaffememError(detail + hint, Location(file=file, line=line, column=column, layer=layer))
+
+
+# A template's placeholder where a value should be: ${VAR}, $VAR, {{ var }}, @VAR@.
+_PLACEHOLDER = re.compile(r"\$\{\w+\}|\$[A-Z_][A-Z0-9_]*\b|\{\{\s*\w+\s*\}\}|@[A-Z_][A-Z0-9_]*@")
 
 
 def _offset_of(text: str, line: int | None, column: int | None) -> int:

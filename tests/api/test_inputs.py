@@ -59,3 +59,39 @@ def test_a_solvers_nets_take_only_the_inputs_they_have(tmp_path):
 def test_a_typo_in_a_net_files_input_is_still_refused():
     result = CliRunner().invoke(main, ["analyze", LENET, "--input", "dta=1,1,28,28"])
     assert result.exit_code == 2 and "--input dta" in result.output
+
+
+def test_a_placeholder_input_gets_a_warning_and_the_real_size_silences_it(tmp_path):
+    # OpenPose's deploy files ship `input_dim: 1 3 1 1` and resize the input at run time.
+    net = tmp_path / "pose.prototxt"
+    net.write_text('name: "pose"\ninput: "image"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 1\ninput_dim: 1\n'
+                   'layer { name: "conv1" type: "Convolution" bottom: "image" top: "conv1" convolution_param { num_output: 8 kernel_size: 1 } }\n')
+    (warned,) = [n for n in caffemem.analyze(str(net)).nets[0].notes if n.startswith("warning: input 'image' is 1x3x1x1")]
+    assert "--input image=1,3,368,368" in warned
+    assert not [n for n in caffemem.analyze(str(net), inputs={"image": (1, 3, 368, 368)}).nets[0].notes if "placeholder" in n]
+
+
+def test_a_templated_file_is_named_as_one(tmp_path):
+    net = tmp_path / "tpl.prototxt"
+    net.write_text('layer { name: "in" type: "Input" top: "data" input_param { shape { dim: ${BATCH} dim: 3 } } }\n')
+    result = CliRunner().invoke(main, ["analyze", str(net)])
+    assert result.exit_code == 2 and "the file is a template: fill in its placeholders (${BATCH})" in result.output
+
+
+def test_optimize_refuses_to_write_a_table_for_another_batch_than_the_files(tmp_path):
+    result = CliRunner().invoke(main, ["optimize", LENET, "--batch", "8", "-o", str(tmp_path / "out.prototxt")])
+    assert result.exit_code == 2 and "a slot table must match the net it is written into" in result.output
+    assert not (tmp_path / "out.prototxt").exists()
+    assert CliRunner().invoke(main, ["optimize", LENET, "--batch", "8"]).exit_code == 0  # the figures alone are fine
+
+
+def test_replanning_one_phase_keeps_the_other_phases_table(tmp_path):
+    from google.protobuf import text_format
+
+    both, again = tmp_path / "both.prototxt", tmp_path / "again.prototxt"
+    assert CliRunner().invoke(main, ["optimize", LENET, "-o", str(both)]).exit_code == 0
+    assert CliRunner().invoke(main, ["optimize", str(both), "--phase", "TRAIN", "--force", "-o", str(again)]).exit_code == 0
+    before, after = (text_format.Parse(path.read_text(), caffe_pb2.NetParameter()).mem_param for path in (both, again))
+    tests = lambda block: [slot for slot in block.slot if slot.phase == caffe_pb2.TEST]  # noqa: E731
+    assert tests(after) == tests(before) and after.optimize_train and after.optimize_test
+    assert any(slot.phase == caffe_pb2.TRAIN for slot in after.slot)
