@@ -245,6 +245,17 @@ def _auto_top_count(specs: SpecTable, layer_type: str) -> int:
     return max(spec.tops.min, spec.tops.max or 0) if spec.tops.max == spec.tops.min else spec.tops.min
 
 
+def net_phases(net: caffe_pb2.NetParameter, specs: SpecTable, options: Options) -> list[str]:
+    """The phases a net file defines: TRAIN and TEST for a net that trains, TEST for a
+    deploy net — but not TEST when no data layer is left in it (SSD's train.prototxt
+    feeds TRAIN only: Caffe could not build a TEST net from it)."""
+    if default_phase(net, specs) != "TRAIN":
+        return ["TEST"]
+    test = filter_net(net, make_state("TEST", options.stages, options.level, base=net.state))
+    feeds = any((spec := specs.get(layer.type)) is not None and spec.is_data for layer in test.layer)
+    return ["TRAIN", "TEST"] if feeds else ["TRAIN"]
+
+
 def default_phase(net: caffe_pb2.NetParameter, specs: SpecTable) -> str:
     """TRAIN for a net that can train (a loss layer or a TRAIN rule), else TEST."""
     for layer in net.layer:

@@ -22,7 +22,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from caffemem._version import __version__
-from caffemem.api.analyze import Options, analyze, default_phase, spec_table
+from caffemem.api.analyze import Options, analyze, net_phases, spec_table
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.memory import MemoryReport
@@ -166,7 +166,7 @@ def check_file(path: str, settings: CheckSettings) -> tuple[Outcome, ...]:
 def _phases_of(source: NetSource, options: Options) -> list[str]:
     """Every phase a net has: TRAIN and TEST for a net that trains, TEST for deploy."""
     upgraded, _ = upgrade_net(source.proto, source.file)
-    return ["TRAIN", "TEST"] if default_phase(upgraded, spec_table(options)) == "TRAIN" else ["TEST"]
+    return net_phases(upgraded, spec_table(options), options)
 
 
 def _net_measurement(path: str, options: Options, optimized: bool) -> Measurement:

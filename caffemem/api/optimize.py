@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, default_phase, spec_table, with_overrides
+from caffemem.api.analyze import Options, build_net, net_phases, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -223,7 +223,7 @@ def optimize(
     if options.phase:
         phases = [options.phase]
     else:
-        phases = ["TRAIN", "TEST"] if default_phase(upgraded, specs) == "TRAIN" else ["TEST"]
+        phases = net_phases(upgraded, specs, options)
     known = set()
     results = []
     for phase in phases:

@@ -439,8 +439,11 @@ def _permute_memory(q: MemoryQuery) -> LayerMemory:
     given = list(q.proto.permute_param.order)
     if given + [axis for axis in range(axes) if axis not in given] == list(range(axes)):  # need_permute_ false
         return LayerMemory(setup=setup, forward=(Share(q.top(0), q.bottom(0), "data"),), backward=(Share(q.bottom(0), q.top(0), "diff"),))
-    forward = (write(q.bottom(0)), write(q.top(0))) + _reads(*steps)
-    return LayerMemory(setup=setup, forward=forward, backward=(write(q.top(0), "diff"), write(q.bottom(0), "diff")))
+    # Forward takes the bottom through mutable_cpu_data (Permute() wants a non-const pointer)
+    # but only reads it: a read for the liveness of its value.
+    forward = (read(q.bottom(0)), write(q.top(0))) + _reads(*steps)
+    # Backward likewise takes the top diff mutable and reads it into the bottom diff.
+    return LayerMemory(setup=setup, forward=forward, backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")))
 
 
 @layer("Permute", "forks", bottoms=ONE, tops=ONE, source=SSD + "permute_layer.cpp", memory=_permute_memory)
