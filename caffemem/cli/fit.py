@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, progress, reports_errors
 
 
 @click.command("fit", epilog=EXIT_CODES_HELP)
@@ -40,7 +40,8 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
     from caffemem.units import parse_size
 
     request = FitRequest(parse_size(gpu_memory, "--gpu-memory"), parse_size(reserve, "--reserve"), gpus, effective_batch, optimized)
-    result = run_fit(net, options_from(phase, stages, level, inputs, layers_file, lenient, dtype, None, engine), request)
+    with progress(f"caffemem: fitting {net}"):
+        result = run_fit(net, options_from(phase, stages, level, inputs, layers_file, lenient, dtype, None, engine), request)
     click.echo(json.dumps(fit_json(result), indent=1) if as_json else "\n".join(fit_lines(result)))
     if not result.fits:
         click.echo(f"caffemem: {nothing_fits_message(result)}", err=True)
