@@ -19,6 +19,7 @@ class Location:
     column: int | None = None
     layer: str | None = None
     layer_type: str | None = None
+    phase: str | None = None  # the net (TRAIN or TEST) being built: a train_val file has two
 
     @classmethod
     def of_layer(cls, layer: object, file: str | None = None, line: int | None = None) -> "Location":
@@ -27,7 +28,7 @@ class Location:
         return cls(file=file, line=line if line is not None else getattr(layer, "line", None), layer=layer.name, layer_type=layer.type)  # type: ignore[attr-defined]
 
     def describe(self) -> str:
-        """`file:line:col: layer 'name' (Type)` with the unknown parts left out."""
+        """`file:line:col: PHASE net: layer 'name' (Type)` with the unknown parts left out."""
         parts: list[str] = []
         position = self.file or ""
         if self.line is not None:
@@ -36,6 +37,8 @@ class Location:
                 position += f":{self.column}"
         if position:
             parts.append(position)
+        if self.phase is not None:
+            parts.append(f"{self.phase} net")
         if self.layer is not None:
             kind = f" ({excerpt(self.layer_type, 200)})" if self.layer_type else ""
             parts.append(f"layer '{excerpt(self.layer, 200)}'{kind}")

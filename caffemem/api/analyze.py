@@ -154,7 +154,10 @@ def analyze(
     phase = options.phase or default_phase(upgraded, specs)
     state = make_state(phase, options.stages, options.level, base=upgraded.state)
     net = build_net(source, upgraded, state, options, specs)
-    memory = simulate(net, specs, options.dtype, options.engine)
+    try:
+        memory = simulate(net, specs, options.dtype, options.engine)
+    except CaffememError as error:
+        raise error.at(phase=phase) from None
     notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes
     return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes),))
 
@@ -198,6 +201,13 @@ def build_net(
 ) -> ShapedGraph:
     """filter → splits → shapes for one upgraded net and one NetState (`role`: a solver's
     "train" or "testK")."""
+    try:
+        return _build_net(source, upgraded, state, options, specs, role)
+    except CaffememError as error:
+        raise error.at(phase=phase_name(state)) from None  # which of a train_val file's nets
+
+
+def _build_net(source: NetSource, upgraded: caffe_pb2.NetParameter, state: caffe_pb2.NetState, options: Options, specs: SpecTable, role: str | None) -> ShapedGraph:
     file = source.file
     if not len(upgraded.layer):
         raise CaffememError("the file defines no layers (is it empty or cut short?)", Location(file=file))

@@ -230,7 +230,10 @@ def optimize(
         state = make_state(phase, options.stages, options.level, base=upgraded.state)
         shaped = build_net(source, upgraded, state, options, specs)
         known |= set(shaped.blob_shapes)
-        planned = plan_phase(shaped, specs, options, settings)
+        try:
+            planned = plan_phase(shaped, specs, options, settings)
+        except CaffememError as error:
+            raise error.at(phase=phase) from None
         if inplace is not None:
             original = build_net(*as_given, state, options, specs)
             known |= set(original.blob_shapes)

@@ -95,3 +95,14 @@ def test_replanning_one_phase_keeps_the_other_phases_table(tmp_path):
     tests = lambda block: [slot for slot in block.slot if slot.phase == caffe_pb2.TEST]  # noqa: E731
     assert tests(after) == tests(before) and after.optimize_train and after.optimize_test
     assert any(slot.phase == caffe_pb2.TRAIN for slot in after.slot)
+
+
+def test_an_error_in_one_phase_names_that_phase_and_the_line(tmp_path):
+    # A layer that only the TEST net includes, with a bottom nobody produces.
+    net = tmp_path / "net.prototxt"
+    text = open(LENET).read()
+    net.write_text(text + 'layer {\n  name: "probe"\n  type: "ReLU"\n  bottom: "nowhere"\n  top: "probe"\n  include { phase: TEST }\n}\n')
+    line = text.count("\n") + 1
+    result = CliRunner().invoke(main, ["optimize", str(net)])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"caffemem: error: {net}:{line}: TEST net: layer 'probe' (ReLU): bottom 0 'nowhere'"), result.output
