@@ -178,6 +178,28 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     )
 
 
+MAX_FORK_EXCLUSIONS = 64  # blobs kept private before giving up on making the fork's plan safe
+
+
+def fork_safe_exclusions(phase: PhasePlan, specs: SpecTable, options: Options, exclude: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The blobs to add to ``exclude_blob`` so that the fork's own optimizer gives this
+    phase a safe plan (empty: it already does), or None when keeping blobs private does
+    not help.  Each round keeps private the blob the verifier's first violation names."""
+    run = prepare(phase.shaped, specs, options.dtype, options.engine)
+    blobs = set(phase.shaped.blob_shapes)
+    added: tuple[str, ...] = ()
+    for _ in range(MAX_FORK_EXCLUSIONS):
+        slots = fork_assignment(phase.shaped, specs, exclude + added, DTYPE_BYTES[options.dtype], run.flags)
+        violations = verify_plan(phase.schedule, fork_plan_data(slots))
+        if not violations:
+            return added
+        blob = violations[0].blob
+        if blob not in blobs or blob in exclude + added:
+            return None
+        added += (blob,)
+    return None
+
+
 def excluded_blobs(net: caffe_pb2.NetParameter, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The blobs kept private: the file's own ``mem_param.exclude_blob``, then the
     ``--exclude-blob`` flags, each once."""

@@ -47,7 +47,8 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
       caffemem optimize train_val.prototxt -o train_val.optimized.prototxt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
     """
-    from caffemem.api.optimize import OptimizeSettings
+    from caffemem.api.analyze import spec_table
+    from caffemem.api.optimize import OptimizeSettings, fork_safe_exclusions
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
     from caffemem.plan.rewrite import mem_param
@@ -72,18 +73,24 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     if output:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
-        unsafe = [p.phase for p in result.phases if not p.fork_safe]
+        unsafe = [p for p in result.phases if not p.fork_safe]
+        exclude_written = result.exclude
         if target == "fork" and unsafe:
-            click.echo(
-                f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(unsafe)} "
-                f"(its plan fails caffemem's verifier: {net}); nothing written. Write caffemem's verified "
-                "slot table instead (--target caffemem, run by `caffemem patch`), or keep the blobs it names private with --exclude-blob.",
-                err=True,
-            )
-            sys.exit(EXIT_FINDING)
+            extra = [fork_safe_exclusions(p, spec_table(options), options, result.exclude) for p in unsafe]
+            if any(found is None for found in extra):
+                click.echo(
+                    f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(p.phase for p in unsafe)} "
+                    f"(its plan fails caffemem's verifier: {net}), and keeping blobs private does not make it safe; nothing written. "
+                    "Write caffemem's verified slot table instead (--target caffemem, run by `caffemem patch`).",
+                    err=True,
+                )
+                sys.exit(EXIT_FINDING)
+            added = tuple(dict.fromkeys(blob for found in extra for blob in found or ()))
+            exclude_written = result.exclude + added
+            click.echo(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
         original = result.inplace.text if result.inplace is not None else read_exact(net)
         previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
-        written = encode_exact(rewrite_text(original, mem_param(result.phases, result.exclude, target, previous)))
+        written = encode_exact(rewrite_text(original, mem_param(result.phases, exclude_written, target, previous)))
         write_output(output, written, inputs=inputs_read, allow_input=in_place_file)
     if plan_json:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")

@@ -130,12 +130,24 @@ def test_a_stale_temporary_file_never_blocks_the_next_run(tmp_path):
 # ----------------------------------------------------------------------------- unsafe writes
 
 
-def test_target_fork_refuses_to_write_a_plan_the_forks_optimizer_would_corrupt(tmp_path):
-    net, out = FORK_DEFECT_NET, tmp_path / "out.prototxt"
-    result = CliRunner().invoke(main, ["optimize", str(net), "--phase", "TRAIN", "--target", "fork", "-o", str(out)])
-    assert result.exit_code == 1 and "would corrupt this net in TRAIN" in result.output
+def test_target_fork_keeps_private_what_makes_the_forks_optimizer_safe(tmp_path):
+    out, again = tmp_path / "out.prototxt", tmp_path / "again.json"
+    result = CliRunner().invoke(main, ["optimize", str(FORK_DEFECT_NET), "--phase", "TRAIN", "--target", "fork", "-o", str(out)])
+    assert result.exit_code == 0 and "kept private so that the fork's own optimizer is safe on this net: ip_ip_0_split_0" in result.output
+    assert 'exclude_blob: "ip_ip_0_split_0"' in out.read_text()
+    # The fork, planning the file written, honours its exclude_blob: its plan passes the verifier.
+    replanned = CliRunner().invoke(main, ["optimize", str(out), "--phase", "TRAIN", "--force", "--json"])
+    assert json.loads(replanned.output)["phases"][0]["fork_plan_safe"] is True
+
+
+def test_target_fork_refuses_when_no_exclusion_makes_the_fork_safe(tmp_path, monkeypatch):
+    api_optimize = importlib.import_module("caffemem.api.optimize")
+    monkeypatch.setattr(api_optimize, "fork_safe_exclusions", lambda *args: None)
+    out = tmp_path / "out.prototxt"
+    result = CliRunner().invoke(main, ["optimize", str(FORK_DEFECT_NET), "--phase", "TRAIN", "--target", "fork", "-o", str(out)])
+    assert result.exit_code == 1 and "would corrupt this net in TRAIN" in result.output and "nothing written" in result.output
     assert not out.exists()
-    assert run("optimize", net, "--phase", "TRAIN", "-o", out).exit_code == 0  # caffemem's own table is verified
+    assert run("optimize", FORK_DEFECT_NET, "--phase", "TRAIN", "-o", out).exit_code == 0  # caffemem's own table is verified
 
 
 # ----------------------------------------------------------------------------- inputs that are not files
