@@ -130,3 +130,12 @@ def c_divide(numerator: float, denominator: float) -> float:
     if denominator:
         return numerator / denominator
     return math.nan if numerator == 0 or math.isnan(numerator) else math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
+
+
+def with_batch(given: Shape, template: tuple[int | str, ...]) -> Shape:
+    """``--input data=3,224,224`` (no batch) on a layer whose batch is known (a Data
+    layer's batch_size, an Input layer's first dim): that batch in front, so a train_val
+    file's TRAIN and TEST nets each keep their own.  A full shape is taken as given."""
+    if "..." not in template and len(given) == len(template) - 1 and template and isinstance(template[0], int):
+        return (template[0],) + tuple(given)
+    return tuple(given)

@@ -30,7 +30,8 @@ from caffemem.layers.access import (
     read,
     write,
 )
-from caffemem.layers.blob import int32, reshaped
+from caffemem.layers.blob import int32, reshaped, with_batch
+from caffemem.layers.pylayers import known_note, known_shapes
 from caffemem.layers.registry import Arity, ShapeQuery, layer
 
 # A top's dimensions as far as the parameters tell: an int is known, a str names an
@@ -61,15 +62,6 @@ def resolve_tops(q: ShapeQuery, templates: Sequence[Template], why: str) -> Laye
         flags = " ".join(f"--input {name}={','.join(str(d) for d in template)}" for name, template in missing)
         raise NeedsInput([name for name, _ in missing], f"{why}; pass {flags}")
     return LayerShapes(tops=tuple(shapes))
-
-
-def with_batch(given: Shape, template: Template) -> Shape:
-    """``--input data=3,224,224`` (no batch) on a layer whose batch is known (a Data
-    layer's batch_size, an Input layer's first dim): that batch in front, so a train_val
-    file's TRAIN and TEST nets each keep their own.  A full shape is taken as given."""
-    if "..." not in template and len(given) == len(template) - 1 and template and isinstance(template[0], int):
-        return (template[0],) + tuple(given)
-    return tuple(given)
 
 
 def positive_batch(q: ShapeQuery, batch_size: int, field: str) -> int:
@@ -195,7 +187,9 @@ def _python_memory(q: MemoryQuery) -> LayerMemory:
     """python_layer.hpp: the Python code's reshape() shapes the tops and its forward() fills
     them (counted as the input, as for an Input layer); whatever else the code allocates is
     its own (numpy memory), unknown to caffemem."""
-    return LayerMemory(verified=False, notes=(layer_note(q, "what its Python code allocates is not counted"),))
+    known = known_note(q.proto.python_param)
+    notes = (layer_note(q, known),) if known else ()
+    return LayerMemory(verified=False, notes=notes + (layer_note(q, "what its Python code allocates is not counted"),))
 
 
 @layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory)
@@ -302,6 +296,9 @@ def _hdf5_data(q: ShapeQuery) -> LayerShapes:
 @layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, opaque_tops=True, source="caffe master layers/python_layer.hpp", memory=_python_memory)
 def _python(q: ShapeQuery) -> LayerShapes:
     """A Python layer shapes its tops in Python code (its reshape()), which caffemem does not run."""
+    known = known_shapes(q)  # py-faster-rcnn's layers and their like (pylayers.py)
+    if known is not None:
+        return known
     param = q.proto.python_param
     where = f" ({param.module}.{param.layer})" if param.module or param.layer else ""
     return resolve_tops(q, [ANY_SHAPE] * len(q.layer.tops), f"a Python layer{where} computes its top shapes in Python code")

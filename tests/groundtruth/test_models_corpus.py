@@ -39,8 +39,9 @@ OUTCOMES: dict[str, tuple[list[str], str | None]] = {
     "densenet/DenseNet_121.prototxt": ([], None),
     "faster_rcnn_vgg16_end2end/test.prototxt": (["--input", "rois=300,5"], None),
     # Its Python layers compute shapes in Python: the message lists the ones to give.
-    "faster_rcnn_vgg16_end2end/train.prototxt": (["--input", "data=1,3,600,1000", "--input", "im_info=1,3", "--input", "gt_boxes=3,5"], "'rpn_labels' (layer 'rpn-data', Python, line 428)"),
-    "faster_rcnn_vgg16_end2end/solver.prototxt": ([], "the file does not tell the shape of 3 data blob(s)"),
+    # py-faster-rcnn's Python layers are sized from their code (layers/pylayers.py): the image size is enough.
+    "faster_rcnn_vgg16_end2end/train.prototxt": (["--input", "data=3,600,1000"], None),
+    "faster_rcnn_vgg16_end2end/solver.prototxt": ([], "the image size is what the file cannot tell: pass --input data=3,600,1000"),
     "fcn_voc-fcn8s/deploy.prototxt": ([], None),
     "fcn_voc-fcn8s/train.prototxt": (["--input", "data=1,3,500,500", "--input", "label=1,1,500,500"], None),
     "fcn_voc-fcn8s/solver.prototxt": ([], "test_net 'val.prototxt' not found"),
