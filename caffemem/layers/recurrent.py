@@ -235,6 +235,14 @@ def unrolled_net(q: MemoryQuery | ShapeQuery, arch: _Unrolled) -> caffe_pb2.NetP
     return net
 
 
+def _time_major(proto, count: int, arch: _Unrolled) -> tuple[int, ...]:
+    """recurrent_layer.cpp: x (T x N x ...), cont (T x N) and the exposed hidden inputs
+    (1 x N x ...) put the batch on axis 1; x_static (N x ...), when there is one, does not."""
+    hidden = len(arch.hidden_blobs) if proto.recurrent_param.expose_hidden else 0
+    static = count - 2 - hidden == 1
+    return tuple(i for i in range(count) if not (static and i == 2))
+
+
 def _exposed(q: MemoryQuery | ShapeQuery, arch: _Unrolled) -> int:
     """How many hidden blobs are bottoms and tops (all of them with expose_hidden)."""
     return len(arch.hidden_blobs) if q.proto.recurrent_param.expose_hidden else 0
@@ -312,6 +320,7 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
     bottoms=Arity(2, 5),
     tops=Arity(1, 3),
     no_force_backward=(1,),
+    time_major_bottoms=lambda proto, count: _time_major(proto, count, _LSTM),
     source="caffe master layers/lstm_layer.cpp, recurrent_layer.cpp",
     memory=lambda q: _recurrent_memory(q, _LSTM),
 )
@@ -326,6 +335,7 @@ def _lstm(q: ShapeQuery) -> LayerShapes:
     bottoms=Arity(2, 4),
     tops=Arity(1, 2),
     no_force_backward=(1,),
+    time_major_bottoms=lambda proto, count: _time_major(proto, count, _RNN),
     source="caffe master layers/rnn_layer.cpp, recurrent_layer.cpp",
     memory=lambda q: _recurrent_memory(q, _RNN),
 )
@@ -353,6 +363,7 @@ def _lstm_unit_memory(q: MemoryQuery) -> LayerMemory:
     bottoms=Arity.exactly(3),
     tops=Arity.exactly(2),
     no_force_backward=(2,),
+    time_major_bottoms=lambda proto, count: tuple(range(count)),  # c_prev, gates, cont: 1 x N x ...
     source="caffe master layers/lstm_unit_layer.cpp",
     memory=_lstm_unit_memory,
 )

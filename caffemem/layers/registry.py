@@ -87,6 +87,10 @@ class LayerSpec:
     # Bottoms that force_backward must not give a gradient (Layer::AllowForceBackward),
     # e.g. the label of a loss layer.
     no_force_backward: tuple[int, ...] = ()
+    # Which bottoms are laid out time first, T x N x ... (Recurrent's x, cont and exposed
+    # hidden inputs), given the LayerParameter and the bottom count: their batch is axis 1,
+    # which --batch and fit scale when a data layer feeds them.
+    time_major_bottoms: "Callable[[Any, int], tuple[int, ...]] | None" = None
     # What the memory-multiloading fork declares this type shares between top i and
     # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
     # top's data with bottom 0.

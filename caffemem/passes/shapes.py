@@ -39,6 +39,7 @@ def infer_shapes(
     unknown: set[str] = set()
     notes: list[str] = []
     data_tops: set[str] = set()
+    time_major = _time_major_blobs(graph, specs) if batch is not None else set()
 
     for layer in graph.layers:
         spec = _spec_for(layer, specs, graph.source)
@@ -67,7 +68,7 @@ def infer_shapes(
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
         result = _with_stored_params(layer, result, stored_params, notes, graph.source)
         if batch is not None and spec.is_data:
-            result = LayerShapes(tuple((batch,) + tuple(s[1:]) if s else s for s in result.tops), result.params)
+            result = LayerShapes(tuple(_with_batch(s, batch, 1 if top in time_major and len(s) >= 2 else 0) for top, s in zip(layer.tops, result.tops)), result.params)
         _check_result(layer, result, graph.source)
         _check_in_place(layer, query.bottoms, result, graph.source)
         for top, shape in zip(layer.tops, result.tops):
@@ -79,6 +80,21 @@ def infer_shapes(
         first = missing[0][1]  # located at the first layer that needs a shape
         raise CaffememError(_missing_message(missing), Location.of_layer(first, graph.source))
     return ShapedGraph(graph, blob_shapes, tuple(layer_shapes), tuple(notes))
+
+
+def _time_major_blobs(graph: Graph, specs: SpecTable) -> set[str]:
+    """Blobs some layer reads time first (T x N x ...): --batch scales their axis 1."""
+    blobs: set[str] = set()
+    for layer in graph.layers:
+        spec = specs.get(layer.type)
+        if spec is not None and spec.time_major_bottoms is not None:
+            blobs.update(layer.bottoms[i] for i in spec.time_major_bottoms(layer.proto, len(layer.bottoms)))
+    return blobs
+
+
+def _with_batch(shape: Shape, batch: int, axis: int) -> Shape:
+    """``shape`` with its batch axis set to ``batch`` (a scalar top stays as it is)."""
+    return shape[:axis] + (batch,) + shape[axis + 1 :] if len(shape) > axis else shape
 
 
 def _where(layer: Layer, file: str) -> Location:

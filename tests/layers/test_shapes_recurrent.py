@@ -10,6 +10,7 @@ with K = count(x, 2) (InnerProduct axis 2) and K_static = count(x_static, 1).
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES
 
 from caffemem.errors import CaffememError
 from caffemem.layers import SpecTable
@@ -142,3 +143,13 @@ def test_recurrent_layers_do_not_force_backward_to_cont():
     assert specs.get("LSTM").no_force_backward == (1,)
     assert specs.get("RNN").no_force_backward == (1,)
     assert specs.get("LSTMUnit").no_force_backward == (2,)
+
+
+def test_batch_scales_axis_1_of_time_major_inputs_and_axis_0_of_the_static_one():
+    # recurrent_layer.cpp: x is T x N x ..., cont T x N, an exposed h_0 1 x N x ...,
+    # x_static N x ...; LSTMUnit's bottoms are 1 x N x ...: --batch 3 sets every N to 3.
+    import caffemem
+
+    net = caffemem.analyze(str(FIXTURES / "layers" / "recurrent.prototxt"), batch=3).nets[0]
+    shapes = {name: net.blobs[name] for name in ("x", "cont", "x_static", "h0", "gates")}
+    assert shapes == {"x": (4, 3, 3, 5), "cont": (4, 3), "x_static": (3, 6), "h0": (1, 3, 8), "gates": (1, 3, 20)}
