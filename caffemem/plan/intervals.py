@@ -1,4 +1,4 @@
-"""Interval structures for the planners (passes/plan.py).
+"""Interval structures for the planners (plan/strategies.py).
 
 A planner asks one question per storage class: which slot is free for these steps, or
 where in memory is a hole for these steps.  Scanning every slot or every placed class for
