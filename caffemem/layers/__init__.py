@@ -14,6 +14,7 @@ from caffemem.layers import (
     fork_vision,
     forks,
     loss,
+    mobile,
     neuron,
     recurrent,
     vision,
@@ -28,6 +29,6 @@ from caffemem.layers.registry import (
     register,
 )
 
-FAMILIES = (common, data, fork_vision, forks, loss, neuron, recurrent, vision)
+FAMILIES = (common, data, fork_vision, forks, loss, mobile, neuron, recurrent, vision)
 
 __all__ = ["FAMILIES", "Arity", "LayerSpec", "NeedsInput", "ShapeQuery", "SpecTable", "builtin_specs", "layer", "register"]

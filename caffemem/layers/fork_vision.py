@@ -4,7 +4,9 @@
   types with ``convolution3d_param`` / ``pooling3d_param``, not N-d Convolution).  Both set
   their top in LayerSetUp and leave Reshape empty.
 - Interp: hszhao/PSPNet (DeepLab v2's bilinear resize).
-- Upsample: alexgkendall/caffe-segnet (max-unpooling with the pooling mask).
+- Upsample: alexgkendall/caffe-segnet (max-unpooling with the pooling mask, two bottoms) and
+  YOLO's nearest-neighbour Upsample (eric612/MobileNet-YOLO, one bottom, ``scale``): one
+  type string, so one spec that tells them apart by their number of bottoms.
 - ROIPooling: rbgirshick/caffe-fast-rcnn, branch faster-rcnn (py-faster-rcnn's Caffe).
 - PSROIPooling: daijifeng001/caffe-rfcn (R-FCN).
 
@@ -161,20 +163,47 @@ def _interp(q: ShapeQuery) -> LayerShapes:
 
 
 def _upsample_memory(q: MemoryQuery) -> LayerMemory:
-    """upsample_layer.cpp: Forward scatters bottom 0 through the mask (bottom 1) into the
-    top; Backward, when propagate_down[0], gathers the top's diff into bottom 0's through the
-    mask.  The mask never gets a diff."""
+    """SegNet's upsample_layer.cpp (two bottoms): Forward scatters bottom 0 through the mask
+    (bottom 1) into the top; Backward, when propagate_down[0], gathers the top's diff into
+    bottom 0's through the mask.  The mask never gets a diff.
+
+    YOLO's (one bottom; eric612/MobileNet-YOLO src/caffe/layers/upsample_layer.cpp):
+    Forward_cpu reads the bottom and writes the top; Backward_cpu takes the top's diff and
+    zeroes then fills the bottom's diff without testing propagate_down."""
+    if len(q.bottoms) == 1:
+        return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")))
     backward = (read(q.top(0), "diff"), read(q.bottom(1)), write(q.bottom(0), "diff")) if q.propagate_down[0] else ()
     return LayerMemory(forward=(read(q.bottom(0)), read(q.bottom(1)), write(q.top(0))), backward=backward)
 
 
-@layer("Upsample", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source="alexgkendall/caffe-segnet src/caffe/layers/upsample_layer.cpp", memory=_upsample_memory)
-def _upsample(q: ShapeQuery) -> LayerShapes:
-    """Max-unpooling: bottom 1 is the mask of the matching MAX pooling, shaped like bottom 0.
+def _yolo_upsample(q: ShapeQuery) -> LayerShapes:
+    """YOLO's Upsample (eric612/MobileNet-YOLO upsample_layer.cpp): Reshape multiplies the last
+    two axes by ``scale`` (its UpsampleParameter: int32, default 1 -- not SegNet's default 2);
+    Forward_cpu and Backward_cpu index shape(0..3), so the bottom has 4 axes."""
+    bottom = q.bottoms[0]
+    require_axes(q, bottom, 4, "num, channels, height, width")
+    param = q.proto.upsample_param
+    scale = param.scale if param.HasField("scale") else 1
+    return LayerShapes(tops=(reshaped(q, bottom[:2] + (bottom[2] * scale, bottom[3] * scale)),))
 
-    The size is upsample_h x upsample_w when both are set, else (deprecated) the input
-    times scale (or scale_h/scale_w), minus one where pad_out_h/pad_out_w (scale 2 only).
+
+@layer(
+    "Upsample",
+    FAMILY,
+    bottoms=Arity(1, 2),
+    tops=Arity.exactly(1),
+    source="alexgkendall/caffe-segnet src/caffe/layers/upsample_layer.cpp (two bottoms); eric612/MobileNet-YOLO@69b4441c src/caffe/layers/upsample_layer.cpp (one bottom)",
+    memory=_upsample_memory,
+)
+def _upsample(q: ShapeQuery) -> LayerShapes:
+    """Two bottoms (SegNet): max-unpooling, bottom 1 is the mask of the matching MAX pooling,
+    shaped like bottom 0.  The size is upsample_h x upsample_w when both are set, else
+    (deprecated) the input times scale (or scale_h/scale_w), minus one where
+    pad_out_h/pad_out_w (scale 2 only).  One bottom: YOLO's nearest-neighbour upsampling
+    (:func:`_yolo_upsample`).
     """
+    if len(q.bottoms) == 1:
+        return _yolo_upsample(q)
     data, mask = q.bottoms
     require_axes(q, data, 4, "num, channels, height, width")
     require_axes(q, mask, 4, "num, channels, height, width", which="the mask bottom")

@@ -32,6 +32,8 @@ FRCNN = "rbgirshick/caffe-fast-rcnn@faster-rcnn"
 RFCN = "daijifeng001/caffe-rfcn@r-fcn"
 C3D = "facebook/C3D@master:C3D-v1.1/src/caffe/proto/caffe.proto"
 OPENCV = "opencv/opencv:modules/dnn/src/caffe/opencv-caffe.proto"
+SHUFFLENET = "farmingyard/ShuffleNet@master:README.md"
+MOBILEYOLO = "eric612/MobileNet-YOLO@master"
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -47,6 +49,8 @@ SOURCE_COMMITS: Dict[str, str] = {
     RFCN: "543f8f6a4b7c88256ea1445ae951a12d1ad9cffd",
     C3D: "71336a2202e7d605a138c239f56be7b8fcfaaf5b",
     OPENCV: "036f7218fcc37e0801ced4006270a55f20610e0d",
+    SHUFFLENET: "b9624442bd410bbd2aadc820122b138e63039d70",
+    MOBILEYOLO: "69b4441cb3ec8d553fbdef788ad033e246f901bd",
 }
 
 
@@ -99,7 +103,8 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
        "hszhao/PSPNet uses 143 (LayerParameter.input_param)"),
     _f("LayerParameter", "upsample_param", 1137, SEGNET, 137,
        "LayerParameter.embed_param; caffe-segnet-cudnn5 uses 147 "
-       "(LayerParameter.swish_param)"),
+       "(LayerParameter.swish_param); eric612/MobileNet-YOLO uses 150 for "
+       "YOLO's one-field UpsampleParameter (scale = 1, int32, default 1)"),
     _f("LayerParameter", "dense_image_data_param", 46, SEGNET5, 46,
        "caffe-segnet uses 138 (LayerParameter.tile_param)"),
     _f("LayerParameter", "annotated_data_param", 200, SSD),
@@ -119,6 +124,10 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "smooth_l1_loss_param", 8266712, FRCNN),
     _f("LayerParameter", "box_annotator_ohem_param", 10000, RFCN),
     _f("LayerParameter", "psroi_pooling_param", 10001, RFCN),
+    _f("LayerParameter", "shuffle_channel_param", 164, SHUFFLENET),
+    _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
+       "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
+       "negative_slope = 1 (same text)"),
     # TransformationParameter: ssd keeps its numbers, TSN's clashing ones move.
     _f("TransformationParameter", "resize_param", 8, SSD),
     _f("TransformationParameter", "noise_param", 9, SSD),
@@ -184,6 +193,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "SmoothL1LossParameter": FRCNN,
     "PSROIPoolingParameter": RFCN,
     "BoxAnnotatorOHEMParameter": RFCN,
+    "ShuffleChannelParameter": SHUFFLENET,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 
