@@ -36,10 +36,10 @@ from caffemem.layers.blob import format_shape, legacy4, reshaped
 from caffemem.layers.neuron import neuron_memory
 from caffemem.layers.registry import Arity, ShapeQuery, layer
 from caffemem.layers.vision import (
-    _GEOMETRY_BLOBS,
-    _base_conv,
-    _caffe_conv_steps,
+    GEOMETRY_BLOBS,
+    base_conv,
     c_div,
+    caffe_conv_steps,
     conv_geometry,
     int_blobs,
     positive,
@@ -161,18 +161,18 @@ def _depthwise_convolution_memory(q: MemoryQuery) -> LayerMemory:
     top_spatial = q.tops[0][geo.channel_axis + 1 :]
     bias = q.param(1) if param.bias_term else None
     multiplier = q.buffer("bias_multiplier")
-    setup = int_blobs(q, _GEOMETRY_BLOBS, max(axes, 1)) + int_blobs(q, ("conv_input_shape",), axes + 1)
+    setup = int_blobs(q, GEOMETRY_BLOBS, max(axes, 1)) + int_blobs(q, ("conv_input_shape",), axes + 1)
     setup += (Reshape(q.buffer("col_buffer"), (count(q.params[0][1:]) * param.group,) + top_spatial),)
     if bias is not None:
         setup += buffer_setup(multiplier, (count(top_spatial),), filled=True)
-    return _caffe_conv_steps(q, False, geo, bias, multiplier, setup, ())
+    return caffe_conv_steps(q, False, geo, bias, multiplier, setup, ())
 
 
 @layer("DepthwiseConvolution", FAMILY, bottoms=Arity(1, None), tops=Arity(1, None), source=DEPTHWISE, memory=_depthwise_convolution_memory)
 def _depthwise_convolution(q: ShapeQuery) -> LayerShapes:
     """BaseConvolutionLayer's shapes with ConvolutionLayer's output size: ``group`` must be
     given (MobileNet files set it to the channels) -- nothing forces it, as in the source."""
-    return _base_conv(q, reverse=False)
+    return base_conv(q, reverse=False)
 
 
 # ----------------------------------------------------------------------------------------

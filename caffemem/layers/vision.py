@@ -141,7 +141,7 @@ def int_blobs(q: MemoryQuery, names: Sequence[str], axes: int) -> tuple[Action, 
     return tuple(action for name in names for action in buffer_setup(q.buffer(name), (axes,), "int", filled=True))
 
 
-_GEOMETRY_BLOBS = ("kernel_shape", "stride", "pad", "dilation")
+GEOMETRY_BLOBS = ("kernel_shape", "stride", "pad", "dilation")
 
 # cudnn_conv_layer.cpp / cudnn_deconv_layer.cpp Reshape: each of the three algorithms
 # (forward, backward filter, backward data) is picked with a workspace of at most
@@ -175,7 +175,7 @@ def _conv_memory(reverse: bool) -> MemoryRule:
         # LayerSetUp: the four geometry blobs (at least one value each); Reshape:
         # conv_input_shape_, the col buffer's shape (one image: kernel_dim_ * group_ rows),
         # the bias multiplier filled with ones.  The cuDNN classes run both too.
-        setup = int_blobs(q, _GEOMETRY_BLOBS, max(axes, 1)) + int_blobs(q, ("conv_input_shape",), axes + 1)
+        setup = int_blobs(q, GEOMETRY_BLOBS, max(axes, 1)) + int_blobs(q, ("conv_input_shape",), axes + 1)
         setup += (Reshape(q.buffer("col_buffer"), (count(q.params[0][1:]) * param.group,) + spatial["bottom" if reverse else "top"]),)
         if bias is not None:
             setup += buffer_setup(multiplier, (count(spatial["top"]),), filled=True)
@@ -186,12 +186,12 @@ def _conv_memory(reverse: bool) -> MemoryRule:
             workspace = Alloc(q.buffer("cudnn_workspace"), CUDNN_STREAMS_PER_GROUP * param.group * CUDNN_WORKSPACE_LIMIT // 4, "int")
             return _cudnn_conv_steps(q, bias, setup + (workspace,))
         notes = (engine_note(q, "cuDNN convolves only 2-D, undilated kernels"),) if wanted else ()
-        return _caffe_conv_steps(q, reverse, geo, bias, multiplier, setup, notes)
+        return caffe_conv_steps(q, reverse, geo, bias, multiplier, setup, notes)
 
     return rule
 
 
-def _caffe_conv_steps(
+def caffe_conv_steps(
     q: MemoryQuery, reverse: bool, geo: ConvGeometry, bias: BlobId | None, multiplier: BlobId, setup: tuple[Action, ...], notes: tuple[str, ...]
 ) -> LayerMemory:
     """conv_layer.cpp / deconv_layer.cpp over base_conv_layer.cpp's gemm helpers, per image.
@@ -240,7 +240,7 @@ def _im2col_memory(q: MemoryQuery) -> LayerMemory:
     writes the bottom's diff without looking at propagate_down."""
     axes = len(conv_geometry(shape_query(q), q.bottoms[0], min_spatial_axes=1).kernel)
     return LayerMemory(
-        setup=int_blobs(q, _GEOMETRY_BLOBS, axes),
+        setup=int_blobs(q, GEOMETRY_BLOBS, axes),
         forward=(read(q.bottom(0)), write(q.top(0))),
         backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")),
     )
@@ -256,7 +256,7 @@ def _deconv_out(input_dim: int, geo: ConvGeometry, i: int) -> int:
     return geo.stride[i] * (input_dim - 1) + geo.extent(i) - 2 * geo.pad[i]
 
 
-def _base_conv(q: ShapeQuery, reverse: bool) -> LayerShapes:
+def base_conv(q: ShapeQuery, reverse: bool) -> LayerShapes:
     """BaseConvolutionLayer LayerSetUp + Reshape; ``reverse`` is Deconvolution's reverse_dimensions()."""
     q.check(len(q.layer.tops) == len(q.bottoms), "needs as many tops as bottoms (one output per input)")
     bottom = q.bottoms[0]
@@ -285,13 +285,13 @@ _CONV_ARITY = dict(bottoms=Arity(1, None), tops=Arity(1, None))
 @layer("Convolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, conv_layer.cpp, cudnn_conv_layer.cpp", memory=_conv_memory(reverse=False), **_CONV_ARITY)
 def _convolution(q: ShapeQuery) -> LayerShapes:
     """N-d convolution: out = (in + 2*pad - dilated kernel) / stride + 1 per spatial axis."""
-    return _base_conv(q, reverse=False)
+    return base_conv(q, reverse=False)
 
 
 @layer("Deconvolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, deconv_layer.cpp, cudnn_deconv_layer.cpp", memory=_conv_memory(reverse=True), **_CONV_ARITY)
 def _deconvolution(q: ShapeQuery) -> LayerShapes:
     """Transposed convolution: out = stride*(in-1) + dilated kernel - 2*pad; weights are (C, out/g, k...)."""
-    return _base_conv(q, reverse=True)
+    return base_conv(q, reverse=True)
 
 
 @layer("Im2col", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/im2col_layer.cpp", memory=_im2col_memory)
