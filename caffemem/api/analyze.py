@@ -171,7 +171,7 @@ def placeholder_notes(shaped: ShapedGraph, options: Options) -> tuple[str, ...]:
             continue
         for top in layer.tops:
             shape = shaped.blob_shapes.get(top, ())
-            if len(shape) == 4 and shape[2:] == (1, 1) and top not in options.inputs and not any(key.rpartition(":")[2] == top for key in options.inputs):
+            if len(shape) == 4 and shape[2:] == (1, 1) and not any(key.rpartition(":")[2] == top for key in options.inputs):
                 notes.append(
                     f"warning: input '{top}' is {'x'.join(map(str, shape))} as the file gives it, a placeholder the program resizes at run time; "
                     f"these figures are for that size: pass the real one, e.g. --input {top}={shape[0]},{shape[1]},368,368"

@@ -46,7 +46,6 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     """
     from caffemem.api.analyze import Options, parse_inputs
     from caffemem.api.check import (
-        Baseline,
         CheckSettings,
         Gate,
         Measurement,
@@ -67,10 +66,9 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
     options = Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file)
-    old = read_baseline(baseline, optimized, missing_ok=update_baseline) if baseline else None
-    if old is not None and old.optimized != optimized:
-        old = Baseline(old.path, optimized)  # measured the other way: nothing to compare with
+    old = _measured_as(read_baseline(baseline, optimized, missing_ok=update_baseline), optimized) if baseline else None
     targets = collect_files(paths)
+    checked = [target for target in targets if isinstance(target, str)]
     outcomes = _run_with_progress(targets, CheckSettings(options, optimized), jobs)
     gate = Gate(budget_bytes, old, tolerance_fraction, accept_growth=update_baseline)
     wrote = None
@@ -80,14 +78,10 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
         except OSError as error:
             raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=old.path)) from None
         with locked(old.path):  # another run may have updated it since we read it
-            current = read_baseline(old.path, optimized, missing_ok=True)
-            if current.optimized != optimized:
-                current = Baseline(current.path, optimized)
-            checked = [target for target in targets if isinstance(target, str)]
+            current = _measured_as(read_baseline(old.path, optimized, missing_ok=True), optimized)
             write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes)).encode("utf-8"), inputs=checked, flag="--baseline")
         wrote = old.path
     report = make_report(outcomes, gate, optimized, wrote)
-    checked = [target for target in targets if isinstance(target, str)]
     for report_format, file in extra_reports:
         write_output(file, RENDERERS[report_format](report).encode("utf-8"), inputs=checked, flag="--report")
     if output_format == "text":
@@ -96,6 +90,14 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     else:
         click.echo(RENDERERS[output_format](report), nl=False)
     sys.exit(report.exit_code)
+
+
+def _measured_as(baseline, optimized: bool):
+    """The baseline, or an empty one when it was measured the other way (with or without
+    --optimized): there is nothing to compare with then."""
+    from caffemem.api.check import Baseline
+
+    return baseline if baseline.optimized == optimized else Baseline(baseline.path, optimized)
 
 
 def _report_target(value: str) -> tuple[str, str]:

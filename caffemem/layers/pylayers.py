@@ -54,8 +54,7 @@ def _roi_data(q: ShapeQuery, params: dict) -> tuple[Shape, ...]:
     given = q.inputs.get(data)
     if given is None:
         raise q.fail(f"the image size is what the file cannot tell: pass --input {data}=3,600,1000 (C,H,W of the scaled image; py-faster-rcnn scales to 600x1000 at most)")
-    image = tuple(given) if len(given) == 4 else (IMS_PER_BATCH,) + tuple(given)
-    tops: list[Shape] = [image, (1, 3), (GT_BOXES, 5)]
+    tops: list[Shape] = [with_batch(given, (IMS_PER_BATCH, 3, "H", "W")), (1, 3), (GT_BOXES, 5)]
     return tuple(tops[: len(q.layer.tops)]) + tuple((1,) for _ in q.layer.tops[3:])  # im_inds of later forks
 
 

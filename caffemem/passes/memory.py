@@ -338,6 +338,11 @@ class MemoryReport:
         The one stock figure every command and report gives."""
         return self.heap_total + self.outside_heap_bytes
 
+    def largest_layers(self, count: int) -> tuple[tuple[int, LayerBytes], ...]:
+        """(index, bytes) of the ``count`` layers that make Caffe allocate the most,
+        largest first (ties in net order)."""
+        return tuple(sorted(enumerate(self.layers), key=lambda item: -item[1].total)[:count])
+
     def parts(self) -> dict[str, int]:
         """``total_bytes`` by cause, parts that add up: the categories (the data tops
         counted in the prefetch batches, not in activations) and the prefetch batches."""

@@ -361,8 +361,7 @@ TOP_LAYERS = 10
 
 def top_layers(memory: MemoryReport, count: int = TOP_LAYERS) -> tuple[tuple[int, str, str, int], ...]:
     """The layers that make Caffe allocate the most, largest first."""
-    ranked = sorted(enumerate(memory.layers), key=lambda item: -item[1].total)[:count]
-    return tuple((index, layer.name, layer.type, layer.total) for index, layer in ranked if layer.total)
+    return tuple((index, layer.name, layer.type, layer.total) for index, layer in memory.largest_layers(count) if layer.total)
 
 
 def _causes_html(causes: tuple[tuple[str, int], ...]) -> str:

@@ -91,7 +91,7 @@ def _print_answer(memory: MemoryReport, console: Console) -> None:
 
 
 def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
-    layers = sorted(enumerate(net.memory.layers), key=lambda item: -item[1].total)[:top]
+    layers = net.memory.largest_layers(top)
     if not layers or top <= 0:
         return
     whole = max(net.memory.heap_total, 1)
