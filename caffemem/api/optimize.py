@@ -200,6 +200,16 @@ def fork_safe_exclusions(phase: PhasePlan, specs: SpecTable, options: Options, e
     return None
 
 
+def fork_target_exclusions(result: OptimizeResult, options: Options) -> tuple[str, ...] | None:
+    """What ``--target fork`` adds to ``exclude_blob`` so that the fork's own optimizer is
+    safe in every planned phase (empty: it already is), or None when that does not help."""
+    specs = spec_table(options)
+    found = [fork_safe_exclusions(phase, specs, options, result.exclude) for phase in result.phases if not phase.fork_safe]
+    if any(added is None for added in found):
+        return None
+    return tuple(dict.fromkeys(blob for added in found for blob in added or ()))
+
+
 def excluded_blobs(net: caffe_pb2.NetParameter, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The blobs kept private: the file's own ``mem_param.exclude_blob``, then the
     ``--exclude-blob`` flags, each once."""

@@ -47,8 +47,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
       caffemem optimize train_val.prototxt -o train_val.optimized.prototxt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
     """
-    from caffemem.api.analyze import spec_table
-    from caffemem.api.optimize import OptimizeSettings, fork_safe_exclusions
+    from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
     from caffemem.plan.rewrite import mem_param
@@ -73,21 +72,21 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     if output:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
-        unsafe = [p for p in result.phases if not p.fork_safe]
         exclude_written = result.exclude
-        if target == "fork" and unsafe:
-            extra = [fork_safe_exclusions(p, spec_table(options), options, result.exclude) for p in unsafe]
-            if any(found is None for found in extra):
+        if target == "fork":
+            added = fork_target_exclusions(result, options)
+            if added is None:
+                unsafe = [p.phase for p in result.phases if not p.fork_safe]
                 click.echo(
-                    f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(p.phase for p in unsafe)} "
+                    f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(unsafe)} "
                     f"(its plan fails caffemem's verifier: {net}), and keeping blobs private does not make it safe; nothing written. "
                     "Write caffemem's verified slot table instead (--target caffemem, run by `caffemem patch`).",
                     err=True,
                 )
                 sys.exit(EXIT_FINDING)
-            added = tuple(dict.fromkeys(blob for found in extra for blob in found or ()))
-            exclude_written = result.exclude + added
-            click.echo(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
+            if added:
+                exclude_written = result.exclude + added
+                click.echo(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
         original = result.inplace.text if result.inplace is not None else read_exact(net)
         previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
         written = encode_exact(rewrite_text(original, mem_param(result.phases, exclude_written, target, previous)))

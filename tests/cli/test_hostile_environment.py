@@ -142,7 +142,7 @@ def test_target_fork_keeps_private_what_makes_the_forks_optimizer_safe(tmp_path)
 
 def test_target_fork_refuses_when_no_exclusion_makes_the_fork_safe(tmp_path, monkeypatch):
     api_optimize = importlib.import_module("caffemem.api.optimize")
-    monkeypatch.setattr(api_optimize, "fork_safe_exclusions", lambda *args: None)
+    monkeypatch.setattr(api_optimize, "fork_safe_exclusions", lambda *args: None)  # no blob helps
     out = tmp_path / "out.prototxt"
     result = CliRunner().invoke(main, ["optimize", str(FORK_DEFECT_NET), "--phase", "TRAIN", "--target", "fork", "-o", str(out)])
     assert result.exit_code == 1 and "would corrupt this net in TRAIN" in result.output and "nothing written" in result.output
