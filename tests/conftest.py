@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FIXTURES = REPO / "fixtures"
+
+def pytest_configure(config):
+    """The CLI's --device defaults to gpu; the command tests compare CPU figures (checked
+    against real Caffe), so the session runs with CAFFEMEM_DEVICE=cpu (module-scoped
+    fixtures run commands too), except the tests marked ``gpu_default``."""
+    os.environ["CAFFEMEM_DEVICE"] = "cpu"
+
+
+@pytest.fixture(autouse=True)
+def gpu_default_commands(monkeypatch, request):
+    """Tests of the --device default itself (and of GPU mode through the CLI) run without it."""
+    if request.node.get_closest_marker("gpu_default") is not None:
+        monkeypatch.delenv("CAFFEMEM_DEVICE", raising=False)
+
 
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (models and ground truth) is not beside the repo")
 

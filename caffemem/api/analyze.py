@@ -16,7 +16,8 @@ from caffemem.graph import Shape, ShapedGraph
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.filter import filter_net, make_state, phase_name
 from caffemem.passes.load import NetSource, SolverSource, load
-from caffemem.passes.memory import MemoryReport, simulate
+from caffemem.passes.device import DeviceReport, device_footprint
+from caffemem.passes.memory import MemoryReport, Run, prepare, simulate
 from caffemem.passes.shapes import INT_MAX, infer_shapes
 from caffemem.passes.solver import ProcessFootprint, solver_footprint
 from caffemem.passes.splits import insert_splits
@@ -38,8 +39,27 @@ class Options:
     lenient: bool = False
     dtype: str = "float32"
     batch: int | None = None  # rescale the batch axis of every data layer's tops
-    engine: str = "caffe"  # "cudnn": a GPU build's default engine
+    engine: str | None = None  # the build's default engine; None: cuDNN on a GPU, Caffe's on the CPU
     max_input_bytes: int = MAX_TEXT_BYTES  # a text input larger than this is refused unread
+    # Caffe::mode() of the run: "cpu" (the heap, checked byte for byte against real Caffe)
+    # or "gpu" (device and host bytes).  The CLI's --device defaults to gpu.
+    device: str = "cpu"
+    gpus: int = 1  # GPUs training together (--gpus): every one holds the figure
+    context_bytes: int | None = None  # the CUDA context per GPU; None: the cited constant
+
+    @property
+    def build_engine(self) -> str:
+        """The engine Caffe's layer factory defaults to: cuDNN in a GPU build (the one a
+        GPU run uses), Caffe's own in a CPU-only build."""
+        if self.engine is not None:
+            return self.engine
+        return "cudnn" if self.device == "gpu" else "caffe"
+
+    @property
+    def heap_engine(self) -> str:
+        """The engine of the CPU-mode heap figures: a CPU run builds Caffe's own layers
+        unless the user named an engine."""
+        return self.engine or "caffe"
 
 
 @dataclass(frozen=True)
@@ -50,8 +70,9 @@ class NetAnalysis:
     index: int  # which test net, for a solver; 0 otherwise
     file: str
     shaped: ShapedGraph
-    memory: MemoryReport
+    memory: MemoryReport  # CPU mode: the heap, as the ground truth measures it
     notes: tuple[str, ...] = ()
+    device: DeviceReport | None = None  # GPU mode: device and host bytes
 
     @property
     def phase(self) -> str:
@@ -100,9 +121,25 @@ class NetAnalysis:
         return self.memory.prefetch_bytes
 
     @property
-    def total_bytes(self) -> int:
-        """What Caffe allocates for this net: the one stock figure of every command."""
+    def mode(self) -> str:
+        """Caffe::mode() of the figures: "gpu" or "cpu"."""
+        return "gpu" if self.device is not None else "cpu"
+
+    @property
+    def cpu_total_bytes(self) -> int:
+        """The heap a CPU run allocates (in GPU mode, for comparison)."""
         return self.memory.total_bytes
+
+    @property
+    def figures(self) -> "MemoryReport | DeviceReport":
+        """The report of the run's mode: the device report in GPU mode, else the heap's."""
+        return self.device if self.device is not None else self.memory
+
+    @property
+    def total_bytes(self) -> int:
+        """What Caffe allocates for this net: the one stock figure of every command (in
+        GPU mode what one card holds, cuDNN workspaces at their bound)."""
+        return self.figures.total_bytes
 
     @property
     def peak_layer(self) -> str | None:
@@ -155,11 +192,28 @@ def analyze(
     state = make_state(phase, options.stages, options.level, base=upgraded.state)
     net = build_net(source, upgraded, state, options, specs)
     try:
-        memory = simulate(net, specs, options.dtype, options.engine)
+        memory, device = measure(net, specs, options)
     except CaffememError as error:
         raise error.at(phase=phase) from None
     notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes
-    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes),))
+    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device),))
+
+
+def prepare_run(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Run:
+    """The run that plans and verifies storage in the mode asked for: in GPU mode each
+    layer's rule as its GPU code touches memory, with the build's engine."""
+    if options.device == "gpu":
+        return prepare(shaped, specs, options.dtype, options.build_engine, "gpu")
+    return prepare(shaped, specs, options.dtype, options.heap_engine)
+
+
+def measure(shaped: ShapedGraph, specs: SpecTable, options: Options) -> tuple[MemoryReport, DeviceReport | None]:
+    """The CPU heap of a net's run and, in GPU mode, what the card and the host hold."""
+    memory = simulate(shaped, specs, options.dtype, options.heap_engine)
+    if options.device != "gpu":
+        return memory, None
+    run = prepare_run(shaped, specs, options)
+    return memory, device_footprint(run, specs, options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
 
 
 def placeholder_notes(shaped: ShapedGraph, options: Options) -> tuple[str, ...]:
@@ -289,7 +343,7 @@ def _analyze_solver(source: SolverSource, options: Options, specs: SpecTable) ->
     process = None
     if "TRAIN" in wanted:
         train, tests = nets[0], [n for n in nets if n.role == "test"]
-        process = solver_footprint(solver, (train.shaped, train.memory), [(t.shaped, t.memory) for t in tests], DTYPE_BYTES[options.dtype])
+        process = solver_footprint(solver, (train.shaped, train.figures), [(t.shaped, t.figures) for t in tests], DTYPE_BYTES[options.dtype])
     return Analysis(source.file, "solver", tuple(nets), tuple(source.notes) + tuple(solver_notes), process)
 
 
@@ -301,8 +355,8 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
     if options.level is not None:
         run_state.level = options.level
     shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
-    memory = simulate(shaped, specs, options.dtype, options.engine)
-    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes)
+    memory, device = measure(shaped, specs, options)
+    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes, device)
 
 
 def parse_inputs(values: Sequence[str]) -> dict[str, Shape]:

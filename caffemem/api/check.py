@@ -211,7 +211,7 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
 
 def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
     if not optimized:
-        return [net.memory for net in nets]
+        return [net.figures for net in nets]
     from caffemem.api.optimize import planned_report
 
     specs = spec_table(options)
@@ -294,6 +294,11 @@ class Baseline:
     path: str
     optimized: bool = False
     nets: Mapping[str, Mapping[str, BaselineEntry]] = field(default_factory=dict)
+    device: str = "cpu"  # --device it was measured with (baselines before GPU mode: cpu)
+
+    def measured_as(self, optimized: bool, device: str) -> bool:
+        """Were these figures measured the way a run with these flags measures?"""
+        return (self.optimized, self.device) == (optimized, device)
 
     def key_of(self, file: str) -> str:
         """A file's name in the baseline: relative to its folder, so any clone agrees."""
@@ -304,11 +309,11 @@ class Baseline:
         return self.nets.get(self.key_of(outcome.file), {}).get(outcome.key)
 
 
-def read_baseline(path: str, optimized: bool, missing_ok: bool = False) -> Baseline:
+def read_baseline(path: str, optimized: bool, missing_ok: bool = False, device: str = "cpu") -> Baseline:
     """The committed baseline; it must have been measured the way this run measures."""
     where = Location(file=path)
     if missing_ok and not os.path.lexists(path):
-        return Baseline(path, optimized)
+        return Baseline(path, optimized, device=device)
     try:
         document = json.loads(read_input(path, what="baseline file").decode("utf-8"))
     except CaffememError as error:
@@ -328,20 +333,23 @@ def read_baseline(path: str, optimized: bool, missing_ok: bool = False) -> Basel
             for file, entries in document["nets"].items()
         }
         recorded_optimized = bool(document["optimized"])
+        recorded_device = str(document.get("device", "cpu"))
     except (AttributeError, KeyError, TypeError, ValueError) as error:
         raise CaffememError(f"not a caffemem baseline ({type(error).__name__}: {error}); rewrite it with --update-baseline", where) from None
     if recorded_optimized != optimized and not missing_ok:
         flag = "with" if recorded_optimized else "without"
         raise CaffememError(f"the baseline was measured {flag} --optimized: check the same way, or rewrite it with --update-baseline", where)
-    return Baseline(path, recorded_optimized, nets)
+    if recorded_device != device and not missing_ok:
+        raise CaffememError(f"the baseline was measured with --device {recorded_device}: check the same way, or rewrite it with --update-baseline", where)
+    return Baseline(path, recorded_optimized, nets, recorded_device)
 
 
-def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool, budget: int | None) -> Baseline:
+def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool, budget: int | None, device: str = "cpu") -> Baseline:
     """The old baseline with every file checked now measured afresh.  Files not checked
     this run (pre-commit passes only the changed ones) keep their entries while they
     exist; an entry whose net has bad input now keeps its old figure."""
     folder = os.path.dirname(os.path.abspath(old.path))
-    comparable = old.optimized == optimized
+    comparable = old.measured_as(optimized, device)
     checked = {old.key_of(outcome.file) for outcome in outcomes}
     nets: dict[str, dict[str, BaselineEntry]] = {}
     if comparable:
@@ -354,7 +362,7 @@ def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool
         elif comparable:
             kept = old.nets.get(file, {})
             entries.update({key: entry for key, entry in kept.items() if outcome.phase is None or key == outcome.key})
-    return Baseline(old.path, optimized, {file: entries for file, entries in sorted(nets.items()) if entries})
+    return Baseline(old.path, optimized, {file: entries for file, entries in sorted(nets.items()) if entries}, device)
 
 
 def baseline_text(baseline: Baseline) -> str:
@@ -366,7 +374,7 @@ def baseline_text(baseline: Baseline) -> str:
         }
         for file, entries in sorted(baseline.nets.items())
     }
-    return json.dumps({"format": BASELINE_FORMAT, "optimized": baseline.optimized, "nets": nets}, indent=1) + "\n"
+    return json.dumps({"format": BASELINE_FORMAT, "optimized": baseline.optimized, "device": baseline.device, "nets": nets}, indent=1) + "\n"
 
 
 # ----------------------------------------------------------------------------- judging

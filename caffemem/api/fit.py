@@ -32,7 +32,14 @@ from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.units import DTYPE_BYTES, format_size, parse_size
 
-DEFAULT_RESERVE = "500MiB"
+DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
+
+
+def default_reserve(device: str) -> int:
+    """What --reserve leaves free when not given: in GPU mode the figure already holds the
+    CUDA context (and the workspaces at their bound), so nothing; in CPU mode the context
+    and the handles the heap does not see."""
+    return 0 if device == "gpu" else parse_size(DEFAULT_RESERVE, "--reserve")
 # The first exact evaluations; the line through the last two predicts the answer (the
 # smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
 PROBES = (1, 2, 4, 8)
@@ -392,7 +399,7 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
 def _report(net: NetAnalysis, options: Options, optimized: bool) -> MemoryReport:
     """Stock Caffe's figures, or those of the plan `caffemem optimize` makes for this net."""
     if not optimized:
-        return net.memory
+        return net.figures
     from caffemem.api.optimize import planned_report
 
     return planned_report(net.shaped, spec_table(options), options)

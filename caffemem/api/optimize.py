@@ -7,10 +7,11 @@ smallest safe one; the fork's own plan is computed alongside as the baseline.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, net_phases, spec_table, with_overrides
+from caffemem.api.analyze import Options, build_net, measure, prepare_run, net_phases, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -18,6 +19,7 @@ from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
+from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.liveness import Liveness, lifetimes
 from caffemem.passes.load import NetSource, NetText, SolverSource, load
 from caffemem.passes.memory import (
@@ -47,6 +49,16 @@ class OptimizeSettings:
 
 
 @dataclass(frozen=True)
+class DeviceFigures:
+    """GPU mode: what one card holds in stock Caffe, under the fork's plan and under ours
+    (the slots bound on the device, as the patched runtime does)."""
+
+    stock: DeviceReport
+    fork: DeviceReport
+    planned: DeviceReport
+
+
+@dataclass(frozen=True)
 class PhasePlan:
     """One phase: the plan chosen, what it saves, and against what."""
 
@@ -64,10 +76,18 @@ class PhasePlan:
     candidates: dict[str, int]  # strategy -> whole-run bytes (candidates not rejected)
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
     as_given: int | None = None  # with --inplace: stock Caffe's total bytes for the file as given
+    devices: DeviceFigures | None = None  # GPU mode: the figures on the card
 
     @property
     def savings(self) -> int:
+        if self.devices is not None:
+            return self.devices.stock.device_bytes - self.devices.planned.device_bytes
         return self.stock.heap_total - self.planned.heap_total
+
+    @property
+    def planned_figures(self) -> "MemoryReport | DeviceReport":
+        """The planned run's report in the mode asked for (check --optimized, fit --optimized)."""
+        return self.devices.planned if self.devices is not None else self.planned
 
     # The JSON document's fields (report/document.py), under the same names.
     @property
@@ -88,6 +108,11 @@ class PhasePlan:
         terminal, the JSON and the HTML all print these."""
         extra = self.stock.outside_heap_bytes
         figures = {"stock": self.stock.total_bytes, "fork": self.fork.total_bytes, "planned": self.planned.total_bytes, "lower_bound": self.lower_bound + extra}
+        if self.devices is not None:
+            # The bound on the card: stock less the most any plan can save, which is the same
+            # storage as in the heap when every shareable storage is touched on the device.
+            stock = self.devices.stock.device_bytes
+            figures = {"stock": stock, "fork": self.devices.fork.device_bytes, "planned": self.devices.planned.device_bytes, "lower_bound": stock - (self.stock.heap_total - self.lower_bound)}
         return figures | ({} if self.as_given is None else {"stock_as_given": self.as_given})
 
 
@@ -125,9 +150,9 @@ def fork_plan_data(assignment: SlotAssignment) -> PlanData:
 
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, replayed and verified."""
-    run = prepare(shaped, specs, options.dtype, options.engine)
+    run = prepare_run(shaped, specs, options)
     stock = replay(run)
-    schedule = build_schedule(shaped, specs, options.dtype, options.engine, run)
+    schedule = build_schedule(shaped, specs, options.dtype, run=run)
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers)
 
     fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
@@ -158,7 +183,12 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
     name, data = chosen
-    planned = fork if name == "fork" else replay(run, assignment_of(data, schedule))
+    assignment = fork_slots if name == "fork" else assignment_of(data, schedule)
+    planned = fork if name == "fork" else replay(run, assignment)
+    devices = None
+    if options.device == "gpu":
+        on_card = functools.partial(device_footprint, run, specs, options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
+        devices = DeviceFigures(on_card(), on_card(slots=fork_slots), on_card(slots=assignment))
 
     shareable = sum(life.bytes for life in liveness.shareable)
     return PhasePlan(
@@ -175,6 +205,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak,
         candidates={name: cost for cost, _, _, name, _ in ranked if name not in rejected},
         rejected=rejected,
+        devices=devices,
     )
 
 
@@ -185,7 +216,7 @@ def fork_safe_exclusions(phase: PhasePlan, specs: SpecTable, options: Options, e
     """The blobs to add to ``exclude_blob`` so that the fork's own optimizer gives this
     phase a safe plan (empty: it already does), or None when keeping blobs private does
     not help.  Each round keeps private the blob the verifier's first violation names."""
-    run = prepare(phase.shaped, specs, options.dtype, options.engine)
+    run = prepare(phase.shaped, specs, options.dtype, options.heap_engine)
     blobs = set(phase.shaped.blob_shapes)
     added: tuple[str, ...] = ()
     for _ in range(MAX_FORK_EXCLUSIONS):
@@ -216,12 +247,12 @@ def excluded_blobs(net: caffe_pb2.NetParameter, extra: tuple[str, ...] = ()) -> 
     return tuple(dict.fromkeys(tuple(net.mem_param.exclude_blob) + tuple(extra)))
 
 
-def planned_report(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings()) -> MemoryReport:
+def planned_report(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings()) -> "MemoryReport | DeviceReport":
     """The bytes of one built net under caffemem's plan, honouring the file's
-    ``exclude_blob``: the one computation behind ``optimize``, ``check --optimized`` and
-    ``fit --optimized``."""
+    ``exclude_blob``, in the mode asked for: the one computation behind ``optimize``,
+    ``check --optimized`` and ``fit --optimized``."""
     settings = replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude))
-    return plan_phase(shaped, specs, options, settings).planned
+    return plan_phase(shaped, specs, options, settings).planned_figures
 
 
 def optimize(
@@ -269,7 +300,8 @@ def optimize(
         if inplace is not None:
             original = build_net(*as_given, state, options, specs)
             known |= set(original.blob_shapes)
-            planned = replace(planned, as_given=simulate(original, specs, options.dtype, options.engine).total_bytes)
+            memory, device = measure(original, specs, options)
+            planned = replace(planned, as_given=(device or memory).total_bytes)
         results.append(planned)
     unknown = [name for name in settings.exclude if name not in known]
     if unknown:
@@ -284,7 +316,7 @@ def _run_of(source: NetSource, options: Options, specs: SpecTable):
 
     def run_of(net: caffe_pb2.NetParameter, phase: str) -> Run:
         state = make_state(phase, options.stages, options.level, base=net.state)
-        return prepare(build_net(source, net, state, options, specs), specs, options.dtype, options.engine)
+        return prepare(build_net(source, net, state, options, specs), specs, options.dtype, options.heap_engine)
 
     return run_of
 

@@ -1,4 +1,5 @@
-"""`caffemem analyze`: every layer's shapes and bytes, as stock Caffe allocates them."""
+"""`caffemem analyze`: every layer's shapes and bytes, as stock Caffe allocates them (on
+the card and on the host in GPU mode, the heap in CPU mode)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import click
 
 from caffemem.cli.common import (
     EXIT_CODES_HELP,
+    GPUS_OPTION,
     HTML_HELP,
     console,
     net_options,
@@ -20,6 +22,7 @@ from caffemem.cli.common import (
 
 @click.command("analyze", epilog=EXIT_CODES_HELP)
 @net_options
+@GPUS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option("--html", "html_file", type=str, metavar="FILE", help=HTML_HELP)
 @click.option("--layers-table", "-v", "--verbose", "layers_table", is_flag=True, default=None, help="Also print every layer's shapes and bytes (default: only when the table fits the terminal).")
@@ -35,6 +38,7 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
     Examples:
       caffemem analyze models/bvlc_alexnet/train_val.prototxt --input data=256,3,227,227 --input label=256
       caffemem analyze deploy.prototxt --phase TEST --json > memory.json
+      caffemem analyze train_val.prototxt --device cpu    # the CPU run's heap instead
     """
     from caffemem.api.analyze import analyze as run_analysis
     from caffemem.report.document import to_json

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, console, reports_errors
+from caffemem.cli.common import DEVICE_OPTIONS, EXIT_CODES_HELP, console, device_options, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
@@ -31,6 +31,7 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
+@DEVICE_OPTIONS
 @click.option("--report", "reports", multiple=True, metavar="FORMAT:FILE", help="Also write the report in FORMAT to FILE (repeatable), e.g. markdown:$GITHUB_STEP_SUMMARY.")
 @reports_errors
 def check_command(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs, reports) -> None:
@@ -65,8 +66,9 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     extra_reports = [_report_target(value) for value in reports]
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
-    options = Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file)
-    old = _measured_as(read_baseline(baseline, optimized, missing_ok=update_baseline), optimized) if baseline else None
+    options = device_options(Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file))
+    device = options.device
+    old = _measured_as(read_baseline(baseline, optimized, missing_ok=update_baseline, device=device), optimized, device) if baseline else None
     targets = collect_files(paths)
     checked = [target for target in targets if isinstance(target, str)]
     outcomes = _run_with_progress(targets, CheckSettings(options, optimized), jobs)
@@ -78,8 +80,8 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
         except OSError as error:
             raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=old.path)) from None
         with locked(old.path):  # another run may have updated it since we read it
-            current = _measured_as(read_baseline(old.path, optimized, missing_ok=True), optimized)
-            write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes)).encode("utf-8"), inputs=checked, flag="--baseline")
+            current = _measured_as(read_baseline(old.path, optimized, missing_ok=True, device=device), optimized, device)
+            write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes, device)).encode("utf-8"), inputs=checked, flag="--baseline")
         wrote = old.path
     report = make_report(outcomes, gate, optimized, wrote)
     for report_format, file in extra_reports:
@@ -92,12 +94,12 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     sys.exit(report.exit_code)
 
 
-def _measured_as(baseline, optimized: bool):
+def _measured_as(baseline, optimized: bool, device: str):
     """The baseline, or an empty one when it was measured the other way (with or without
-    --optimized): there is nothing to compare with then."""
+    --optimized, on another --device): there is nothing to compare with then."""
     from caffemem.api.check import Baseline
 
-    return baseline if baseline.optimized == optimized else Baseline(baseline.path, optimized)
+    return baseline if baseline.measured_as(optimized, device) else Baseline(baseline.path, optimized, device=device)
 
 
 def _report_target(value: str) -> tuple[str, str]:

@@ -103,6 +103,64 @@ MAX_INPUT_SIZE_OPTION = click.option(
 )
 
 
+def _remember(key: str) -> Callable:
+    def callback(ctx: click.Context, _param: click.Parameter, value) -> None:
+        if value is not None:
+            ctx.meta[f"caffemem.{key}"] = value
+
+    return callback
+
+
+def _device_flags(command: Callable) -> Callable:
+    """--device and --context-mib, read by device_options through the context."""
+    command = click.option(
+        "--context-mib",
+        type=click.IntRange(min=0),
+        metavar="MIB",
+        expose_value=False,
+        callback=_remember("context_mib"),
+        help="GPU mode: the CUDA context and libraries per card, as measured on yours (default: a published 300 MiB, see README).",
+    )(command)
+    return click.option(
+        "--device",
+        type=click.Choice(["gpu", "cpu"]),
+        envvar="CAFFEMEM_DEVICE",
+        show_envvar=True,
+        default="gpu",
+        show_default=True,
+        expose_value=False,
+        callback=_remember("device"),
+        help="Caffe's mode: gpu (bytes on the card and on the host, the default) or cpu (the heap of a CPU run, checked against real Caffe).",
+    )(command)
+
+
+DEVICE_OPTIONS = _device_flags
+
+# Read by device_options through the context (fit has its own --gpus, which also sets it).
+GPUS_OPTION = click.option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    expose_value=False,
+    callback=_remember("gpus"),
+    help="GPU mode: GPUs training together (each holds the figure; the total multiplies).",
+)
+
+
+def device_options(options, gpus: int | None = None):
+    """``options`` with the device flags of the current command applied."""
+    from dataclasses import replace
+
+    context = click.get_current_context(silent=True)
+    meta = context.meta if context else {}
+    context_mib = meta.get("caffemem.context_mib")
+    return replace(
+        options,
+        device=meta.get("caffemem.device", "gpu"),
+        gpus=gpus or meta.get("caffemem.gpus", 1),
+        context_bytes=None if context_mib is None else context_mib * 1024 * 1024,
+    )
+
+
 @contextlib.contextmanager
 def progress(message: str) -> Iterator[None]:
     """A spinner on stderr while a long run works, only where someone watches (stderr
@@ -126,7 +184,8 @@ def net_options(command: Callable) -> Callable:
         click.option("--lenient", is_flag=True, help="Skip unknown fields with a warning instead of failing."),
         click.option("--dtype", type=click.Choice(["float32", "float16", "float64"]), default="float32", show_default=True, help="Caffe's Dtype."),
         click.option("--batch", type=click.IntRange(min=1), help="Rescale the batch axis of every data layer."),
-        click.option("--engine", type=click.Choice(["caffe", "cudnn"]), default="caffe", show_default=True, help="Default engine of the build (cuDNN figures are estimates)."),
+        click.option("--engine", type=click.Choice(["caffe", "cudnn"]), help="Default engine of the build (default: cudnn with --device gpu, caffe with --device cpu)."),
+        DEVICE_OPTIONS,
         MAX_INPUT_SIZE_OPTION,
     ]
     for decorate in reversed(decorators):
@@ -134,12 +193,12 @@ def net_options(command: Callable) -> Callable:
     return command
 
 
-def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine):
+def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, gpus=None):
     from caffemem.api.analyze import Options, parse_inputs
     from caffemem.prototxt.read import MAX_TEXT_BYTES
 
     context = click.get_current_context(silent=True)
-    return Options(
+    options = Options(
         max_input_bytes=context.meta.get("caffemem.max_input_bytes", MAX_TEXT_BYTES) if context else MAX_TEXT_BYTES,
         phase=phase.upper() if phase else None,
         stages=tuple(stages),
@@ -151,6 +210,7 @@ def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batc
         batch=batch,
         engine=engine,
     )
+    return device_options(options, gpus)
 
 
 HTML_HELP = "Also write a self-contained HTML report here (memory timeline, Gantt chart of storage, per-layer table)."

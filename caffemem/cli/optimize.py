@@ -8,6 +8,7 @@ import sys
 import click
 
 from caffemem.cli.common import (
+    GPUS_OPTION,
     EXIT_CODES_HELP,
     EXIT_FINDING,
     HTML_HELP,
@@ -24,6 +25,7 @@ from caffemem.plan.strategies import STRATEGY_NAMES
 
 @click.command("optimize", epilog=EXIT_CODES_HELP)
 @net_options
+@GPUS_OPTION
 @click.option("-o", "--output", type=str, metavar="OUT", help="Write the prototxt with mem_param here (- for standard output); never over an input unless --in-place-file.")
 @click.option("--strategy", type=click.Choice(list(STRATEGY_NAMES)), default="auto", show_default=True, help="auto: every strategy, the smallest safe plan is kept.")
 @click.option("--exclude-blob", "exclude", multiple=True, metavar="NAME", help="Keep this blob's storage private (repeatable).")

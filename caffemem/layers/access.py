@@ -28,13 +28,20 @@ class BlobId(NamedTuple):
     name: str  # blob name; "i:layer#j" for parameter j, "i:layer/buffer" for a buffer (i: layer index)
 
 
+Side = Literal["", "host", "device"]
+
+
 @dataclass(frozen=True, slots=True)
 class Touch:
-    """cpu_data/mutable_cpu_data (or the diff): allocates on first touch."""
+    """cpu_data/mutable_cpu_data (or the diff, or their gpu_ forms): allocates on first
+    touch.  ``side`` says which copy a GPU run touches when it is not where the step runs
+    ("": the layer's own side, see LayerSpec.gpu), e.g. AccuracyLayer::Forward_gpu writes
+    its output with mutable_cpu_data; the CPU model ignores it."""
 
     blob: BlobId
     part: Part
     write: bool
+    side: Side = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +66,13 @@ class Share:
 class Alloc:
     """Memory no Blob owns, allocated at once: a bare SyncedMemory the layer writes (C3D's
     bias multiplier) or a cudaMalloc (cuDNN workspaces).  No shape buffer; ``count``
-    elements of ``elem`` (use "int" for a byte size: 4 bytes each); a repeat is a no-op."""
+    elements of ``elem`` (use "int" for a byte size: 4 bytes each); a repeat is a no-op.
+    ``device``: a cudaMalloc, so memory on the card in a GPU run."""
 
     blob: BlobId
     count: int
     elem: Elem = "float"
+    device: bool = False
 
 
 Action = Touch | Reshape | Share | Alloc
@@ -87,6 +96,9 @@ class LayerMemory:
     # Eltwise SUM's top data in Backward: they allocate like any read, but what they would
     # see may change (`optimize --inplace` asks).
     pointer_only: tuple[Touch, ...] = ()
+    # cudnnCreate calls of a cuDNN class (CUDNN_STREAMS_PER_GROUP * group for a convolution,
+    # one for the others): driver memory the GPU model counts, not sizes.
+    cudnn_handles: int = 0
 
 
 class Bucket(NamedTuple):
@@ -137,6 +149,7 @@ class MemoryQuery:
     propagate_down: tuple[bool, ...]  # per bottom: Caffe's bottom_need_backward_
     param_propagate_down: tuple[bool, ...]  # per parameter: lr_mult != 0 (or force_backward)
     engine: str = "caffe"  # the build's default engine: "caffe" or "cudnn" (a layer's own engine: wins)
+    device: str = "cpu"  # Caffe::mode(): "gpu" runs each layer's Forward_gpu/Backward_gpu
     # Runs a NetParameter the layer builds inside itself through the passes (see InnerNet).
     run_inner_net: Callable[[Any], InnerNet] | None = None
 
@@ -172,12 +185,12 @@ def buffer_id(layer: Layer, name: str) -> BlobId:
     return BlobId("buffer", f"{layer.index}:{layer.name}/{name}")
 
 
-def read(blob: BlobId, part: Part = "data") -> Touch:
-    return Touch(blob, part, False)
+def read(blob: BlobId, part: Part = "data", side: Side = "") -> Touch:
+    return Touch(blob, part, False, side)
 
 
-def write(blob: BlobId, part: Part = "data") -> Touch:
-    return Touch(blob, part, True)
+def write(blob: BlobId, part: Part = "data", side: Side = "") -> Touch:
+    return Touch(blob, part, True, side)
 
 
 def buffer_setup(blob: BlobId, shape: Shape, elem: Elem = "float", filled: bool = False) -> tuple[Action, ...]:

@@ -227,6 +227,7 @@ def _eltwise(q: ShapeQuery) -> LayerShapes:
     tops=ONE,
     source="caffe master layers/reshape_layer.cpp",
     memory=_alias_memory,
+    gpu="none",
     fork_shares=("data", "diff"),
 )
 def _reshape(q: ShapeQuery) -> LayerShapes:
@@ -274,6 +275,7 @@ def _flatten_memory(q: MemoryQuery) -> LayerMemory:
     tops=ONE,
     source="caffe master layers/flatten_layer.cpp",
     memory=_flatten_memory,
+    gpu="none",
     fork_shares=("data", "diff"),
 )
 def _flatten(q: ShapeQuery) -> LayerShapes:
@@ -342,7 +344,7 @@ def _embed(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, q.bottoms[0] + (n,)),), params=params)
 
 
-@layer("ArgMax", "common", bottoms=ONE, tops=ONE, source="caffe master layers/argmax_layer.cpp", memory=forward_only_memory)
+@layer("ArgMax", "common", bottoms=ONE, tops=ONE, source="caffe master layers/argmax_layer.cpp", memory=forward_only_memory, gpu="none")
 def _argmax(q: ShapeQuery) -> LayerShapes:
     """With ``axis``: the bottom's shape with that axis set to top_k.
 
@@ -432,6 +434,7 @@ def _parameter_memory(q: MemoryQuery) -> LayerMemory:
     tops=ONE,
     source="caffe master include/caffe/layers/parameter_layer.hpp",
     memory=_parameter_memory,
+    gpu="none",
 )
 def _parameter(q: ShapeQuery) -> LayerShapes:
     """Exposes one learned blob of parameter_param.shape as its top (same shape, separate blob)."""

@@ -192,7 +192,7 @@ def _python_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(verified=False, notes=notes + (layer_note(q, "what its Python code allocates is not counted"),))
 
 
-@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory)
+@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory, gpu="none")
 def _input(q: ShapeQuery) -> LayerShapes:
     """input_param.shape: none (the caller reshapes the tops), one for all tops, or one per top."""
     shapes = q.proto.input_param.shape
@@ -208,7 +208,7 @@ def _input(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an Input layer without input_param.shape is shaped by its caller")
 
 
-@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp", memory=_dummy_data_memory)
+@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp", memory=_dummy_data_memory, gpu="none")
 def _dummy_data(q: ShapeQuery) -> LayerShapes:
     """Shapes from dummy_data_param: ``shape`` (once or per top) or legacy num/channels/height/width."""
     param = q.proto.dummy_data_param
@@ -238,7 +238,7 @@ def _dummy_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "")
 
 
-@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp", memory=_memory_data_memory)
+@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp", memory=_memory_data_memory, gpu="none")
 def _memory_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, channels, height, width] and label [batch] from memory_data_param."""
     param = q.proto.memory_data_param
@@ -250,7 +250,7 @@ def _memory_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, channels, height, width), (batch,)], "")
 
 
-@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching())
+@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward")
 def _data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] with C, H, W from the first datum (crop_size fixes H, W); label [batch]."""
     batch = positive_batch(q, q.proto.data_param.batch_size, "data_param.batch_size")
@@ -260,7 +260,7 @@ def _data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "a Data layer's channels (and height, width without crop_size) are stored in its database")
 
 
-@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching())
+@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward")
 def _image_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width or crop_size; label [batch]."""
     param = q.proto.image_data_param
@@ -271,7 +271,7 @@ def _image_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageData layer takes the first image's size")
 
 
-@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()))
+@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()), gpu="forward")
 def _window_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
 
@@ -284,7 +284,7 @@ def _window_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, COLOR_CHANNELS, crop, crop), (batch,)], "")
 
 
-@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory)
+@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory, gpu="forward")
 def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     """Each top is [batch_size, dims of the HDF5 dataset of that name...]: only the batch is known."""
     q.check(not q.proto.HasField("transform_param"), "HDF5Data does not transform data (remove transform_param)")
@@ -293,7 +293,7 @@ def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an HDF5Data layer's trailing dimensions are those of the datasets in its files")
 
 
-@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, opaque_tops=True, source="caffe master layers/python_layer.hpp", memory=_python_memory)
+@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, opaque_tops=True, source="caffe master layers/python_layer.hpp", memory=_python_memory, gpu="none")
 def _python(q: ShapeQuery) -> LayerShapes:
     """A Python layer shapes its tops in Python code (its reshape()), which caffemem does not run."""
     known = known_shapes(q)  # py-faster-rcnn's layers and their like (pylayers.py)

@@ -25,9 +25,12 @@ from collections.abc import Sequence
 from caffemem.graph import LayerShapes, Shape
 from caffemem.layers.access import (
     Action,
+    BlobId,
     LayerMemory,
     MemoryQuery,
+    Reshape,
     Share,
+    Touch,
     buffer_setup,
     read,
     write,
@@ -80,6 +83,18 @@ def _with_prob(q: ShapeQuery, loss: Shape) -> LayerShapes:
     return LayerShapes(tops=tops)
 
 
+def gpu_scratch(q: MemoryQuery, *blobs: BlobId) -> tuple[Action, ...]:
+    """The diffs a loss's Forward_gpu borrows as device scratch "since this memory is not
+    used for anything" (softmax_loss_layer.cu, sigmoid_cross_entropy_loss_layer.cu,
+    accuracy_layer.cu): device bytes a GPU run allocates even in a TEST net."""
+    return tuple(write(blob, "diff") for blob in blobs) if q.device == "gpu" else ()
+
+
+def host_output(q: MemoryQuery, i: int = 0) -> Touch:
+    """A scalar output the .cu file writes with mutable_cpu_data (the loss, the accuracy)."""
+    return write(q.top(i), side="host")
+
+
 def _softmax_loss_memory(
     q: MemoryQuery,
     axis: int,
@@ -97,11 +112,15 @@ def _softmax_loss_memory(
     softmax = softmax_memory(q, q.bottom(0), prob, q.bottoms[0], axis, "softmax/")
     loss_setup, loss_forward = inner_loss(prob, weights)
     setup = buffer_setup(prob, q.bottoms[0]) + softmax.setup + loss_setup + extra_setup
-    forward = softmax.forward + loss_forward + (read(prob), read(q.bottom(1))) + labels_forward + (write(q.top(0)),)
+    # In a GPU run Forward_gpu also takes bottom[0]'s and prob_'s diffs as scratch.
+    scratch = gpu_scratch(q, q.bottom(0), prob) if q.layer.type == "SoftmaxWithLoss" else ()
+    forward = softmax.forward + loss_forward + (read(prob), read(q.bottom(1))) + labels_forward + scratch + (host_output(q),)
     forward += (Share(q.top(1), prob, "data"),) if len(q.tops) > 1 else ()
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
-        backward = (read(prob), read(q.bottom(1))) + labels_backward + (write(q.bottom(0), "diff"), read(q.top(0), "diff"))
+        backward = (read(prob), read(q.bottom(1))) + labels_backward + (write(q.bottom(0), "diff"), read(q.top(0), "diff", "host"))
+        # Backward_gpu also reads the loss top's data on the device and prob_'s diff (counts).
+        backward += (read(q.top(0)), write(prob, "diff")) if q.device == "gpu" and q.layer.type == "SoftmaxWithLoss" else ()
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
@@ -156,6 +175,7 @@ def _infogain_loss_memory(q: MemoryQuery) -> LayerMemory:
     auto_top=True,
     source="caffe master layers/infogain_loss_layer.cpp",
     memory=_infogain_loss_memory,
+    gpu="none",
     no_force_backward=LABEL,
 )
 def _infogain_loss(q: ShapeQuery) -> LayerShapes:
@@ -183,10 +203,10 @@ def _sigmoid_cross_entropy_loss_memory(q: MemoryQuery) -> LayerMemory:
     weight: only a loss_weight given in the file allocates its diff at SetUp."""
     output = q.buffer("sigmoid_output")
     loss_setup, loss_forward = inner_loss(output, q.proto.loss_weight)
-    forward = (read(q.bottom(0)), write(output)) + loss_forward + (read(q.bottom(0)), read(q.bottom(1)), write(q.top(0)))
+    forward = (read(q.bottom(0)), write(output)) + loss_forward + (read(q.bottom(0)), read(q.bottom(1))) + gpu_scratch(q, q.bottom(0), q.bottom(1)) + (host_output(q),)
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
-        backward = (read(output), read(q.bottom(1)), write(q.bottom(0), "diff"), read(q.top(0), "diff"))
+        backward = (read(output), read(q.bottom(1)), write(q.bottom(0), "diff"), read(q.top(0), "diff", "host"))
     return LayerMemory(setup=buffer_setup(output, q.bottoms[0]) + loss_setup, forward=forward, backward=backward)
 
 
@@ -252,6 +272,7 @@ def _hinge_loss_memory(q: MemoryQuery) -> LayerMemory:
     source="caffe master layers/hinge_loss_layer.cpp, loss_layer.cpp",
     memory=_hinge_loss_memory,
     no_force_backward=LABEL,
+    gpu="none",
 )
 def _hinge_loss(q: ShapeQuery) -> LayerShapes:
     """Only LossLayer's own check: predictions and labels share num."""
@@ -281,6 +302,7 @@ def _multinomial_logistic_loss_memory(q: MemoryQuery) -> LayerMemory:
     auto_top=True,
     source="caffe master layers/multinomial_logistic_loss_layer.cpp",
     memory=_multinomial_logistic_loss_memory,
+    gpu="none",
     no_force_backward=LABEL,
 )
 def _multinomial_logistic_loss(q: ShapeQuery) -> LayerShapes:
@@ -331,12 +353,22 @@ def _contrastive_loss(q: ShapeQuery) -> LayerShapes:
 
 def _accuracy_memory(q: MemoryQuery) -> LayerMemory:
     """accuracy_layer.cpp: with the per-class top, Reshape shapes ``nums_buffer_`` [C] and
-    Forward writes it.  Backward_cpu is NOT_IMPLEMENTED for any bottom asked for."""
+    Forward writes it.  Backward_cpu is NOT_IMPLEMENTED for any bottom asked for.
+
+    accuracy_layer.cu (a GPU run): Forward_gpu accumulates in bottom[0]'s diff and, with one
+    top, counts in the label's diff (device scratch, even in a TEST net); with the per-class
+    top it reshapes ``nums_buffer_`` like bottom[0] and counts there on the device.  Both
+    outputs are written on the host."""
     forward = (read(q.bottom(0)), read(q.bottom(1)))
+    gpu = q.device == "gpu"
     if len(q.tops) > 1:
         counts = q.buffer("nums_buffer")
-        return LayerMemory(setup=buffer_setup(counts, q.tops[1]), forward=forward + (write(counts), write(q.top(1)), write(q.top(0))))
-    return LayerMemory(forward=forward + (write(q.top(0)),))
+        if gpu:
+            forward += gpu_scratch(q, q.bottom(0)) + (Reshape(counts, q.bottoms[0]), write(counts))
+        else:
+            forward += (write(counts),)
+        return LayerMemory(setup=buffer_setup(counts, q.tops[1]), forward=forward + (host_output(q, 1), host_output(q)))
+    return LayerMemory(forward=forward + gpu_scratch(q, q.bottom(0), q.bottom(1)) + (host_output(q),))
 
 
 @layer("Accuracy", "loss", bottoms=TWO, tops=ONE_OR_TWO, source="caffe master layers/accuracy_layer.cpp", memory=_accuracy_memory)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from caffemem.graph import LayerShapes, Shape, count
 from caffemem.layers.access import (
@@ -174,7 +175,22 @@ _IN_PLACE = {
     "Threshold": in_place_always,
 }
 
+# The neurons GetReLULayer / GetSigmoidLayer / GetTanHLayer build as cuDNN classes (one
+# cudnnHandle each, the same touches): the engine field of their parameter message.
+_CUDNN_NEURON_PARAMS = {"ReLU": "relu_param", "Sigmoid": "sigmoid_param", "TanH": "tanh_param"}
+
+
+def _with_cudnn_handle(rule: MemoryRule, param_field: str) -> MemoryRule:
+    def counted(q: MemoryQuery) -> LayerMemory:
+        memory = rule(q)
+        return replace(memory, cudnn_handles=1) if uses_cudnn(q, getattr(q.proto, param_field).engine) else memory
+
+    return counted
+
+
 for _type, (_file, _memory) in _PLAIN_NEURONS.items():
+    if _type in _CUDNN_NEURON_PARAMS:
+        _memory = _with_cudnn_handle(_memory, _CUDNN_NEURON_PARAMS[_type])
     register(
         LayerSpec(
             type=_type,
@@ -185,6 +201,7 @@ for _type, (_file, _memory) in _PLAIN_NEURONS.items():
             source=f"caffe master layers/{_file}, neuron_layer.cpp",
             memory=_memory,
             in_place=_IN_PLACE.get(_type),
+            gpu="forward" if _type == "Threshold" else "full",  # threshold_layer.cu: Forward_gpu only
         )
     )
 
@@ -291,7 +308,7 @@ def softmax_memory(q: MemoryQuery, bottom: BlobId, top: BlobId, shape: Shape, ax
     if uses_cudnn(q, q.proto.softmax_param.engine):
         down = bool(q.propagate_down) and q.propagate_down[0]
         backward = (read(top), read(top, "diff"), read(bottom), write(bottom, "diff")) if down else ()
-        return LayerMemory(setup=setup, forward=(read(bottom), write(top)), backward=backward)
+        return LayerMemory(setup=setup, forward=(read(bottom), write(top)), backward=backward, cudnn_handles=1)
     scratch = (write(scale), read(multiplier))
     backward = (read(top, "diff"), read(top), write(bottom, "diff")) + scratch
     return LayerMemory(setup=setup, forward=(read(bottom), write(top)) + scratch, backward=backward)

@@ -101,6 +101,11 @@ class LayerSpec:
     # Backward give the right result when top i is bottom i (read from the type's CPU and
     # GPU code, cited where it is set); None: never rewritten in place.
     in_place: "Callable[[Any], bool] | None" = None
+    # Where a GPU run (Caffe::mode() == GPU) runs the layer: "full" (its .cu file has
+    # Forward_gpu and Backward_gpu), "forward" (Forward_gpu only: Backward_gpu is the
+    # default, which calls Backward_cpu) or "none" (no .cu file: both run on the host,
+    # layer.hpp 316-339), so its reads and writes touch host copies.
+    gpu: str = "full"
 
 
 def in_place_always(proto: Any) -> bool:

@@ -183,7 +183,7 @@ def _conv_memory(reverse: bool) -> MemoryRule:
         dilated = any(d > 1 for d in geo.dilation)
         wanted = uses_cudnn(q, param.engine) and not (dilated and param.engine == param.DEFAULT)
         if wanted and not dilated and axes == 2:
-            workspace = Alloc(q.buffer("cudnn_workspace"), CUDNN_STREAMS_PER_GROUP * param.group * CUDNN_WORKSPACE_LIMIT // 4, "int")
+            workspace = Alloc(q.buffer("cudnn_workspace"), CUDNN_STREAMS_PER_GROUP * param.group * CUDNN_WORKSPACE_LIMIT // 4, "int", device=True)
             return _cudnn_conv_steps(q, bias, setup + (workspace,))
         notes = (engine_note(q, "cuDNN convolves only 2-D, undilated kernels"),) if wanted else ()
         return caffe_conv_steps(q, reverse, geo, bias, multiplier, setup, notes)
@@ -232,7 +232,8 @@ def _cudnn_conv_steps(q: MemoryQuery, bias: BlobId | None, setup: tuple[Action, 
         forward += (read(q.bottom(i)), write(q.top(i))) + ((read(bias),) if bias is not None else ())
         backward += (read(q.top(i), "diff"),) + ((read(q.bottom(i)),) if q.param_propagate_down[0] else ())
         backward += (read(weight), write(q.bottom(i), "diff")) if q.propagate_down[i] else ()
-    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=(CUDNN_WORKSPACE_NOTE,))
+    handles = CUDNN_STREAMS_PER_GROUP * q.proto.convolution_param.group
+    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=(CUDNN_WORKSPACE_NOTE,), cudnn_handles=handles)
 
 
 def _im2col_memory(q: MemoryQuery) -> LayerMemory:
@@ -404,7 +405,7 @@ def _pooling_memory(q: MemoryQuery) -> LayerMemory:
     if param.pool == _POOL.STOCHASTIC:
         return replace(steps, notes=(engine_note(q, "cuDNN has no STOCHASTIC pooling"),))
     backward = steps.backward[:1] + (read(q.top(0)), read(q.bottom(0))) + steps.backward[1:]
-    return replace(steps, backward=backward)
+    return replace(steps, backward=backward, cudnn_handles=1)
 
 
 @layer("Pooling", FAMILY, bottoms=Arity.exactly(1), tops=Arity(1, 2), source=BVLC + "layers/pooling_layer.cpp, cudnn_pooling_layer.cpp", memory=_pooling_memory)
@@ -449,7 +450,7 @@ def _spp_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("SPP", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/spp_layer.cpp", memory=_spp_memory)
+@layer("SPP", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/spp_layer.cpp", memory=_spp_memory, gpu="none")
 def _spp(q: ShapeQuery) -> LayerShapes:
     """Spatial pyramid: level l pools into 2^l bins per side; the levels are flattened and concatenated.
 
@@ -500,8 +501,8 @@ def _lrn_memory(q: MemoryQuery) -> LayerMemory:
     backward = (read(q.top(0), "diff"), read(q.top(0)), read(q.bottom(0)), write(q.bottom(0), "diff"))
     if uses_cudnn(q, param.engine) and (within or param.local_size <= CUDNN_LRN_MAX_N):
         setup = _within_channel_memory(q).setup if within else (Reshape(q.buffer("scale"), q.bottoms[0]),)
-        temporaries = tuple(Alloc(q.buffer(f"cudnn_temp{i}"), count(q.bottoms[0])) for i in (1, 2)) if within else ()
-        return LayerMemory(setup=setup + temporaries, forward=forward, backward=backward)
+        temporaries = tuple(Alloc(q.buffer(f"cudnn_temp{i}"), count(q.bottoms[0]), device=True) for i in (1, 2)) if within else ()
+        return LayerMemory(setup=setup + temporaries, forward=forward, backward=backward, cudnn_handles=1)
     if within:
         return _within_channel_memory(q)
     scale = q.buffer("scale")

@@ -353,8 +353,9 @@ class MemoryReport:
         return parts
 
 
-def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], engine: str = "caffe") -> tuple[LayerMemory, ...]:
-    """Each layer's memory events, from its spec (or the generic guess)."""
+def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], engine: str = "caffe", device: str = "cpu") -> tuple[LayerMemory, ...]:
+    """Each layer's memory events, from its spec (or the generic guess), for a run in
+    ``device`` mode (a rule may differ on the GPU: loss layers' device scratch)."""
     rules = []
     for layer, flag in zip(shaped.graph.layers, flags):
         spec = specs.get(layer.type)
@@ -368,7 +369,8 @@ def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, 
             propagate_down=flag.propagate_down,
             param_propagate_down=flag.param_propagate_down,
             engine=engine,
-            run_inner_net=functools.partial(run_inner_net, engine=engine),
+            device=device,
+            run_inner_net=functools.partial(run_inner_net, engine=engine, device=device),
         )
         rule = spec.memory if spec is not None and spec.memory is not None else generic_memory
         rules.append(rule(query))
@@ -377,14 +379,14 @@ def layer_rules(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, 
 
 
 
-def run_inner_net(net: caffe_pb2.NetParameter, engine: str = "caffe") -> InnerNet:
+def run_inner_net(net: caffe_pb2.NetParameter, engine: str = "caffe", device: str = "cpu") -> InnerNet:
     """A net a layer builds inside itself (Recurrent's unrolled net, recurrent_layer.cpp
     LayerSetUp): the built-in specs, Caffe's splits and shapes, Net::Init's flags and the
     replayed events, exactly as for an outer net."""
     specs = SpecTable()
     shaped = infer_shapes(insert_splits(net), specs)
     flags = backward_flags(shaped, specs)
-    rules = layer_rules(shaped, specs, flags, engine)
+    rules = layer_rules(shaped, specs, flags, engine, device)
     sharers = frozenset(sharer for sharer, _ in shared_parameters(shaped))
     events = tuple(run_events(shaped, specs, flags, rules))
     return InnerNet(shaped, tuple(flag.need_backward for flag in flags), rules, sharers, events)
@@ -449,8 +451,9 @@ def run_groups(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, .
     groups.append((Bucket("share"), shares))
     groups.append((Bucket("input"), tuple(write(BlobId("blob", top)) for top in data_tops(shaped, specs))))
     for layer, flag, rule in zip(layers, flags, rules):
-        # Layer::Forward then reads each loss top's data and diff (loss += data . diff).
-        loss_reads = tuple(Touch(BlobId("blob", top), part, False) for top, w in zip(layer.tops, flag.loss_weights) if w for part in ("data", "diff"))
+        # Layer::Forward then reads each loss top's data and diff (loss += data . diff),
+        # with gpu_data/gpu_diff in a GPU run whatever the layer's own code (layer.hpp).
+        loss_reads = tuple(Touch(BlobId("blob", top), part, False, "device") for top, w in zip(layer.tops, flag.loss_weights) if w for part in ("data", "diff"))
         groups.append((Bucket("forward", layer.index), rule.forward + loss_reads if loss_reads else rule.forward))
     if shaped.graph.phase == "TRAIN":
         groups.extend((Bucket("backward", layer.index), rule.backward) for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)) if flag.need_backward)
@@ -483,6 +486,7 @@ class Run:
     flags: tuple[LayerFlags, ...]
     rules: tuple[LayerMemory, ...]
     groups: tuple[Group, ...]  # the events, by bucket (run_groups)
+    device: str = "cpu"  # the mode the rules were derived for
 
     @property
     def events(self) -> Iterator[tuple[Bucket, Action]]:
@@ -500,11 +504,12 @@ class Run:
         return tuple(found)
 
 
-def prepare(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe") -> Run:
-    """Net::Init's flags, each layer's memory rule and the whole event stream."""
+def prepare(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engine: str = "caffe", device: str = "cpu") -> Run:
+    """Net::Init's flags, each layer's memory rule (for a run in ``device`` mode) and the
+    whole event stream."""
     flags = backward_flags(shaped, specs)
-    rules = layer_rules(shaped, specs, flags, engine)
-    return Run(shaped, dtype, flags, rules, tuple(run_groups(shaped, specs, flags, rules)))
+    rules = layer_rules(shaped, specs, flags, engine, device)
+    return Run(shaped, dtype, flags, rules, tuple(run_groups(shaped, specs, flags, rules)), device)
 
 
 def simulate(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from caffemem.graph import ShapedGraph, count
+from caffemem.passes.device import DeviceReport
 from caffemem.passes.memory import MemoryReport, owned_params
 from caffemem.units import INT_BYTES
 
@@ -47,6 +48,7 @@ class ProcessFootprint:
     tests: tuple[NetShare, ...]
     total_bytes: int
     notes: tuple[str, ...]
+    device: str = "cpu"  # "gpu": every figure is what one card holds (one CUDA context)
 
 
 def history_bytes(params: list[tuple[int, ...]], solver_type: str, dtype_bytes: int, l1: bool) -> int:
@@ -60,6 +62,15 @@ def history_bytes(params: list[tuple[int, ...]], solver_type: str, dtype_bytes: 
         total += (histories + 2) * shape_bytes  # history_ (x1 or x2), update_, temp_
         total += histories * data + (data if update_touched else 0) + (data if temp_touched else 0)
     return total
+
+
+def device_history_bytes(params: list[tuple[int, ...]], solver_type: str, dtype_bytes: int, l1: bool) -> int:
+    """The same blobs in a GPU run: every solver's ComputeUpdateValue is one fused kernel
+    on the history (two sets for Adam and AdaDelta), update_ is never touched and temp_
+    only by L1 regularization (sgd_solver.cpp 186-202, adam_solver.cpp, adadelta_solver.cpp;
+    ../shared/caffe/GPU-MEMORY.md section 5).  Device bytes; the shape buffers stay on the host."""
+    histories = SOLVER_BUFFERS[solver_type][0]
+    return sum((histories + (1 if l1 else 0)) * count(shape) * dtype_bytes for shape in params)
 
 
 def shared_test_param_bytes(test: ShapedGraph, train: ShapedGraph, dtype_bytes: int) -> int:
@@ -81,6 +92,8 @@ def solver_footprint(
 ) -> ProcessFootprint:
     """The process while training: train net, solver history and every test net."""
     train_shaped, train_memory = train
+    if isinstance(train_memory, DeviceReport):
+        return _device_footprint(solver, train_shaped, train_memory, tests, dtype_bytes)
     solver_type = solver.type or "SGD"
     notes: list[str] = []
     if solver_type not in SOLVER_BUFFERS:
@@ -106,3 +119,30 @@ def solver_footprint(
         notes.append(f"iter_size {solver.iter_size}: gradients accumulate over {solver.iter_size} passes of the same batch; memory is that of one pass")
     total = train_bytes + history + sum(s.bytes for s in shares)
     return ProcessFootprint(solver_type, solver.iter_size, train_bytes, history, tuple(shares), total, tuple(notes))
+
+
+def _counted_type(solver) -> tuple[str, list[str]]:
+    """The solver type whose buffers are counted, and a note when Caffe has no such type."""
+    solver_type = solver.type or "SGD"
+    if solver_type not in SOLVER_BUFFERS:
+        return "SGD", [f"solver type '{solver_type}' is not Caffe's; its history is counted as SGD's"]
+    return solver_type, []
+
+
+def _device_footprint(solver, train_shaped: ShapedGraph, train: DeviceReport, tests, dtype_bytes: int) -> ProcessFootprint:
+    """The training process on one card: the train net with every owner's gradient
+    (Net::ClearParamDiffs writes them on the device), the history on the device, each test
+    net without a second CUDA context and without the parameters it shares."""
+    solver_type, notes = _counted_type(solver)
+    l1 = solver.regularization_type == "L1" and solver.weight_decay != 0
+    train_bytes = train.device_bytes + train.untouched_param_diff_bytes
+    history = device_history_bytes([shape for _, shape in owned_params(train_shaped).values()], solver_type, dtype_bytes, l1)
+    shares = []
+    for index, (shaped, report) in enumerate(tests):
+        shared = shared_test_param_bytes(shaped, train_shaped, dtype_bytes)
+        note = f"its parameters ({shared} bytes) are the train net's once the first test shares them; one CUDA context for the process"
+        shares.append(NetShare("test", index, report.device_bytes - report.context.bytes - shared, note))
+    if solver.iter_size > 1:
+        notes.append(f"iter_size {solver.iter_size}: gradients accumulate over {solver.iter_size} passes of the same batch; memory is that of one pass")
+    total = train_bytes + history + sum(s.bytes for s in shares)
+    return ProcessFootprint(solver.type or "SGD", solver.iter_size, train_bytes, history, tuple(shares), total, tuple(notes), device="gpu")

@@ -9,6 +9,7 @@ from typing import Any
 
 from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
+from caffemem.passes.device import DeviceReport, LayerSides
 from caffemem.passes.memory import MemoryReport
 from caffemem.units import percent_of
 
@@ -35,12 +36,39 @@ def memory_json(memory: MemoryReport) -> dict[str, Any]:
     }
 
 
+def device_json(device: DeviceReport) -> dict[str, Any]:
+    """GPU mode: what one card and the host hold, by cause (each cause named), with the
+    constant and the handles kept apart from what Caffe's source sizes."""
+    return {
+        "device_bytes": device.device_bytes,
+        "device_bytes_min": device.device_bytes_min,
+        "host_bytes": device.host_bytes,
+        "gpus": device.gpus,
+        "all_gpus_device_bytes": device.device_bytes * device.gpus,
+        "engine": device.engine,
+        "by_cause": {cause: {"device": device.device_by_cause[cause], "host": device.host_by_cause[cause]} for cause in device.device_by_cause},
+        "cudnn_workspace": {"min": 0, "max": device.workspace_bytes_max},
+        "cuda_context": asdict(device.context),
+        "handles": asdict(device.handles),
+        "untouched_param_diff_bytes": device.untouched_param_diff_bytes,
+        "notes": list(device.notes),
+    }
+
+
+def _layer_sides(sides: LayerSides) -> dict[str, Any]:
+    return {
+        "runs_on": sides.runs_on,
+        "device": dict(zip(("init", "fwd", "bwd"), sides.device)),
+        "host": dict(zip(("init", "fwd", "bwd"), sides.host)),
+    }
+
+
 def net_json(net: NetAnalysis) -> dict[str, Any]:
     """One net: phase, blobs in Caffe's order, layers in execution order, memory."""
     shaped, memory = net.shaped, net.memory
     graph = shaped.graph
     layers = []
-    for layer, bytes_ in zip(graph.layers, memory.layers):
+    for i, (layer, bytes_) in enumerate(zip(graph.layers, memory.layers)):
         layers.append(
             {
                 "name": layer.name,
@@ -55,9 +83,12 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
                 "bwd_alloc": bytes_.bwd_alloc,
                 "buffers": bytes_.buffers,
                 "by_category": bytes_.by_category,
+                **({"gpu": _layer_sides(net.device.layers[i])} if net.device is not None else {}),
             }
         )
+    device = {} if net.device is None else {"total_bytes": net.total_bytes, "cpu_total_bytes": memory.total_bytes, "gpu": device_json(net.device)}
     return {
+        "mode": net.mode,
         "role": net.role,
         "index": net.index,
         "file": net.file,
@@ -66,6 +97,7 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
         "blobs": [{"name": name, "shape": _shape(shape)} for name, shape in shaped.blob_shapes.items()],
         "layers": layers,
         **memory_json(memory),
+        **device,
         "notes": list(net.notes + shaped.notes),
     }
 
@@ -90,11 +122,13 @@ def phase_plan_json(phase) -> dict[str, Any]:
     totals = phase.totals()
     return {
         "phase": phase.phase,
+        "mode": "gpu" if phase.devices is not None else "cpu",  # gpu: "bytes" are what one card holds
         "strategy": phase.strategy,
         "bytes": phase.bytes,
         "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, totals["stock"])},
         "gap_to_lower_bound_percent": percent_of(totals["planned"] - totals["lower_bound"], totals["lower_bound"]),
         "fork_plan_safe": phase.fork_safe,
+        # Ranked by the run's heap bytes (in GPU mode: both sides of every touched storage).
         "candidates": {name: cost + phase.stock.outside_heap_bytes for name, cost in phase.candidates.items()},
         "rejected": phase.rejected,
         "peak": {

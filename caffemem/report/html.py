@@ -324,14 +324,14 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
     sections = []
     for i, net in enumerate(analysis.nets):
         memory = net.memory
-        schedule = build_schedule(net.shaped, specs, memory.dtype, options.engine)
+        schedule = build_schedule(net.shaped, specs, memory.dtype, options.heap_engine)
         liveness = lifetimes(schedule)
         timeline = timeline_of(schedule, liveness, memory, None, None)
         graph = net.shaped.graph
         role = "" if net.role == "net" else f"{net.role}{f' #{net.index}' if net.role == 'test' else ''} net — "
         facts = (
             ("net", f"{graph.name or '(unnamed)'} — {net.file}"),
-            ("phase", f"{graph.phase}, {memory.dtype}, {options.engine} engine"),
+            ("phase", f"{graph.phase}, {memory.dtype}, {options.device.upper()} mode, {options.build_engine} engine"),
             ("Caffe allocates", mib(memory.total_bytes) + (f" (the net {mib(memory.total_bytes - memory.prefetch_bytes)} + prefetch batches {mib(memory.prefetch_bytes)}, which hold the data tops)" if memory.prefetch_bytes else "")),
             _log_versus_real(memory),
             ("by cause", ", ".join(f"{c.replace('_', ' ')} {mib(size)}" for c, size in memory.parts().items()) + f" (total {mib(memory.total_bytes)})"),
@@ -389,7 +389,7 @@ def options_text(options: Options) -> str:
     flags = [f"--phase {options.phase}"] if options.phase else ["--phase (default)"]
     flags += [f"--stage {stage}" for stage in options.stages] + ([f"--level {options.level}"] if options.level is not None else [])
     flags += [f"--input {name}={','.join(map(str, shape))}" for name, shape in options.inputs.items()]
-    flags += [f"--dtype {options.dtype}", f"--engine {options.engine}"] + ([f"--batch {options.batch}"] if options.batch else [])
+    flags += [f"--dtype {options.dtype}", f"--device {options.device}", f"--engine {options.build_engine}"] + ([f"--batch {options.batch}"] if options.batch else [])
     return " ".join(flags + ([f"--layers {options.layers_file}"] if options.layers_file else []))
 
 

@@ -13,6 +13,7 @@ from rich.text import Span, Text
 
 from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
+from caffemem.passes.device import DeviceReport, LayerSides
 from caffemem.passes.memory import MemoryReport
 from caffemem.units import mib, percent_of
 
@@ -62,8 +63,11 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
     graph, memory = net.shaped.graph, net.memory
     title = f"{elide(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}, {memory.dtype})"
     console.print(f"[bold]{title}[/bold]")
-    _print_answer(memory, console)
-    _print_summary(memory, console)
+    if net.device is not None:
+        _print_device(net.device, console)
+    else:
+        _print_answer(memory, console)
+        _print_summary(memory, console)
     _print_top_layers(net, console, top)
     columns, rows = _layer_rows(net)
     texts = list(_table_text(title, columns, rows))
@@ -90,12 +94,36 @@ def _print_answer(memory: MemoryReport, console: Console) -> None:
         console.print(f"largest step: the {step} of layer {index} '{elide(peak.name, MAX_NAME_CELLS)}' ({elide(peak.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
 
 
+def _print_device(device: DeviceReport, console: Console) -> None:
+    """GPU mode: what one card holds (the cuDNN workspace as its range), then each cause
+    on the device and on the host, then what is counted but not sized."""
+    low, high = device.device_bytes_min, device.device_bytes
+    span = f"{mib(low)} to {mib(high)}" if low != high else mib(high)
+    console.print(f"A GPU run holds [bold]{span}[/bold] on the card ({device.engine} engine){f' — on each of {device.gpus} GPUs' if device.gpus > 1 else ''}, and {mib(device.host_bytes)} on the host")
+    table = Table(title="where the memory goes", header_style="bold")
+    table.add_column("cause")
+    table.add_column("device", justify="right")
+    table.add_column("host", justify="right")
+    for cause, size in device.device_by_cause.items():
+        host = device.host_by_cause[cause]
+        if size or host:
+            label = cause.replace("_", " ") + (" (max)" if cause == "cudnn_workspace" else "") + (" (constant)" if cause == "cuda_context" else "")
+            table.add_row(label, _cell(size), _cell(host))
+    table.add_row("[bold]total[/bold]", f"[bold]{mib(device.device_bytes)}[/bold]", f"[bold]{mib(device.host_bytes)}[/bold]")
+    console.print(table)
+    handles = device.handles
+    console.print(f"[dim]handles (counted, not sized): {handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND[/dim]")
+    for note in device.notes:
+        console.print(f"[dim]{note}[/dim]")
+
+
 def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
-    layers = net.memory.largest_layers(top)
+    layers = net.figures.largest_layers(top)
     if not layers or top <= 0:
         return
-    whole = max(net.memory.heap_total, 1)
-    table = Table(title=f"top {len(layers)} layers by bytes", title_justify="left", header_style="bold", expand=False)
+    whole = max(net.device.device_bytes if net.device is not None else net.memory.heap_total, 1)
+    where = " on the card" if net.device is not None else ""
+    table = Table(title=f"top {len(layers)} layers by bytes{where}", title_justify="left", header_style="bold", expand=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("layer", overflow="ellipsis", no_wrap=True)
     table.add_column("type", style="cyan", overflow="ellipsis", no_wrap=True)
@@ -109,7 +137,9 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
 def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], list[list[Cell]]]:
     graph, memory = net.shaped.graph, net.memory
     columns = [("#", "right", "dim"), ("layer", "left", None), ("type", "left", "cyan"), ("bottoms → tops", "left", None), ("params", "left", "magenta")]
-    columns += [(column, "right", None) for column in ("outputs", "gradients", "buffers", "parameters", "total")]
+    columns += [(column, "right", None) for column in ("outputs", "gradients", "buffers", "parameters", "total" if net.device is None else "CPU total")]
+    if net.device is not None:
+        columns += [("runs on", "left", "dim"), ("device", "right", None), ("host", "right", None)]
     blobs = net.shaped.blob_shapes
     rows: list[list[Cell]] = []
     for layer, bytes_ in zip(graph.layers, memory.layers):
@@ -127,8 +157,13 @@ def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], li
                 [(elide(params, MAX_PARAMS_CELLS), None)],
             ]
             + [[(_cell(n), None)] for n in numbers]
+            + ([] if net.device is None else _sides_cells(net.device.layers[layer.index]))
         )
     return columns, rows
+
+
+def _sides_cells(sides: LayerSides) -> list[Cell]:
+    return [[(sides.runs_on, None)], [(_cell(sides.device_total), None)], [(_cell(sides.host_total), None)]]
 
 
 def _table_text(title: str, columns: list[tuple[str, str, str | None]], rows: list[list[Cell]], rows_per_text: int = 500):
@@ -204,7 +239,8 @@ def _print_log_line(memory: MemoryReport, console: Console) -> None:
 def _print_process(analysis: Analysis, console: Console) -> None:
     process = analysis.process
     assert process is not None
-    table = Table(title=f"training process ({process.solver_type} solver)", show_header=False)
+    where = ", on one card" if process.device == "gpu" else ""
+    table = Table(title=f"training process ({process.solver_type} solver{where})", show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")
     table.add_row("train net (with every parameter gradient cleared)", mib(process.train_bytes))
@@ -245,7 +281,8 @@ def print_optimize(result, console: Console) -> None:
     for phase in result.phases:
         totals = phase.totals()
         stock = totals["stock"]
-        table = Table(title=f"{result.path} — {phase.phase}: plan '{phase.strategy}', {len(phase.plan_data.slot_bytes)} shared slots", show_header=True, header_style="bold")
+        where = f", on the card ({phase.devices.stock.engine} engine)" if phase.devices is not None else ""
+        table = Table(title=f"{result.path} — {phase.phase}{where}: plan '{phase.strategy}', {len(phase.plan_data.slot_bytes)} shared slots", show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")

@@ -300,6 +300,7 @@ def test_update_baseline_writes_the_file_and_the_check_then_passes(repo):
     assert written == {
         "format": 1,
         "optimized": False,
+        "device": "cpu",
         "nets": {
             "../models/deploy/lenet_deploy.prototxt": {"TEST": {"bytes": DEPLOY_TEST, **entry}},
             "../models/lenet.prototxt": {"TEST": {"bytes": LENET_TEST, **entry}, "TRAIN": {"bytes": LENET_TRAIN, **entry}},

@@ -341,4 +341,4 @@ def test_the_page_names_the_caffemem_version_and_the_options_used(browser_pages)
     from caffemem import __version__
 
     dom, _, _ = browser_pages["lenet optimize"]
-    assert f"caffemem {__version__}" in dom and "Options: --phase (default) --dtype float32 --engine caffe." in dom
+    assert f"caffemem {__version__}" in dom and "Options: --phase (default) --dtype float32 --device cpu --engine caffe." in dom

@@ -1,0 +1,403 @@
+"""Pass 6b, device: what a GPU run of the net holds on the card, and on the host.
+
+Entry point: :func:`device_footprint`.  It replays the events of a run prepared for
+``device="gpu"`` (each layer's rule then includes what its .cu file does differently)
+over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154):
+
+- ``to_gpu()`` cudaMallocs the device copy on the first device touch, ``to_cpu()`` the
+  (pinned, ``CaffeMallocHost``) host copy on the first host touch; both copies then live
+  until the blob is freed or grows.  A blob touched only on the device never gets host
+  memory, and the other way round.
+- Net::Init (fillers, multipliers, SetLossWeights) writes on the host; a layer's Forward
+  and Backward touch the device when its spec's ``gpu`` says it has that GPU code, else
+  the host (the default Forward_gpu calls Forward_cpu, layer.hpp 316-339).  Layer::Forward
+  reads each loss top's data and diff on the device.
+- A prefetching data layer's LayerSetUp writes every batch on the host and then on the
+  device (base_data_layer.cpp 48-76); Forward_gpu points the tops at the batch
+  (set_gpu_data), so the tops own no device data.
+- A cudaMalloc a layer makes itself (cuDNN's workspace and LCN temporaries) is device
+  memory.  The workspace's size is cuDNN's choice at run time: BVLC asks for algorithms
+  needing at most 8 MiB per query, so it is reported as a range, 0 to that bound.
+
+Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
+handles) are kept apart: the context as a constant with its source, handles as counts.
+../shared/caffe/GPU-MEMORY.md cites every fact used here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from caffemem.graph import count
+from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.memory import GRADIENT_OF, Run, SlotAssignment, owned_params
+from caffemem.units import DTYPE_BYTES, INT_BYTES
+
+SIDES = ("device", "host")
+# The causes a GPU run's bytes are reported by, in order.
+CAUSES = (
+    "parameters",
+    "parameter_gradients",
+    "activations",
+    "activation_gradients",
+    "layer_buffers",
+    "cudnn_workspace",
+    "prefetch",
+    "solver_history",
+    "cuda_context",
+)
+WORKSPACE_BUFFER = "cudnn_workspace"  # the name the cuDNN (de)convolution rules give it
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A per-process cost with no size in Caffe's source: a figure taken from a cited
+    measurement, reported apart and overridable (``--context-mib``)."""
+
+    name: str
+    bytes: int
+    source: str
+    measured_for_caffe: bool
+
+
+# CUDA 11.7+ loads kernels lazily; what is left is the context itself plus cuBLAS/cuRAND.
+CUDA_CONTEXT = Constant(
+    "cuda_context",
+    300 * 1024 * 1024,
+    "about 300 MB per device for a CUDA >= 11.7 context with lazy module loading, measured in a "
+    "PyTorch process (pytorch/pytorch#107667; ../shared/caffe/GPU-MEMORY.md section 7); not yet measured "
+    "for Caffe (benchmarks/gpu_groundtruth.py measures it on a GPU)",
+    measured_for_caffe=False,
+)
+
+
+def context_constant(context_bytes: int | None) -> Constant:
+    """The context constant, or the user's own figure for it."""
+    if context_bytes is None:
+        return CUDA_CONTEXT
+    return Constant("cuda_context", context_bytes, "given with --context-mib", measured_for_caffe=True)
+
+
+@dataclass(frozen=True)
+class Handles:
+    """Library handles a GPU run creates (common.cpp 107-123, cudnn_conv_layer.cpp 51-56).
+    Their memory is inside the driver and the libraries: counted, not sized."""
+
+    cudnn: int  # cudnnCreate: 3 per group of a cuDNN (de)convolution, 1 per other cuDNN layer
+    cublas: int  # one per Caffe instance: the main thread and each prefetch thread
+    curand: int  # likewise
+
+
+@dataclass(frozen=True)
+class LayerSides:
+    """Bytes one layer makes a GPU run allocate, on each side, in SetUp, Forward, Backward."""
+
+    name: str
+    type: str
+    runs_on: str  # "gpu", "gpu forward, cpu backward" or "cpu" (no GPU code)
+    device: tuple[int, int, int]  # init, forward, backward
+    host: tuple[int, int, int]
+
+    @property
+    def device_total(self) -> int:
+        return sum(self.device)
+
+    @property
+    def host_total(self) -> int:
+        return sum(self.host)
+
+    @property
+    def total(self) -> int:
+        """The layer's figure in GPU mode (rankings, check's per-layer baseline): its device bytes."""
+        return self.device_total
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """One net's GPU run: device and host bytes by cause and by layer (one GPU's share)."""
+
+    phase: str
+    engine: str
+    layers: tuple[LayerSides, ...]
+    device_by_cause: dict[str, int]  # every cause of CAUSES; the workspace at its upper bound
+    host_by_cause: dict[str, int]
+    workspace_bytes_max: int  # cuDNN workspaces: the most BVLC's 8 MiB limit lets them take
+    untouched_param_diff_bytes: int  # owners' device diffs no Backward touched (ClearParamDiffs allocates them)
+    handles: Handles
+    context: Constant
+    gpus: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def device_bytes(self) -> int:
+        """What one card holds, with the cuDNN workspaces at their bound."""
+        return sum(self.device_by_cause.values())
+
+    @property
+    def device_bytes_min(self) -> int:
+        """What one card holds if cuDNN picks algorithms needing no workspace."""
+        return self.device_bytes - self.workspace_bytes_max
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(self.host_by_cause.values())
+
+    @property
+    def total_bytes(self) -> int:
+        """The one figure of every command in GPU mode: what one card holds."""
+        return self.device_bytes
+
+    @property
+    def parameter_bytes(self) -> int:
+        return self.device_by_cause["parameters"]
+
+    def largest_layers(self, count: int) -> tuple[tuple[int, LayerSides], ...]:
+        """(index, layer) of the ``count`` layers that put the most on the card, largest first."""
+        return tuple(sorted(enumerate(self.layers), key=lambda item: -item[1].device_total)[:count])
+
+
+@dataclass(slots=True)
+class _Copies:
+    """One SyncedMemory: its size and which of its two copies exist."""
+
+    bytes: int
+    category: str
+    host: bool = False
+    device: bool = False
+    refs: int = 1
+
+
+@dataclass(slots=True)
+class _Blob:
+    elem_bytes: int
+    category: str
+    shape_bytes: int = 0
+    has_shape: bool = False
+    capacity: int = 0
+    data: _Copies | None = None
+    diff: _Copies | None = None
+
+
+class _TwoSidedHeap:
+    """Caffe's allocations in a GPU run; each byte charged to (side, bucket, cause)."""
+
+    def __init__(self, dtype_bytes: int, batch_tops: frozenset[BlobId]) -> None:
+        self.dtype_bytes = dtype_bytes
+        self.batch_tops = batch_tops  # data tops pointed into a prefetch batch: no device data of their own
+        self.blobs: dict[BlobId, _Blob] = {}
+        self.bucket = Bucket("init")
+        self.side = "host"
+        self.charged: dict[tuple[str, Bucket], int] = {}
+        self.by_cause: dict[tuple[str, str], int] = {}
+
+    def _charge(self, side: str, blob_id: BlobId, category: str, amount: int) -> None:
+        key = (side, self.bucket)
+        self.charged[key] = self.charged.get(key, 0) + amount
+        cause = "prefetch" if self.bucket.stage == "prefetch" else category
+        if side == "device" and blob_id.kind == "buffer" and blob_id.name.endswith("/" + WORKSPACE_BUFFER):
+            cause = "cudnn_workspace"
+        self.by_cause[(side, cause)] = self.by_cause.get((side, cause), 0) + amount
+
+    def blob(self, blob_id: BlobId, elem: str = "float") -> _Blob:
+        found = self.blobs.get(blob_id)
+        if found is None:
+            category = {"blob": "activations", "param": "parameters", "buffer": "layer_buffers"}[blob_id.kind]
+            found = self.blobs[blob_id] = _Blob(INT_BYTES if elem == "int" else self.dtype_bytes, category)
+        return found
+
+    def apply(self, action: Action) -> None:
+        if isinstance(action, Touch):
+            self.touch(action.blob, action.part, action.side or self.side)
+        elif isinstance(action, Reshape):
+            self.reshape(action.blob, action.shape, action.elem)
+        elif isinstance(action, Share):
+            self.share(action.dst, action.src, action.part)
+        elif isinstance(action, Alloc):
+            blob = self.blob(action.blob, action.elem)
+            if blob.data is None:
+                blob.capacity, blob.data = action.count, _Copies(action.count * blob.elem_bytes, blob.category)
+            self.touch(action.blob, "data", "device" if action.device else "host")
+
+    def touch(self, blob_id: BlobId, part: str, side: str) -> None:
+        if side == "device" and part == "data" and blob_id in self.batch_tops:
+            return  # set_gpu_data: the batch's device copy, counted as prefetch
+        copies = getattr(self.blob(blob_id), part)
+        if copies is not None and not getattr(copies, side):
+            setattr(copies, side, True)
+            self._charge(side, blob_id, copies.category, copies.bytes)
+
+    def reshape(self, blob_id: BlobId, shape, elem: str) -> None:
+        """Blob::Reshape: shape_data_ is written on the host; growth drops both copies."""
+        blob = self.blob(blob_id, elem)
+        needed = INT_BYTES * len(shape)
+        if not blob.has_shape or blob.shape_bytes < needed:
+            self._charge("host", blob_id, blob.category, needed - blob.shape_bytes)
+            blob.has_shape, blob.shape_bytes = True, needed
+        elements = count(shape)
+        if elements > blob.capacity:
+            blob.capacity = elements
+            for part in ("data", "diff"):
+                self._drop(blob_id, blob, part)
+                category = blob.category if part == "data" else GRADIENT_OF[blob.category]
+                setattr(blob, part, _Copies(elements * blob.elem_bytes, category))
+
+    def share(self, dst: BlobId, src: BlobId, part: str) -> None:
+        target, source = self.blob(dst), self.blob(src)
+        copies = getattr(source, part)
+        if copies is getattr(target, part):
+            return
+        self._drop(dst, target, part)
+        if copies is not None:
+            copies.refs += 1
+        setattr(target, part, copies)
+
+    def _drop(self, blob_id: BlobId, blob: _Blob, part: str) -> None:
+        copies = getattr(blob, part)
+        if copies is None:
+            return
+        copies.refs -= 1
+        if copies.refs == 0:
+            for side in SIDES:
+                if getattr(copies, side):
+                    self._charge(side, blob_id, copies.category, -copies.bytes)
+        setattr(blob, part, None)
+
+    def take_over(self, slots: SlotAssignment) -> None:
+        """The plan's slots replace the members' own storage (the runtime binds one
+        buffer per slot at the end of Net::Init, on the device in a GPU run)."""
+        shared: dict[int, _Copies] = {}
+        for (blob_id, part), slot in slots.slot_of.items():
+            blob = self.blob(blob_id)
+            copies = shared.get(slot)
+            if copies is None:
+                category = "activations" if part == "data" else "activation_gradients"
+                copies = shared[slot] = _Copies(slots.slot_bytes[slot], category, refs=0)
+            self._drop(blob_id, blob, part)
+            copies.refs += 1
+            setattr(blob, part, copies)
+
+
+def layer_sides(run: Run, specs: SpecTable) -> tuple[tuple[str, str], ...]:
+    """(Forward side, Backward side) of each layer in a GPU run, from its spec's ``gpu``."""
+    sides = []
+    for layer in run.shaped.graph.layers:
+        spec = specs.get(layer.type)
+        gpu = spec.gpu if spec is not None else "full"
+        sides.append(("device" if gpu in ("full", "forward") else "host", "device" if gpu == "full" else "host"))
+    return tuple(sides)
+
+
+def _runs_on(sides: tuple[str, str]) -> str:
+    return {("device", "device"): "gpu", ("device", "host"): "gpu forward, cpu backward"}.get(sides, "cpu")
+
+
+def _batch_tops(run: Run) -> frozenset[BlobId]:
+    """Data tops a prefetching layer points into its batch (unless its Forward copies)."""
+    tops = set()
+    for layer, rule in zip(run.shaped.graph.layers, run.rules):
+        if rule.prefetch:
+            copied = {a.blob for a in rule.forward if isinstance(a, Touch) and a.write and a.part == "data"}
+            tops.update(BlobId("blob", top) for top in layer.tops if BlobId("blob", top) not in copied)
+    return frozenset(tops)
+
+
+def device_footprint(
+    run: Run,
+    specs: SpecTable,
+    engine: str,
+    slots: SlotAssignment | None = None,
+    context_bytes: int | None = None,
+    gpus: int = 1,
+) -> DeviceReport:
+    """Replay a run prepared for ``device="gpu"`` over the two-sided SyncedMemory model
+    (with ``slots``: as the patched runtime would bind them)."""
+    if run.device != "gpu":
+        raise ValueError("device_footprint needs a run prepared with device='gpu'")
+    layers = run.shaped.graph.layers
+    sides = layer_sides(run, specs)
+    heap = _TwoSidedHeap(DTYPE_BYTES[run.dtype], _batch_tops(run))
+    pending = slots
+    for bucket, actions in run.groups:
+        if pending is not None and not bucket.in_net_init:
+            heap.take_over(pending)
+            pending = None
+        heap.bucket = bucket
+        if bucket.stage == "forward":
+            heap.side = sides[bucket.layer][0]
+        elif bucket.stage == "backward":
+            heap.side = sides[bucket.layer][1]
+        else:
+            heap.side = "host"
+        for action in actions:
+            if bucket.stage == "input" and isinstance(action, Touch) and action.blob in heap.batch_tops:
+                continue  # the prefetch thread fills the batch, not the tops
+            heap.apply(action)
+    if pending is not None:
+        heap.take_over(pending)
+
+    heap.bucket = Bucket("prefetch")
+    for layer, rule, side in zip(layers, run.rules, sides):
+        if rule.prefetch:
+            for heap.side in ("host", "device") if side[0] == "device" else ("host",):
+                for action in rule.prefetch:
+                    heap.apply(action)
+
+    heap.bucket = Bucket("unreached")
+    untouched = 0
+    for param in owned_params(run.shaped):
+        copies = heap.blob(param).diff
+        if copies is not None and not copies.device:
+            untouched += copies.bytes
+
+    per_layer = []
+    for layer, side in zip(layers, sides):
+        stages = (Bucket("init", layer.index), Bucket("forward", layer.index), Bucket("backward", layer.index))
+        per_layer.append(
+            LayerSides(
+                name=layer.name,
+                type=layer.type,
+                runs_on=_runs_on(side),
+                device=tuple(heap.charged.get(("device", b), 0) for b in stages),
+                host=tuple(heap.charged.get(("host", b), 0) for b in stages),
+            )
+        )
+    context = context_constant(context_bytes)
+    device_causes = {cause: heap.by_cause.get(("device", cause), 0) for cause in CAUSES}
+    device_causes["cuda_context"] = context.bytes
+    host_causes = {cause: heap.by_cause.get(("host", cause), 0) for cause in CAUSES}
+    prefetching = sum(1 for rule, side in zip(run.rules, sides) if rule.prefetch and side[0] == "device")
+    handles = Handles(cudnn=sum(rule.cudnn_handles for rule in run.rules), cublas=1 + prefetching, curand=1 + prefetching)
+    notes = _notes(run, sides, engine, context, gpus)
+    return DeviceReport(
+        phase=run.shaped.graph.phase,
+        engine=engine,
+        layers=tuple(per_layer),
+        device_by_cause=device_causes,
+        host_by_cause=host_causes,
+        workspace_bytes_max=device_causes["cudnn_workspace"],
+        untouched_param_diff_bytes=untouched,
+        handles=handles,
+        context=context,
+        gpus=gpus,
+        notes=notes,
+    )
+
+
+def _notes(run: Run, sides: Iterable[tuple[str, str]], engine: str, context: Constant, gpus: int) -> tuple[str, ...]:
+    notes = []
+    fallback = sorted({layer.type for layer, side in zip(run.shaped.graph.layers, sides) if side[0] == "host"})
+    if fallback:
+        notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(fallback)}")
+    if not context.measured_for_caffe:
+        notes.append(f"cuda_context is a published figure, not a Caffe measurement: {context.source}")
+    notes.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized: their memory is inside the driver and libraries")
+    if engine == "cudnn":
+        notes.append("cudnn_workspace is the most BVLC's 8 MiB limit per algorithm query lets cuDNN take; it picks at run time (the minimum is 0)")
+    if gpus > 1:
+        notes.append(
+            f"--gpus {gpus}: every GPU holds this figure (each worker builds the full solver, test nets included; "
+            "parallel.cpp's GPUParams take over the parameters' data and gradients); NCCL's own buffers are not counted"
+        )
+    return tuple(notes)

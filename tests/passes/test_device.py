@@ -1,0 +1,178 @@
+"""GPU mode: the bytes a Caffe GPU run holds on the card and on the host.
+
+Each expected figure is worked out from BVLC Caffe's source (../shared/caffe/GPU-MEMORY.md
+cites the lines): SyncedMemory allocates the device copy on the first gpu_ touch and the
+host copy on the first cpu_ touch; Net::Init writes on the host; a layer with GPU code
+touches the device; a prefetching data layer holds every batch on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from caffemem.api.analyze import Options, analyze
+from caffemem.api.optimize import OptimizeSettings, optimize
+from caffemem.cli import main
+from caffemem.passes.device import CUDA_CONTEXT
+from caffemem.plan.verify import verify_plan
+
+CONV = """name: "conv"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 3 } }
+"""
+
+# A Data layer (4 prefetch batches), an InnerProduct, Accuracy (GPU scratch) and ArgMax
+# (no .cu file: it runs on the host).
+DATA = """name: "data"
+layer { name: "data" type: "Data" top: "data" top: "label" data_param { source: "db" batch_size: 2 backend: LMDB } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 10 } }
+layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" }
+layer { name: "argmax" type: "ArgMax" bottom: "ip" top: "argmax" }
+"""
+DATA_INPUTS = {"data": (2, 3, 8, 8), "label": (2,)}
+
+TRAIN = """name: "train"
+layer { name: "data" type: "Input" top: "data" top: "label" input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } shape { dim: 2 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 10 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+MIB = 1024 * 1024
+
+
+def gpu(text: str, **options):
+    return analyze(text, Options(device="gpu", **options)).nets[0]
+
+
+def test_conv_with_caffe_engine_puts_im2col_and_bias_multiplier_on_the_card():
+    device = gpu(CONV, engine="caffe").device
+    # weight 4x3x3x3 + bias 4 = 112 floats; input 2x3x8x8 (1536 B) copied up from the host,
+    # output 2x4x6x6 (1152 B); col buffer 27x6x6 (3888 B) and bias multiplier 36 (144 B).
+    assert device.device_by_cause["parameters"] == 448
+    assert device.device_by_cause["activations"] == 1536 + 1152
+    assert device.device_by_cause["layer_buffers"] == 3888 + 144
+    assert device.device_by_cause["cudnn_workspace"] == 0
+    assert [layer.device for layer in device.layers] == [(0, 0, 0), (0, 7168, 0)]
+
+
+def test_conv_with_cudnn_has_no_col_buffer_and_a_workspace_range():
+    device = gpu(CONV).device  # GPU mode's default engine: cuDNN
+    assert device.engine == "cudnn"
+    assert device.device_by_cause["layer_buffers"] == 0  # the bias multiplier stays on the host
+    # One cudaMalloc of 3 streams x 1 group x the 8 MiB workspace limit, at most.
+    assert device.workspace_bytes_max == 24 * MIB
+    assert device.device_bytes - device.device_bytes_min == 24 * MIB
+    assert device.handles.cudnn == 3
+
+
+def test_host_keeps_what_net_init_wrote():
+    device = gpu(CONV).device
+    # Fillers write the parameters on the host (pinned): 448 B plus shape buffers 16 + 4.
+    assert device.host_by_cause["parameters"] == 468
+    # The user fills the input on the host: 1536 B, plus the two 4-axis shape buffers.
+    assert device.host_by_cause["activations"] == 1536 + 16 + 16
+
+
+def test_prefetch_batches_are_on_both_sides_and_the_tops_own_no_device_data():
+    net = gpu(DATA, phase="TEST", inputs=DATA_INPUTS)
+    device = net.device
+    # 4 batches x (2x3x8x8 data + 2 labels) floats, on the card and pinned on the host
+    # (the host also has the batches' shape buffers, 4 x (16 + 4), and transformed_data's 16).
+    assert device.device_by_cause["prefetch"] == 4 * (384 + 2) * 4
+    assert device.host_by_cause["prefetch"] == 4 * (384 + 2) * 4 + 4 * 20 + 16
+    assert device.layers[0].device == (0, 0, 0)
+    assert (device.handles.cublas, device.handles.curand) == (2, 2)  # the prefetch thread's own Caffe
+
+
+def test_accuracy_borrows_its_bottoms_diffs_on_the_card_even_in_test():
+    device = gpu(DATA, phase="TEST", inputs=DATA_INPUTS).device
+    acc = next(layer for layer in device.layers if layer.name == "acc")
+    # ip's split top diff (2x10 floats) and the label's diff (2 floats); the output on the host.
+    assert acc.device == (0, 80 + 8, 0)
+    assert acc.host == (0, 4, 0)
+    assert device.device_by_cause["activation_gradients"] == 88
+
+
+def test_a_layer_without_gpu_code_copies_its_bottom_to_the_host():
+    device = gpu(DATA, phase="TEST", inputs=DATA_INPUTS).device
+    argmax = next(layer for layer in device.layers if layer.name == "argmax")
+    assert argmax.runs_on == "cpu"
+    assert argmax.host[1] == 80 + 8  # ip's data read on the host, its 2x1x1 output written there
+    assert argmax.device == (0, 0, 0)
+    assert any("ArgMax" in note for note in device.notes)
+
+
+def test_softmax_loss_scratch_and_loss_reads_are_on_the_card():
+    device = gpu(TRAIN).device
+    loss = next(layer for layer in device.layers if layer.name == "loss")
+    # prob data 80 + prob diff 80 + ip diff 80 (scratch) + label 8, loss data and diff 4 + 4.
+    assert loss.device == (0, 256, 0)
+
+
+def test_the_context_is_a_cited_constant_and_can_be_given():
+    device = gpu(CONV).device
+    assert device.device_by_cause["cuda_context"] == CUDA_CONTEXT.bytes
+    assert "pytorch/pytorch#107667" in CUDA_CONTEXT.source and not CUDA_CONTEXT.measured_for_caffe
+    own = gpu(CONV, context_bytes=123 * MIB).device
+    assert own.device_bytes - device.device_bytes == 123 * MIB - CUDA_CONTEXT.bytes
+
+
+def test_adam_keeps_two_histories_on_the_card(tmp_path):
+    (tmp_path / "train.prototxt").write_text(TRAIN)
+    (tmp_path / "solver.prototxt").write_text('net: "train.prototxt"\ntype: "Adam"\nbase_lr: 0.01\n')
+    process = analyze(str(tmp_path / "solver.prototxt"), Options(device="gpu")).process
+    assert process.device == "gpu"
+    assert process.history_bytes == 2 * (7680 + 40)  # m and v of the 10x192 weight and 10 bias
+    sgd = (tmp_path / "sgd.prototxt")
+    sgd.write_text('net: "train.prototxt"\nbase_lr: 0.01\n')
+    assert analyze(str(sgd), Options(device="gpu")).process.history_bytes == 7680 + 40
+
+
+def test_gpus_report_one_cards_figure_and_the_total():
+    one, four = gpu(CONV).device, gpu(CONV, gpus=4).device
+    assert four.device_bytes == one.device_bytes
+    assert four.gpus == 4 and any("--gpus 4" in note for note in four.notes)
+
+
+def test_cpu_mode_keeps_the_heap_figure():
+    net = analyze(CONV, Options(device="cpu")).nets[0]
+    assert net.device is None and net.total_bytes == net.memory.total_bytes
+
+
+def test_optimize_plans_the_card_and_the_plan_verifies():
+    result = optimize(TRAIN, Options(device="gpu"), OptimizeSettings())
+    phase = result.phases[0]
+    assert phase.devices is not None
+    totals = phase.totals()
+    assert totals["stock"] == phase.devices.stock.device_bytes
+    assert totals["planned"] <= totals["stock"] and totals["planned"] >= totals["lower_bound"]
+    assert verify_plan(phase.schedule, phase.plan_data) == []
+
+
+@pytest.mark.gpu_default
+def test_analyze_json_defaults_to_gpu_and_names_the_causes(tmp_path):
+    net = tmp_path / "data.prototxt"
+    net.write_text(DATA)
+    args = ["analyze", str(net), "--phase", "TEST", "--input", "data=2,3,8,8", "--input", "label=2", "--json"]
+    on_card = json.loads(CliRunner().invoke(main, args).stdout)
+    on_cpu = json.loads(CliRunner().invoke(main, args + ["--device", "cpu"]).stdout)
+    assert on_card["mode"] == "gpu" and on_cpu["mode"] == "cpu"
+    assert on_card["total_bytes"] != on_cpu["total_bytes"]
+    causes = on_card["gpu"]["by_cause"]
+    assert {"cudnn_workspace", "prefetch", "cuda_context"} <= set(causes)
+    assert causes["prefetch"]["device"] == 4 * (384 + 2) * 4
+    assert on_card["layers"][-1]["gpu"]["runs_on"] == "cpu"
+
+
+@pytest.mark.gpu_default
+def test_a_baseline_measured_on_the_cpu_is_not_compared_with_a_gpu_check(tmp_path):
+    net = tmp_path / "conv.prototxt"
+    net.write_text(CONV)
+    baseline = tmp_path / "baseline.json"
+    assert CliRunner().invoke(main, ["check", str(net), "--baseline", str(baseline), "--update-baseline", "--device", "cpu"]).exit_code == 0
+    result = CliRunner().invoke(main, ["check", str(net), "--baseline", str(baseline)])
+    assert result.exit_code == 2
+    assert "measured with --device cpu" in result.output
