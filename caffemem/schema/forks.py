@@ -38,6 +38,7 @@ CAFFEFACE = "ydwen/caffe-face@caffe-face"
 SPHEREFACE = "wy1iu/sphereface@master:tools/caffe-sphereface/src/caffe/proto/caffe.proto"
 HAPPYNEAR = "happynear/caffe-windows@ms"
 SYNOPSYS = "foss-for-synopsys-dwc-arc-processors/synopsys-caffe@master"
+TONGCHENG = "Tongcheng/caffe@master"
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -59,6 +60,7 @@ SOURCE_COMMITS: Dict[str, str] = {
     SPHEREFACE: "f20b130a6e080bb51d2e46a9e157686df622bef3",
     HAPPYNEAR: "967eedf25009e334b7f6f933bb5e17aaaff5bef6",
     SYNOPSYS: "977ba36af383208c2f734c207b573395cb6ab282",
+    TONGCHENG: "1625bb3bf55a766fecbb905d6fe361f3d25f78eb",
 }
 
 
@@ -148,6 +150,9 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
        "its copies use 147 (LayerParameter.swish_param)"),
     _f("LayerParameter", "gather_param", 1211, SYNOPSYS, 211,
        "LayerParameter.relu6_param (eric612/MobileNet-YOLO)"),
+    _f("LayerParameter", "denseblock_param", 2147, TONGCHENG, 147,
+       "LayerParameter.swish_param, and 1147 is center_loss_param's "
+       "relocation (also 147 in ydwen/caffe-face)"),
     # TransformationParameter: ssd keeps its numbers, TSN's clashing ones move.
     _f("TransformationParameter", "resize_param", 8, SSD),
     _f("TransformationParameter", "noise_param", 9, SSD),
@@ -218,6 +223,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "MarginInnerProductParameter": SPHEREFACE,
     "TripletLossParameter": HAPPYNEAR,
     "GatherParameter": SYNOPSYS,
+    "DenseBlockParameter": TONGCHENG,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 
