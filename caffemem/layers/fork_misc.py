@@ -12,7 +12,9 @@
     gather_layer.hpp``: TensorFlow's tf.gather with ``gather_param { indices shape axis
     }``, forward only.
   * hszhao/PSPNet (and the caffe-mpi line it comes from) ``src/caffe/layers/
-    gather_layer.cpp`` (88d0b3ee): the MPI all-gather of every bottom, no parameter.  In
+    gather_layer.cpp`` and its class in ``include/caffe/common_layers.hpp`` (88d0b3ee, the
+    initial commit; later commits dropped the files): the MPI all-gather of every bottom,
+    no parameter, EqualNumBottomTopBlobs, no is_sharing declaration.  In
     one process (no USE_MPI, or not in MPI mode) each top is shaped like its bottom and
     shares its data and diff; Forward and Backward do nothing.
   A layer that gives ``gather_param`` is synopsys' tf.gather; one without is PSPNet's.
