@@ -12,8 +12,8 @@
   Yuan Yang's three-bottom layer (anchor, positive, negative; ``triplet_loss_param { margin
   }``).  Of the many C++ ``TripletLoss`` layers (the type string is shared by incompatible
   ones: 2 bottoms with in-batch mining, 3 bottoms, 4 with a weight), this one is the most
-  copied: happynear's Windows Caffe is the face fork most people build, and the same file
-  is in many other forks and blog posts.  A file written for another variant with a
+  copied: besides happynear/caffe-windows, at least ten other repositories of the search
+  index carry the same file (its header names Yuan Yang), more than any other variant.  A file written for another variant with a
   different bottom count is refused by the arity check, naming the count.
 
 Every memory rule follows the CPU code of the file named (Forward_cpu/Backward_cpu), in
@@ -220,7 +220,7 @@ def _triplet_loss_memory(q: MemoryQuery) -> LayerMemory:
     filled ones are never read on CPU.  Forward_cpu writes the three differences, the two
     squared distances and the loss; Backward_cpu, for each of the three bottoms asked
     for, reads the top's diff and writes that bottom's diff from one difference."""
-    num, channels = legacy_dim_pair(q.bottoms[0])
+    num, channels = _num_channels(q.bottoms[0])
     buffers = {name: q.buffer(name) for name in _PAIRS + ("diff_sq_ap", "diff_sq_an", "dist_sq_ap", "dist_sq_an", "summer_vec", "dist_binary")}
     setup: tuple[Action, ...] = ()
     for name in _PAIRS + ("diff_sq_ap", "diff_sq_an"):
@@ -239,7 +239,7 @@ def _triplet_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-def legacy_dim_pair(shape: Shape) -> tuple[int, int]:
+def _num_channels(shape: Shape) -> tuple[int, int]:
     """(num(), channels()) of a blob the shape rule already checked (missing axes read 1)."""
     padded = tuple(shape) + (1, 1)
     return padded[0], padded[1]
