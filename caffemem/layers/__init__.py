@@ -11,6 +11,8 @@ from caffemem.errors import NeedsInput
 from caffemem.layers import (
     common,
     data,
+    faces,
+    fork_misc,
     fork_vision,
     forks,
     loss,
@@ -29,6 +31,6 @@ from caffemem.layers.registry import (
     register,
 )
 
-FAMILIES = (common, data, fork_vision, forks, loss, mobile, neuron, recurrent, vision)
+FAMILIES = (common, data, faces, fork_misc, fork_vision, forks, loss, mobile, neuron, recurrent, vision)
 
 __all__ = ["FAMILIES", "Arity", "LayerSpec", "NeedsInput", "ShapeQuery", "SpecTable", "builtin_specs", "layer", "register"]

@@ -34,6 +34,11 @@ C3D = "facebook/C3D@master:C3D-v1.1/src/caffe/proto/caffe.proto"
 OPENCV = "opencv/opencv:modules/dnn/src/caffe/opencv-caffe.proto"
 SHUFFLENET = "farmingyard/ShuffleNet@master:README.md"
 MOBILEYOLO = "eric612/MobileNet-YOLO@master"
+CAFFEFACE = "ydwen/caffe-face@caffe-face"
+SPHEREFACE = "wy1iu/sphereface@master:tools/caffe-sphereface/src/caffe/proto/caffe.proto"
+HAPPYNEAR = "happynear/caffe-windows@ms"
+SYNOPSYS = "foss-for-synopsys-dwc-arc-processors/synopsys-caffe@master"
+TONGCHENG = "Tongcheng/caffe@master"
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -51,6 +56,11 @@ SOURCE_COMMITS: Dict[str, str] = {
     OPENCV: "036f7218fcc37e0801ced4006270a55f20610e0d",
     SHUFFLENET: "b9624442bd410bbd2aadc820122b138e63039d70",
     MOBILEYOLO: "69b4441cb3ec8d553fbdef788ad033e246f901bd",
+    CAFFEFACE: "48ff38e30dd303511ac6b5f9455474453fef2644",
+    SPHEREFACE: "f20b130a6e080bb51d2e46a9e157686df622bef3",
+    HAPPYNEAR: "967eedf25009e334b7f6f933bb5e17aaaff5bef6",
+    SYNOPSYS: "977ba36af383208c2f734c207b573395cb6ab282",
+    TONGCHENG: "1625bb3bf55a766fecbb905d6fe361f3d25f78eb",
 }
 
 
@@ -128,6 +138,21 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
+    # Face / metric-learning forks and synopsys-caffe's Gather.
+    _f("LayerParameter", "center_loss_param", 1147, CAFFEFACE, 147,
+       "LayerParameter.swish_param; happynear/caffe-windows uses 211 "
+       "(LayerParameter.relu6_param)"),
+    _f("LayerParameter", "margin_inner_product_param", 232, HAPPYNEAR, 232,
+       "wy1iu/sphereface, whose layer code caffemem models, uses 147 "
+       "(LayerParameter.swish_param)"),
+    _f("LayerParameter", "triplet_loss_param", 1203, HAPPYNEAR, 203,
+       "LayerParameter.prior_box_param (ssd); the BVLC PR #2603 branch and "
+       "its copies use 147 (LayerParameter.swish_param)"),
+    _f("LayerParameter", "gather_param", 1211, SYNOPSYS, 211,
+       "LayerParameter.relu6_param (eric612/MobileNet-YOLO)"),
+    _f("LayerParameter", "denseblock_param", 2147, TONGCHENG, 147,
+       "LayerParameter.swish_param, and 1147 is center_loss_param's "
+       "relocation (also 147 in ydwen/caffe-face)"),
     # TransformationParameter: ssd keeps its numbers, TSN's clashing ones move.
     _f("TransformationParameter", "resize_param", 8, SSD),
     _f("TransformationParameter", "noise_param", 9, SSD),
@@ -194,6 +219,11 @@ FORK_MESSAGES: Dict[str, str] = {
     "PSROIPoolingParameter": RFCN,
     "BoxAnnotatorOHEMParameter": RFCN,
     "ShuffleChannelParameter": SHUFFLENET,
+    "CenterLossParameter": CAFFEFACE,
+    "MarginInnerProductParameter": SPHEREFACE,
+    "TripletLossParameter": HAPPYNEAR,
+    "GatherParameter": SYNOPSYS,
+    "DenseBlockParameter": TONGCHENG,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 

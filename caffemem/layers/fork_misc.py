@@ -1,0 +1,284 @@
+"""Single layers of other forks, each read in its repository.
+
+- Gram: happynear/caffe-windows (branch ms, 967eedf2) ``src/caffe/layers/gram_layer.cpp``
+  (c291a9e2) and its class in ``include/caffe/custom_layers.hpp``: the neural-style Gram
+  matrix (the channel covariance, scaled by 1 / (H W C)), no parameter message.  Other
+  ``Gram`` layers exist only as single-repository copies (one with a ``gram_param { axis
+  }`` of its own, one with ``down_channel``); happynear's is the one in a fork people
+  build, so its rule is the one here.
+- Gather: two forks register a ``Gather`` type.
+  * foss-for-synopsys-dwc-arc-processors/synopsys-caffe ``src/caffe/layers/
+    gather_layer.cpp`` (1e93e856; read at 977ba36a) and ``include/caffe/layers/
+    gather_layer.hpp``: TensorFlow's tf.gather with ``gather_param { indices shape axis
+    }``, forward only.
+  * hszhao/PSPNet (and the caffe-mpi line it comes from) ``src/caffe/layers/
+    gather_layer.cpp`` and its class in ``include/caffe/common_layers.hpp`` (88d0b3ee, the
+    initial commit; later commits dropped the files): the MPI all-gather of every bottom,
+    no parameter, EqualNumBottomTopBlobs, no is_sharing declaration.  In
+    one process (no USE_MPI, or not in MPI mode) each top is shaped like its bottom and
+    shares its data and diff; Forward and Backward do nothing.
+  A layer that gives ``gather_param`` is synopsys' tf.gather; one without is PSPNet's.
+- DenseBlock: Tongcheng/caffe (master, 1625bb3b) ``src/caffe/layers/DenseBlock_layer.cpp``
+  and ``include/caffe/layers/DenseBlock_layer.hpp``: DenseNet's whole dense block (BN,
+  ReLU, 3x3 convolution per transition, optionally the BC bottleneck) fused in one layer,
+  used as in Tongcheng/DN_CaffeScript ``train_test_BC_C10plus.prototxt``.  The layer has a
+  CPU implementation (naive loops over Blobs it creates itself) and a cuDNN-only GPU one
+  (``DenseBlock_layer.cu``: raw cudaMalloc buffers and workspaces, not Blobs).  caffemem
+  models the CPU code, as for every layer; the GPU figures would differ.
+"""
+
+from __future__ import annotations
+
+from caffemem.graph import LayerShapes, Shape, count
+from caffemem.layers.access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, read, write
+from caffemem.layers.blob import axis_index, format_shape, legacy4, reshaped
+from caffemem.layers.registry import Arity, ShapeQuery, layer
+
+FAMILY = "fork_misc"
+GRAM = "happynear/caffe-windows (ms) src/caffe/layers/gram_layer.cpp @c291a9e2, include/caffe/custom_layers.hpp @967eedf2"
+GATHER_TF = "foss-for-synopsys-dwc-arc-processors/synopsys-caffe src/caffe/layers/gather_layer.cpp @1e93e856, include/caffe/layers/gather_layer.hpp"
+GATHER_MPI = "hszhao/PSPNet src/caffe/layers/gather_layer.cpp @88d0b3ee"
+DENSE_BLOCK = "Tongcheng/caffe src/caffe/layers/DenseBlock_layer.cpp, include/caffe/layers/DenseBlock_layer.hpp @1625bb3b"
+
+
+# ----------------------------------------------------------------------------------------
+# Gram (happynear/caffe-windows gram_layer.cpp)
+# ----------------------------------------------------------------------------------------
+
+
+def _gram_memory(q: MemoryQuery) -> LayerMemory:
+    """gram_layer.cpp.  Forward_cpu reads the bottom and writes the top; it also fills a
+    local Blob ``temp`` (a copy of the bottom) that is freed when Forward returns: no bytes
+    outlive the call, so none are counted (a transient bottom-sized peak inside Forward).
+    Backward_cpu has no propagate_down test: it takes the top's diff through
+    mutable_cpu_diff, reads the bottom and writes the bottom's diff."""
+    backward = (write(q.top(0), "diff"), read(q.bottom(0)), write(q.bottom(0), "diff"))
+    note = f"Gram {q.layer.name}: Forward_cpu also holds a copy of the bottom ({count(q.bottoms[0])} values) while it runs; freed on return, not counted"
+    return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=backward, notes=(note,))
+
+
+@layer("Gram", FAMILY, bottoms=Arity.exactly(1), tops=Arity(1, None), source=GRAM, memory=_gram_memory)
+def _gram(q: ShapeQuery) -> LayerShapes:
+    """Reshape: top (num, channels, channels, 1) through the legacy accessors (MinTopBlobs
+    1; only top[0] is shaped or written).  Backward_cpu reads shape(2) and shape(3), so in
+    a net that trains the bottom must have four axes."""
+    bottom = q.bottoms[0]
+    num, channels, _, _ = legacy4(q, bottom)
+    q.check(len(q.layer.tops) == 1, "Gram shapes and writes only top[0]: give it one top")
+    if q.phase == "TRAIN":
+        q.check(len(bottom) == 4, f"Gram's Backward_cpu reads shape(2) and shape(3): the bottom {format_shape(bottom)} needs 4 axes")
+    return LayerShapes(tops=(reshaped(q, (num, channels, channels, 1)),))
+
+
+# ----------------------------------------------------------------------------------------
+# Gather (synopsys-caffe's tf.gather, or PSPNet's MPI gather)
+# ----------------------------------------------------------------------------------------
+
+
+def _gather_memory(q: MemoryQuery) -> LayerMemory:
+    """synopsys' gather_layer.cpp: Forward_cpu reads the bottom and writes the top (one
+    caffe_copy per index); Backward_cpu is NOT_IMPLEMENTED (Caffe aborts if it runs, as for
+    ArgMax).  PSPNet's in one process: Reshape shares each top's data and diff with its
+    bottom (and Layer::Forward calls Reshape again); Forward and Backward touch nothing."""
+    if q.proto.HasField("gather_param"):
+        return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))))
+    alias: tuple[Action, ...] = tuple(Share(q.top(i), q.bottom(i), part) for i in range(len(q.tops)) for part in ("data", "diff"))
+    return LayerMemory(setup=alias, forward=alias)
+
+
+def _tf_gather(q: ShapeQuery) -> LayerShapes:
+    """synopsys' Reshape: indices of shape ``shape`` (a scalar when ``shape: 0`` or none is
+    given: then exactly one index) replace the ``axis`` dimension; each index must be below
+    that dimension (CHECK_LT)."""
+    param = q.proto.gather_param
+    bottom = q.bottoms[0]
+    q.check(len(q.bottoms) == 1 and len(q.layer.tops) == 1, "a Gather with gather_param (synopsys-caffe) takes exactly one bottom and one top")
+    q.check(len(bottom) >= 1, "the dimension of input should be larger than or equal to 1")
+    axis = axis_index(q, bottom, param.axis)
+    indices, shape = list(param.indices), tuple(param.shape)
+    if shape == (0,) or not shape:
+        q.check(len(indices) == 1, f"indices should be scalar! ({len(indices)} indices, no shape)")
+        shape = ()
+    else:
+        q.check(len(indices) == count(shape), f"the size and shape of indices do not match ({len(indices)} indices, shape {format_shape(shape)})")
+    for i, index in enumerate(indices):
+        q.check(index < bottom[axis], f"indices_ element with idx {i} ({index}) is out of range {bottom[axis]} (axis {axis} of {format_shape(bottom)})")
+    return LayerShapes(tops=(reshaped(q, bottom[:axis] + shape + bottom[axis + 1 :]),))
+
+
+@layer("Gather", FAMILY, bottoms=Arity(1, None), tops=Arity(1, None), source=f"{GATHER_TF}; {GATHER_MPI}", memory=_gather_memory)
+def _gather(q: ShapeQuery) -> LayerShapes:
+    """With ``gather_param``: synopsys' tf.gather.  Without: PSPNet's MPI gather, one top per
+    bottom, each shaped like its bottom (one process: the batch is not multiplied by the
+    MPI ranks)."""
+    if q.proto.HasField("gather_param"):
+        return _tf_gather(q)
+    q.check(len(q.layer.tops) == len(q.bottoms), f"Gather (PSPNet's MPI gather) needs one top per bottom ({len(q.bottoms)} bottoms, {len(q.layer.tops)} tops)")
+    return LayerShapes(tops=tuple(q.bottoms))
+
+
+# ----------------------------------------------------------------------------------------
+# DenseBlock (Tongcheng/caffe DenseBlock_layer.cpp)
+# ----------------------------------------------------------------------------------------
+
+
+class _Dense:
+    """The block's sizes and the index of each parameter blob, as LayerSetUp lays them out:
+    for transition i, blobs_[i] is the 3x3 filter, [T + i] the BN scaler, [2T + i] the BN
+    bias, [3T + i] the global mean, [4T + i] the global variance; with use_BC also [5T + i]
+    the 1x1 filter and [6T..9T + i] the bottleneck's scaler, bias, mean and variance; the
+    last blob (index 5T, or 10T with BC) is the moving-average factor."""
+
+    def __init__(self, param, bottom: Shape) -> None:
+        self.transitions = param.numTransition
+        self.init = param.initChannel
+        self.growth = param.growthRate
+        self.bc = param.use_BC
+        self.num, self.height, self.width = bottom[0], bottom[2], bottom[3]
+
+    def channels(self, i: int) -> int:
+        """Channels entering transition i (i = T: the block's output)."""
+        return self.init + i * self.growth
+
+    def image(self, channels: int) -> Shape:
+        return (self.num, channels, self.height, self.width)
+
+    @property
+    def factor(self) -> int:
+        return (10 if self.bc else 5) * self.transitions
+
+    def param_shapes(self) -> tuple[Shape, ...]:
+        t, g = self.transitions, self.growth
+        shapes: list[Shape] = [()] * (self.factor + 1)
+        for i in range(t):
+            c = self.channels(i)
+            shapes[i] = (g, 4 * g if self.bc else c, 3, 3)
+            for k in range(1, 5):  # scaler, bias, global mean, global variance
+                shapes[k * t + i] = (1, c, 1, 1)
+            if self.bc:
+                shapes[5 * t + i] = (4 * g, c, 1, 1)
+                for k in range(6, 10):
+                    shapes[k * t + i] = (1, 4 * g, 1, 1)
+        shapes[self.factor] = (1,)
+        return tuple(shapes)
+
+
+def _bn_forward(q: MemoryQuery, x: BlobId, y: BlobId, xhat: BlobId, mean: BlobId, var: BlobId, params: tuple[int, int, int, int], channels: int, leaked: str) -> tuple[Action, ...]:
+    """BN_train_Fwd (TRAIN) or BN_inf_Fwd (TEST) on x -> y.  ``params``: the indices of the
+    scaler, bias, global mean and global variance.  BN_inf_Fwd news two (1, C, 1, 1) Blobs
+    for the scaled mean and variance and never deletes them: each TEST Forward leaks them
+    (``leaked`` names them here, counted once)."""
+    scaler, bias, global_mean, global_var = (q.param(j) for j in params)
+    if q.phase == "TRAIN":
+        return (write(mean), write(var), read(x), write(global_mean), write(global_var), write(xhat), write(y), read(scaler), read(bias))
+    inf_mean, inf_var = q.buffer(f"{leaked}_inf_mean"), q.buffer(f"{leaked}_inf_var")
+    shape = (1, channels, 1, 1)
+    return (
+        (read(q.param(len(q.params) - 1)), Reshape(inf_mean, shape), read(global_mean), write(inf_mean), Reshape(inf_var, shape))
+        + (read(global_var), write(inf_var), write(y), read(x), read(scaler), read(bias))
+    )
+
+
+def _bn_backward(q: MemoryQuery, x: BlobId, y: BlobId, xhat: BlobId, mean: BlobId, var: BlobId, scaler: BlobId, bias: BlobId) -> tuple[Action, ...]:
+    """BN_train_Bwd: the bias and scaler diffs from y's diff and x-hat; x-hat's diff; the
+    batch variance's and mean's diffs; x's diff (added to, for the merged input)."""
+    return (
+        (write(bias, "diff"), write(scaler, "diff"), read(y, "diff"), read(xhat), write(xhat, "diff"), read(scaler))
+        + (write(var, "diff"), read(x), read(mean), read(var), write(mean, "diff"), write(x, "diff"))
+    )
+
+
+def _conv_backward(x: BlobId, y: BlobId, filt: BlobId) -> tuple[Action, ...]:
+    """convolution_Bwd: the filter's diff and the input's diff from y's diff."""
+    return (write(filt, "diff"), write(x, "diff"), read(y, "diff"), read(x), read(filt))
+
+
+def _dense_block_memory(q: MemoryQuery) -> LayerMemory:
+    """DenseBlock_layer.cpp, CPU code.
+
+    LayerSetUp creates and fills (or writes) every parameter; Reshape shapes only the top.
+    The first Forward_cpu (CPU_Initialization) news the block's Blobs, each shaped at once:
+    per transition i (C_i = initChannel + i growthRate) batch_Mean/batch_Var (1, C_i, 1, 1),
+    merged_conv, BN_XhatVec, postBN, postReLU (N, C_i, H, W) and postConv (N, growthRate, H,
+    W); with use_BC also BC_BN_Xhat, postBN_BC, postReLU_BC, postConv_BC (N, 4 growthRate,
+    H, W) and batch_Mean4G/Var4G (1, 4 growthRate, 1, 1); and merged_conv[T], the output.
+    Forward copies the bottom into merged_conv[0], runs BN -> ReLU -> [1x1 conv -> BN ->
+    ReLU] -> 3x3 conv per transition, concatenates into merged_conv[i + 1], and copies
+    merged_conv[T] into the top.  Backward_cpu (no propagate_down test) walks back through
+    the same Blobs' diffs, copies merged_conv[0]'s diff into the bottom's and zeroes the
+    data and diff of every per-transition Blob.  TEST runs never touch the x-hat, batch
+    statistics or diffs (their Blobs get only shape buffers)."""
+    dense = _Dense(q.proto.denseblock_param, q.bottoms[0])
+    t, g = dense.transitions, dense.growth
+    names = ("batch_mean", "batch_var", "merged", "xhat", "post_bn", "post_relu", "post_conv")
+    bc_names = ("bc_xhat", "bc_post_bn", "bc_post_relu", "bc_post_conv", "bc_batch_mean", "bc_batch_var")
+    blob = {(name, i): q.buffer(f"{name}{i}") for i in range(t) for name in names + (bc_names if dense.bc else ())}
+    blob["merged", t] = q.buffer(f"merged{t}")
+    forward: list[Action] = []
+    for i in range(t):  # CPU_Initialization: new Blob<Dtype>(shape) reshapes at once
+        c = dense.channels(i)
+        shapes = {"batch_mean": (1, c, 1, 1), "batch_var": (1, c, 1, 1), "post_conv": dense.image(g)}
+        shapes.update({name: dense.image(c) for name in ("merged", "xhat", "post_bn", "post_relu")})
+        if dense.bc:
+            shapes.update({name: dense.image(4 * g) for name in bc_names[:4]})
+            shapes.update({"bc_batch_mean": (1, 4 * g, 1, 1), "bc_batch_var": (1, 4 * g, 1, 1)})
+        forward += [Reshape(blob[name, i], shapes[name]) for name in names + (bc_names if dense.bc else ())]
+    forward += [Reshape(blob["merged", t], dense.image(dense.channels(t))), read(q.bottom(0)), write(blob["merged", 0])]
+    for i in range(t):
+        c = dense.channels(i)
+        forward += _bn_forward(q, blob["merged", i], blob["post_bn", i], blob["xhat", i], blob["batch_mean", i], blob["batch_var", i], (t + i, 2 * t + i, 3 * t + i, 4 * t + i), c, f"t{i}")
+        forward += [write(blob["post_relu", i]), read(blob["post_bn", i])]
+        conv_x = blob["post_relu", i]
+        if dense.bc:
+            forward += [write(blob["bc_post_conv", i]), read(q.param(5 * t + i)), read(blob["post_relu", i])]
+            bc_params = (6 * t + i, 7 * t + i, 8 * t + i, 9 * t + i)
+            forward += _bn_forward(q, blob["bc_post_conv", i], blob["bc_post_bn", i], blob["bc_xhat", i], blob["bc_batch_mean", i], blob["bc_batch_var", i], bc_params, 4 * g, f"bc{i}")
+            forward += [write(blob["bc_post_relu", i]), read(blob["bc_post_bn", i])]
+            conv_x = blob["bc_post_relu", i]
+        forward += [write(blob["post_conv", i]), read(q.param(i)), read(conv_x)]
+        forward += [read(blob["merged", i]), read(blob["post_conv", i]), write(blob["merged", i + 1])]
+    forward += [read(blob["merged", t]), write(q.top(0))]
+    if q.phase == "TRAIN":
+        forward.append(write(q.param(dense.factor)))
+    backward: list[Action] = [read(q.top(0), "diff"), write(blob["merged", t], "diff")]
+    for i in reversed(range(t)):
+        backward += [read(blob["merged", i + 1], "diff"), write(blob["merged", i], "diff"), write(blob["post_conv", i], "diff")]
+        conv_x = blob["bc_post_relu", i] if dense.bc else blob["post_relu", i]
+        backward += _conv_backward(conv_x, blob["post_conv", i], q.param(i))
+        if dense.bc:
+            backward += [write(blob["bc_post_bn", i], "diff"), read(blob["bc_post_bn", i]), read(blob["bc_post_relu", i], "diff")]
+            backward += _bn_backward(q, blob["bc_post_conv", i], blob["bc_post_bn", i], blob["bc_xhat", i], blob["bc_batch_mean", i], blob["bc_batch_var", i], q.param(6 * t + i), q.param(7 * t + i))
+            backward += _conv_backward(blob["post_relu", i], blob["bc_post_conv", i], q.param(5 * t + i))
+        backward += [write(blob["post_bn", i], "diff"), read(blob["post_bn", i]), read(blob["post_relu", i], "diff")]
+        backward += _bn_backward(q, blob["merged", i], blob["post_bn", i], blob["xhat", i], blob["batch_mean", i], blob["batch_var", i], q.param(t + i), q.param(2 * t + i))
+    backward += [read(blob["merged", 0], "diff"), write(q.bottom(0), "diff")]
+    for i in range(t):  # LoopEndCleanup_cpu: BlobSetZero writes data and diff
+        backward += [write(blob[name, i], part) for name in ("merged", "xhat", "post_bn", "post_relu", "post_conv") for part in ("data", "diff")]
+    notes = ()
+    if q.phase == "TEST":
+        notes = (f"DenseBlock {q.layer.name}: each TEST Forward_cpu leaks its BN inference mean/variance Blobs (BN_inf_Fwd news them and never deletes them); counted once",)
+    return LayerMemory(forward=tuple(forward), backward=tuple(backward), notes=notes)
+
+
+# Exactly one bottom and one top: the hpp declares no counts, but Reshape and Forward use
+# bottom[0] and top[0] only.
+@layer("DenseBlock", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=DENSE_BLOCK, memory=_dense_block_memory)
+def _dense_block(q: ShapeQuery) -> LayerShapes:
+    """Top (N, initChannel + numTransition growthRate, H, W).  The filters are always 3x3
+    (and 1x1 in the bottleneck) whatever filter_H/filter_W/pad say: LayerSetUp and
+    convolution_Fwd hard-code them, with zero padding and stride 1.  Forward's
+    merged_conv[0]->CopyFrom(*bottom[0]) needs the bottom's count to be N x initChannel x
+    H x W, so the bottom must have initChannel channels.  LayerSetUp adds its own ParamSpec
+    per blob and CHECKs that the file gave none ("Nope")."""
+    param = q.proto.denseblock_param
+    bottom = q.bottoms[0]
+    q.check(len(bottom) == 4, f"DenseBlock reads shape()[0], [2] and [3] of its bottom: it needs 4 axes, got {format_shape(bottom)}")
+    q.check(len(q.proto.param) == 0, "DenseBlock sets its own param specs (lr_mult 0 for the global mean and variance): LayerSetUp CHECK-fails ('Nope') when the file gives any param { }")
+    q.check(min(param.numTransition, param.initChannel, param.growthRate) >= 0, "numTransition, initChannel and growthRate must not be negative")
+    q.check(
+        bottom[1] == param.initChannel,
+        f"the bottom {format_shape(bottom)} must have initChannel ({param.initChannel}) channels: Forward copies it into a blob of N x initChannel x H x W",
+    )
+    dense = _Dense(param, bottom)
+    top = reshaped(q, dense.image(dense.channels(dense.transitions)))
+    return LayerShapes(tops=(top,), params=dense.param_shapes())
