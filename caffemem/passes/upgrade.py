@@ -82,6 +82,13 @@ V1_LAYER_TYPE_NAMES: dict[str, str] = {
     "TANH": "TanH",
     "WINDOW_DATA": "WindowData",
     "THRESHOLD": "Threshold",
+    # DeepLab v1 (deeplab-public; TheLegendAli/DeepLab-Context@fb04e9e2 keeps its
+    # sources): the types its layers register, renamed as deeplab-public-ver2
+    # registers them (REGISTER_LAYER_CLASS(ImageSegData) etc.).
+    "IMAGE_SEG_DATA": "ImageSegData",
+    "SEG_ACCURACY": "SegAccuracy",
+    "INTERP": "Interp",
+    "MAT_WRITE": "MatWrite",
 }
 
 # Caffe's UpgradeV0LayerType: V0 type string -> V1 enum name.  "padding" is not here:
@@ -156,6 +163,10 @@ _V1_PARAM_MESSAGES: tuple[str, ...] = (
     "window_data_param",
     "transform_param",
     "loss_param",
+    # DeepLab v1's.
+    "interp_param",
+    "seg_accuracy_param",
+    "mat_write_param",
 )
 
 # Old data layers that kept transformation fields in their own parameter message.
