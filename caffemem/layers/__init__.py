@@ -11,6 +11,7 @@ from caffemem.errors import NeedsInput
 from caffemem.layers import (
     common,
     data,
+    fork_segdet,
     fork_vision,
     forks,
     loss,
@@ -29,6 +30,6 @@ from caffemem.layers.registry import (
     register,
 )
 
-FAMILIES = (common, data, fork_vision, forks, loss, mobile, neuron, recurrent, vision)
+FAMILIES = (common, data, fork_segdet, fork_vision, forks, loss, mobile, neuron, recurrent, vision)
 
 __all__ = ["FAMILIES", "Arity", "LayerSpec", "NeedsInput", "ShapeQuery", "SpecTable", "builtin_specs", "layer", "register"]
