@@ -181,6 +181,9 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "mat_write_param", 1145, DEEPLAB2, 145, "LayerParameter.parameter_param"),
     _f("ImageDataParameter", "ignore_label", 15, DEEPLAB2, 15, "the same number in DeepLab v1"),
     _f("ImageDataParameter", "label_type", 16, DEEPLAB2, 16, "the same number in DeepLab v1"),
+    _f("ConvolutionParameter", "hole", 1017, DEEPLAB1, 17, "ConvolutionParameter.force_nd_im2col"),
+    _f("ConvolutionParameter", "hole_h", 1018, DEEPLAB1, 18, "ConvolutionParameter.dilation"),
+    _f("ConvolutionParameter", "hole_w", 19, DEEPLAB1),
     _f("LossParameter", "pre_fixed_normalizer", 1004, RFCN, 4,
        "LossParameter.class_weighting (SegNet); Microsoft/caffe also uses 4"),
 )

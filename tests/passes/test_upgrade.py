@@ -672,3 +672,16 @@ def test_real_solver_with_solver_type_sgd_upgrades_to_type_sgd():
     assert upgraded.type == "SGD"
     assert not upgraded.HasField("solver_type")
     assert notes == ['upgraded solver_type: SGD to type: "SGD"']
+
+
+def test_deeplab_hole_becomes_dilation():
+    """DeepLab v1's atrous convolution (TheLegendAli/DeepLab-Context@fb04e9e2 conv_layer.cpp:
+    kernel_eff = k + (k - 1)(hole - 1)) is master's dilation; LargeFOV's fc6 writes hole: 12."""
+    upgraded, notes = upgrade_net(net('layers { name: "fc6" type: CONVOLUTION convolution_param { num_output: 8 pad: 12 kernel_size: 3 hole: 12 } }'))
+    param = upgraded.layer[0].convolution_param
+    assert list(param.dilation) == [12] and not param.HasField("hole")
+    assert any("hole" in note for note in notes)
+    upgraded, _ = upgrade_net(net('layer { name: "c" type: "Convolution" convolution_param { kernel_size: 3 hole_h: 2 hole_w: 4 } }'))
+    assert list(upgraded.layer[0].convolution_param.dilation) == [2, 4]
+    with pytest.raises(CaffememError, match="hole_h and hole_w"):
+        upgrade_net(net('layer { name: "c" type: "Convolution" convolution_param { kernel_size: 3 hole: 2 hole_h: 2 hole_w: 2 } }'))
