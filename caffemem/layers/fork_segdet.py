@@ -22,6 +22,7 @@ Every memory rule lists the touches of the file named, in order.
 
 from __future__ import annotations
 
+from caffemem.errors import NeedsInput
 from caffemem.graph import LayerShapes, Shape
 from caffemem.layers.access import (
     Action,
@@ -85,6 +86,11 @@ def _image_seg_tops(q: ShapeQuery) -> LayerShapes:
     size = follow_data(q, size)
     batch = positive_batch(q, param.batch_size, "image_data_param.batch_size")
     templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch, 1) + size, (batch, 1, 1, IMAGE_DIMS)]
+    named = q.layer.tops
+    if any(isinstance(d, str) for d in size) and not any(name in q.inputs for name in named[:2]):
+        # Only the image's size is unknown: asking for the data top is enough.
+        data = ",".join(str(d) for d in templates[0])
+        raise NeedsInput([named[0]], f"without crop_size or new_height/new_width an ImageSegData layer takes the first image's size; pass --input {named[0]}={data} (the label map takes its height and width)")
     return resolve_tops(q, templates[: len(q.layer.tops)], "without crop_size or new_height/new_width an ImageSegData layer takes the first image's size")
 
 
