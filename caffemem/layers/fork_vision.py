@@ -3,7 +3,10 @@
 - Convolution3D, Pooling3D: facebook/C3D, C3D-v1.1 (the C3D-v1.1 UCF101 nets use these
   types with ``convolution3d_param`` / ``pooling3d_param``, not N-d Convolution).  Both set
   their top in LayerSetUp and leave Reshape empty.
-- Interp: hszhao/PSPNet (DeepLab v2's bilinear resize).
+- Interp: hszhao/PSPNet (DeepLab v2's bilinear resize; talent518/deeplab-public-ver2@51750fa9
+  interp_layer.cpp is the same Reshape, Forward and Backward).  DeepLab v1's (V1 ``INTERP``,
+  TheLegendAli/DeepLab-Context@fb04e9e2) CHECKs that exactly one of zoom_factor,
+  shrink_factor, height+width is set; with one set it gives the same size.
 - Upsample: alexgkendall/caffe-segnet (max-unpooling with the pooling mask, two bottoms) and
   YOLO's nearest-neighbour Upsample (eric612/MobileNet-YOLO, one bottom, ``scale``): one
   type string, so one spec that tells them apart by their number of bottoms.
@@ -133,7 +136,7 @@ def _zoom(q: ShapeQuery, size: int, factor: int) -> int:
 
 # interp_layer.cpp: Forward reads the bottom and writes the top; Backward, when
 # propagate_down[0], writes the bottom's diff from the top's (no data read).
-@layer("Interp", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source="hszhao/PSPNet src/caffe/layers/interp_layer.cpp", memory=neuron_memory())
+@layer("Interp", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source="hszhao/PSPNet src/caffe/layers/interp_layer.cpp (= deeplab-public-ver2's)", memory=neuron_memory())
 def _interp(q: ShapeQuery) -> LayerShapes:
     """Bilinear resize of (cropped) H and W; the branch taken depends on which fields are *set*.
 

@@ -30,6 +30,7 @@ __all__ = [
     "V1_LAYER_TYPE_NAMES",
     "net_needs_batch_norm_upgrade",
     "net_needs_data_upgrade",
+    "net_needs_hole_upgrade",
     "net_needs_input_upgrade",
     "net_needs_upgrade",
     "net_needs_v0_to_v1_upgrade",
@@ -82,6 +83,13 @@ V1_LAYER_TYPE_NAMES: dict[str, str] = {
     "TANH": "TanH",
     "WINDOW_DATA": "WindowData",
     "THRESHOLD": "Threshold",
+    # DeepLab v1 (deeplab-public; TheLegendAli/DeepLab-Context@fb04e9e2 keeps its
+    # sources): the types its layers register, renamed as deeplab-public-ver2
+    # registers them (REGISTER_LAYER_CLASS(ImageSegData) etc.).
+    "IMAGE_SEG_DATA": "ImageSegData",
+    "SEG_ACCURACY": "SegAccuracy",
+    "INTERP": "Interp",
+    "MAT_WRITE": "MatWrite",
 }
 
 # Caffe's UpgradeV0LayerType: V0 type string -> V1 enum name.  "padding" is not here:
@@ -156,6 +164,10 @@ _V1_PARAM_MESSAGES: tuple[str, ...] = (
     "window_data_param",
     "transform_param",
     "loss_param",
+    # DeepLab v1's.
+    "interp_param",
+    "seg_accuracy_param",
+    "mat_write_param",
 )
 
 # Old data layers that kept transformation fields in their own parameter message.
@@ -225,14 +237,28 @@ def net_needs_batch_norm_upgrade(net: caffe_pb2.NetParameter) -> bool:
     return any(layer.type == "BatchNorm" and len(layer.param) == 3 for layer in net.layer)
 
 
+_HOLE_FIELDS = ("hole", "hole_h", "hole_w")
+
+
+def net_needs_hole_upgrade(net: caffe_pb2.NetParameter) -> bool:
+    """A convolution written with DeepLab v1's ``hole`` fields (deeplab-public's atrous
+    convolution: TheLegendAli/DeepLab-Context@fb04e9e2 src/caffe/layers/conv_layer.cpp),
+    which master Caffe spells ``dilation``."""
+    return any(
+        any(layer.convolution_param.HasField(name) for name in _HOLE_FIELDS)
+        for layer in list(net.layer) + list(net.layers)
+    )
+
+
 def net_needs_upgrade(net: caffe_pb2.NetParameter) -> bool:
-    """Caffe's NetNeedsUpgrade: any of the net upgrades applies."""
+    """Caffe's NetNeedsUpgrade: any of the net upgrades applies (and DeepLab's holes)."""
     return (
         net_needs_v0_to_v1_upgrade(net)
         or net_needs_v1_to_v2_upgrade(net)
         or net_needs_data_upgrade(net)
         or net_needs_input_upgrade(net)
         or net_needs_batch_norm_upgrade(net)
+        or net_needs_hole_upgrade(net)
     )
 
 
@@ -623,6 +649,29 @@ def _upgrade_v1_net(net: Any, file: str | None, notes: list[str]) -> Any:
     return upgraded
 
 
+# --------------------------------------------------------------------------- DeepLab's holes
+
+
+def _upgrade_hole(net: Any, file: str | None, notes: list[str]) -> None:
+    """DeepLab v1's conv_layer.cpp: ``hole`` for both axes, or ``hole_h`` and ``hole_w``
+    together (its CHECK), widen the kernel to k + (k - 1)(hole - 1), exactly as master's
+    ``dilation`` does: the values move there, so one convolution rule serves both."""
+    for layer in net.layer:
+        param = layer.convolution_param
+        if not any(param.HasField(name) for name in _HOLE_FIELDS):
+            continue
+        where = Location(file=file, layer=layer.name or None, layer_type=layer.type or None)
+        if not ((not param.HasField("hole") and param.HasField("hole_h") and param.HasField("hole_w")) or not (param.HasField("hole_h") or param.HasField("hole_w"))):
+            raise CaffememError("hole is hole OR hole_h and hole_w are required (DeepLab's conv_layer.cpp CHECK)", where)
+        if len(param.dilation):
+            raise CaffememError("the convolution sets both DeepLab's hole and dilation; give only one", where)
+        holes = [param.hole_h, param.hole_w] if param.HasField("hole_h") else [param.hole]
+        for name in _HOLE_FIELDS:
+            param.ClearField(name)
+        param.dilation.extend(holes)
+        notes.append(f"moved DeepLab's hole {holes} of layer '{layer.name}' to dilation (the same atrous convolution)")
+
+
 # --------------------------------------------------------------------------- inputs, BatchNorm
 
 
@@ -736,6 +785,8 @@ def upgrade_net(net: caffe_pb2.NetParameter, file: str | None = None) -> tuple[c
         current = _upgrade_input(current, file, notes)
     if net_needs_batch_norm_upgrade(current):
         _upgrade_batch_norm(current, notes)
+    if net_needs_hole_upgrade(current):
+        _upgrade_hole(current, file, notes)
     return current, notes
 
 

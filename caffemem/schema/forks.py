@@ -39,6 +39,11 @@ SPHEREFACE = "wy1iu/sphereface@master:tools/caffe-sphereface/src/caffe/proto/caf
 HAPPYNEAR = "happynear/caffe-windows@ms"
 SYNOPSYS = "foss-for-synopsys-dwc-arc-processors/synopsys-caffe@master"
 TONGCHENG = "Tongcheng/caffe@master"
+# DeepLab v1 (bitbucket deeplab/deeplab-public): its GitHub copy in DeepLab-Context
+# keeps the v1 caffe.proto (old-style LayerParameter with the V1 enum).
+DEEPLAB1 = "TheLegendAli/DeepLab-Context@master"
+DEEPLAB2 = "talent518/deeplab-public-ver2@master"  # a mirror of bitbucket deeplab/deeplab-public-ver2
+MSCAFFE = "Microsoft/caffe@master"  # py-R-FCN's Caffe (the OHEM layers)
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -61,6 +66,9 @@ SOURCE_COMMITS: Dict[str, str] = {
     HAPPYNEAR: "967eedf25009e334b7f6f933bb5e17aaaff5bef6",
     SYNOPSYS: "977ba36af383208c2f734c207b573395cb6ab282",
     TONGCHENG: "1625bb3bf55a766fecbb905d6fe361f3d25f78eb",
+    DEEPLAB1: "fb04e9e2fc2682490ad9f60533b9d6c4c0e0479c",
+    DEEPLAB2: "51750fa92e9f9e6ccae78c2be5cf809a256e56d5",
+    MSCAFFE: "ed05614cb020f782bad5cf31131c55a73697f374",
 }
 
 
@@ -190,7 +198,48 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("VideoDataParameter", "encoded", 1015, YJX, 15, "VideoDataParameter.use_image (C3D)"),
     _f("VideoDataParameter", "grayscale", 1016, YJX, 16, "VideoDataParameter.use_temporal_jitter (C3D)"),
     _f("MemoryOptimizationParameter", "slot", 100, CAFFEMEM),
+    # DeepLab and R-FCN (detection / segmentation forks).
+    _f("V1LayerParameter", "interp_param", 43, DEEPLAB1),
+    _f("V1LayerParameter", "seg_accuracy_param", 1042, DEEPLAB1, 42, "V1LayerParameter.loss_param"),
+    _f("V1LayerParameter", "mat_write_param", 46, DEEPLAB1),
+    _f("LayerParameter", "seg_accuracy_param", 1144, DEEPLAB2, 144, "LayerParameter.crop_param"),
+    _f("LayerParameter", "mat_write_param", 1145, DEEPLAB2, 145, "LayerParameter.parameter_param"),
+    _f("ImageDataParameter", "ignore_label", 15, DEEPLAB2, 15, "the same number in DeepLab v1"),
+    _f("ImageDataParameter", "label_type", 16, DEEPLAB2, 16, "the same number in DeepLab v1"),
+    _f("ConvolutionParameter", "hole", 1017, DEEPLAB1, 17, "ConvolutionParameter.force_nd_im2col"),
+    _f("ConvolutionParameter", "hole_h", 1018, DEEPLAB1, 18, "ConvolutionParameter.dilation"),
+    _f("ConvolutionParameter", "hole_w", 19, DEEPLAB1),
+    _f("LossParameter", "pre_fixed_normalizer", 1004, RFCN, 4,
+       "LossParameter.class_weighting (SegNet); Microsoft/caffe also uses 4"),
 )
+
+
+@dataclass(frozen=True)
+class ForkEnumValue:
+    """One value a fork added to an enum of BVLC master."""
+
+    enum: str  # "Message.Enum"
+    name: str
+    number: int  # number in our schema
+    source: str
+    source_number: int
+    note: Optional[str] = None  # why the number moved
+
+
+FORK_ENUM_VALUES: Tuple[ForkEnumValue, ...] = (
+    # DeepLab v1's V1 layer types (the V1 upgrade maps them to its V2 type names).
+    ForkEnumValue("V1LayerParameter.LayerType", "IMAGE_SEG_DATA", 1039, DEEPLAB1, 39, "V1LayerParameter.DECONVOLUTION"),
+    ForkEnumValue("V1LayerParameter.LayerType", "SEG_ACCURACY", 40, DEEPLAB1, 40),
+    ForkEnumValue("V1LayerParameter.LayerType", "INTERP", 41, DEEPLAB1, 41),
+    ForkEnumValue("V1LayerParameter.LayerType", "MAT_WRITE", 43, DEEPLAB1, 43),
+    ForkEnumValue("LossParameter.NormalizationMode", "PRE_FIXED", 1003, RFCN, 3,
+                  "LossParameter.NONE (R-FCN renumbers NONE to 4; Microsoft/caffe likewise)"),
+)
+
+# Enums a fork nests in a master message, with their source.
+FORK_ENUMS: Dict[str, str] = {
+    "ImageDataParameter.LabelType": DEEPLAB2,
+}
 
 # Messages that master does not define, with the source of their contents.
 _SSD_MESSAGES = (
@@ -224,6 +273,8 @@ FORK_MESSAGES: Dict[str, str] = {
     "TripletLossParameter": HAPPYNEAR,
     "GatherParameter": SYNOPSYS,
     "DenseBlockParameter": TONGCHENG,
+    "SegAccuracyParameter": DEEPLAB2,  # v1: the same without reset
+    "MatWriteParameter": DEEPLAB2,  # identical in v1
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 
@@ -278,6 +329,17 @@ def markdown_table() -> str:
                 c=e.note or "-",
             )
         )
+    return "\n".join(rows) + "\n"
+
+
+def markdown_enum_table() -> str:
+    """The fork enum-value table of docs/schema.md, generated from FORK_ENUM_VALUES."""
+    rows = [
+        "| enum | value | our number | source | source number | conflict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in FORK_ENUM_VALUES:
+        rows.append(f"| {e.enum} | `{e.name}` | {e.number} | {e.source} | {e.source_number} | {e.note or '-'} |")
     return "\n".join(rows) + "\n"
 
 

@@ -15,7 +15,7 @@ from google.protobuf import text_format
 
 from caffemem.errors import CaffememError
 from caffemem.passes.upgrade import V1_LAYER_TYPE_NAMES, upgrade_net, upgrade_solver
-from caffemem.schema import caffe_pb2
+from caffemem.schema import caffe_pb2, forks
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 MODELS = SHARED / "models"
@@ -348,7 +348,27 @@ def test_v1_enum_type_becomes_caffes_string_type(v1_type, current_type):
 def test_every_v1_enum_value_of_the_schema_has_caffes_mapping():
     names = set(caffe_pb2.V1LayerParameter.LayerType.keys())
     assert names == set(V1_LAYER_TYPE_NAMES)
-    assert len(names) == 40
+    fork_values = {e.name for e in forks.FORK_ENUM_VALUES if e.enum == "V1LayerParameter.LayerType"}
+    assert len(names - fork_values) == 40  # master's 40, plus the forks' recorded in forks.py
+
+
+@pytest.mark.parametrize(
+    "v1_type,current_type,param",
+    [
+        ("IMAGE_SEG_DATA", "ImageSegData", "image_data_param { batch_size: 2 label_type: PIXEL }"),
+        ("SEG_ACCURACY", "SegAccuracy", "seg_accuracy_param { ignore_label: 255 }"),
+        ("INTERP", "Interp", "interp_param { shrink_factor: 8 }"),
+        ("MAT_WRITE", "MatWrite", 'mat_write_param { prefix: "fc8/" }'),
+    ],
+)
+def test_deeplab_v1_types_and_params_upgrade(v1_type, current_type, param):
+    """DeepLab v1 (deeplab-public, as kept in TheLegendAli/DeepLab-Context@fb04e9e2
+    src/caffe/proto/caffe.proto): its V1 enums and their param messages carry over."""
+    upgraded, _ = upgrade_net(net(f'layers {{ name: "l" type: {v1_type} {param} }}'))
+    layer = upgraded.layer[0]
+    assert layer.type == current_type
+    field = param.split(" ")[0]
+    assert layer.HasField(field) and str(getattr(layer, field)) == str(getattr(net(f'layers {{ {param} }}').layers[0], field))
 
 
 def test_v1_data_layer_transformation_fields_move_to_transform_param():
@@ -652,3 +672,16 @@ def test_real_solver_with_solver_type_sgd_upgrades_to_type_sgd():
     assert upgraded.type == "SGD"
     assert not upgraded.HasField("solver_type")
     assert notes == ['upgraded solver_type: SGD to type: "SGD"']
+
+
+def test_deeplab_hole_becomes_dilation():
+    """DeepLab v1's atrous convolution (TheLegendAli/DeepLab-Context@fb04e9e2 conv_layer.cpp:
+    kernel_eff = k + (k - 1)(hole - 1)) is master's dilation; LargeFOV's fc6 writes hole: 12."""
+    upgraded, notes = upgrade_net(net('layers { name: "fc6" type: CONVOLUTION convolution_param { num_output: 8 pad: 12 kernel_size: 3 hole: 12 } }'))
+    param = upgraded.layer[0].convolution_param
+    assert list(param.dilation) == [12] and not param.HasField("hole")
+    assert any("hole" in note for note in notes)
+    upgraded, _ = upgrade_net(net('layer { name: "c" type: "Convolution" convolution_param { kernel_size: 3 hole_h: 2 hole_w: 4 } }'))
+    assert list(upgraded.layer[0].convolution_param.dilation) == [2, 4]
+    with pytest.raises(CaffememError, match="hole_h and hole_w"):
+        upgrade_net(net('layer { name: "c" type: "Convolution" convolution_param { kernel_size: 3 hole: 2 hole_h: 2 hole_w: 2 } }'))

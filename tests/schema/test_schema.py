@@ -222,6 +222,17 @@ def test_fork_registry_matches_descriptors():
         assert source in forks.SOURCE_COMMITS or source == forks.CAFFEMEM
     for entry in forks.FORK_FIELDS:
         assert entry.source in forks.SOURCE_COMMITS or entry.source == forks.CAFFEMEM
+    for entry in forks.FORK_ENUM_VALUES:
+        message, enum = entry.enum.split(".")
+        enum_type = getattr(caffe_pb2, message).DESCRIPTOR.enum_types_by_name[enum]
+        assert enum_type.values_by_name[entry.name].number == entry.number, entry
+        assert entry.source in forks.SOURCE_COMMITS
+        if entry.number != entry.source_number:
+            assert entry.note, f"relocated without a note: {entry}"
+    for path, source in forks.FORK_ENUMS.items():
+        message, enum = path.split(".")
+        assert enum in getattr(caffe_pb2, message).DESCRIPTOR.enum_types_by_name, path
+        assert source in forks.SOURCE_COMMITS
     for message, field in forks.MASTER_DEVIATIONS:
         assert forks.is_master(message, field)
     assert not forks.is_master("LayerParameter", "bn_param")
@@ -252,13 +263,20 @@ def _default(field):
 
 def master_signature(file_proto):
     skip = {(e.message, e.field) for e in forks.FORK_FIELDS} | set(forks.MASTER_DEVIATIONS)
+    fork_values = {(e.enum, e.name) for e in forks.FORK_ENUM_VALUES}
     lines = []
+
+    def values(path, enum):
+        return [(v.name, v.number) for v in enum.value if (path, v.name) not in fork_values]
+
     for enum in file_proto.enum_type:
-        lines.append("enum %s %s" % (enum.name, [(v.name, v.number) for v in enum.value]))
+        lines.append("enum %s %s" % (enum.name, values(enum.name, enum)))
 
     def walk(msg, path):
         for enum in msg.enum_type:
-            lines.append("enum %s.%s %s" % (path, enum.name, [(v.name, v.number) for v in enum.value]))
+            if "%s.%s" % (path, enum.name) in forks.FORK_ENUMS:
+                continue
+            lines.append("enum %s.%s %s" % (path, enum.name, values(path + "." + enum.name, enum)))
         for f in msg.field:
             if (path, f.name) in skip:
                 continue
