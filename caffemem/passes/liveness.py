@@ -86,6 +86,8 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
         if not uses:
             continue  # never touched: never allocated
         reason = _kept_reason(storage, uses, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
+        if not reason and storage.bytes == 0:
+            reason = "empty (a zero-sized blob allocates nothing, so there is nothing to share)"
         if reason:
             kept[storage.id] = reason
             continue

@@ -307,3 +307,22 @@ def test_buffers_filled_during_init_keep_their_own_storage():
     data = test.plan_data
     violations = verify_plan(test.schedule, PlanData({**data.slot_bytes, 99: 8}, data.assign + ((kernel_shape.owner, "data", 99, 0),)))
     assert [v.message for v in violations] == ["its data is filled during Net::Init, before the plan's slots take over, which discards it"]
+
+
+def test_a_zero_sized_blob_is_kept_private_and_the_plan_verifies():
+    """`input_dim: 0` (a batch of none) gives blobs of 0 bytes: nothing to share, and no
+    slot of 0 bytes, which the plan schema refuses (found by the mutation campaign)."""
+    from caffemem.api.analyze import Options
+    from caffemem.api.optimize import OptimizeSettings, optimize
+    from caffemem.plan.verify import verify_plan
+
+    net = (
+        'name: "zero" input: "data" input_dim: 0 input_dim: 3 input_dim: 8 input_dim: 8\n'
+        'layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 3 } }\n'
+        'layer { name: "relu" type: "ReLU" bottom: "conv" top: "r" }\n'
+        'layer { name: "conv2" type: "Convolution" bottom: "r" top: "conv2" convolution_param { num_output: 4 kernel_size: 3 } }\n'
+    )
+    phase = optimize(net, Options(), OptimizeSettings()).phases[0]
+    assert all(size > 0 for size in phase.plan_data.slot_bytes.values())
+    assert any("zero-sized" in why for why in phase.liveness.kept.values())
+    assert verify_plan(phase.schedule, phase.plan_data) == []
