@@ -31,6 +31,8 @@ SEGNET5 = "TimoSaemann/caffe-segnet-cudnn5@master"
 FRCNN = "rbgirshick/caffe-fast-rcnn@faster-rcnn"
 RFCN = "daijifeng001/caffe-rfcn@r-fcn"
 C3D = "facebook/C3D@master:C3D-v1.1/src/caffe/proto/caffe.proto"
+C3D_V10 = "facebook/C3D@master:C3D-v1.0/src/caffe/proto/caffe.proto"
+ENET = "TimoSaemann/caffe-enet@master"
 OPENCV = "opencv/opencv:modules/dnn/src/caffe/opencv-caffe.proto"
 SHUFFLENET = "farmingyard/ShuffleNet@master:README.md"
 MOBILEYOLO = "eric612/MobileNet-YOLO@master"
@@ -48,6 +50,8 @@ SOURCE_COMMITS: Dict[str, str] = {
     FRCNN: "4115385deb3b907fcd428ac0ab53b694d741a3c4",
     RFCN: "543f8f6a4b7c88256ea1445ae951a12d1ad9cffd",
     C3D: "71336a2202e7d605a138c239f56be7b8fcfaaf5b",
+    C3D_V10: "71336a2202e7d605a138c239f56be7b8fcfaaf5b",
+    ENET: "22d356c956cdc5e752e6d40612e4f6c60fc8f471",
     OPENCV: "036f7218fcc37e0801ced4006270a55f20610e0d",
     SHUFFLENET: "b9624442bd410bbd2aadc820122b138e63039d70",
     MOBILEYOLO: "69b4441cb3ec8d553fbdef788ad033e246f901bd",
@@ -165,6 +169,56 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("VideoDataParameter", "encoded", 1015, YJX, 15, "VideoDataParameter.use_image (C3D)"),
     _f("VideoDataParameter", "grayscale", 1016, YJX, 16, "VideoDataParameter.use_temporal_jitter (C3D)"),
     _f("MemoryOptimizationParameter", "slot", 100, CAFFEMEM),
+    # C3D-v1.0: its V1 layers keep the 3-D geometry in master's messages.
+    _f("ConvolutionParameter", "kernel_depth", 1006, C3D_V10, 6, "ConvolutionParameter.stride"),
+    _f("ConvolutionParameter", "temporal_stride", 1008, C3D_V10, 8, "ConvolutionParameter.bias_filler"),
+    _f("ConvolutionParameter", "filter_group", 1011, C3D_V10, 11, "ConvolutionParameter.kernel_h"),
+    _f("ConvolutionParameter", "temporal_pad", 1012, C3D_V10, 12, "ConvolutionParameter.kernel_w"),
+    _f("PoolingParameter", "kernel_depth", 1005, C3D_V10, 5, "PoolingParameter.kernel_h"),
+    _f("PoolingParameter", "temporal_stride", 1006, C3D_V10, 6, "PoolingParameter.kernel_w"),
+    _f("ImageDataParameter", "new_length", 1011, C3D_V10, 11, "ImageDataParameter.is_color"),
+    _f("ImageDataParameter", "show_data", 1012, C3D_V10, 12, "ImageDataParameter.root_folder"),
+    _f("ImageDataParameter", "use_image", 13, C3D_V10),
+    _f("ImageDataParameter", "sampling_rate", 14, C3D_V10),
+    _f("ImageDataParameter", "use_label", 1015, C3D_V10, 15,
+       "ImageDataParameter.ignore_label in hszhao/PSPNet and DeepLab v2"),
+    _f("ImageDataParameter", "use_temporal_jitter", 1016, C3D_V10, 16,
+       "ImageDataParameter.label_type in hszhao/PSPNet and DeepLab v2"),
+    _f("ImageDataParameter", "mean_value", 17, C3D_V10),
+    _f("ImageDataParameter", "num_truth_channels", 18, C3D_V10),
+    _f("ImageDataParameter", "use_byte_input", 19, C3D_V10),
+    _f("ImageDataParameter", "is_flow", 20, C3D_V10),
+    _f("ImageDataParameter", "truth_scale", 21, C3D_V10),
+    _f("ImageDataParameter", "clip_min", 22, C3D_V10),
+    _f("ImageDataParameter", "clip_max", 23, C3D_V10),
+    # py-faster-rcnn's Dropout; Netron's schema has it at 3 (another fork's sample_weights_test at 2).
+    _f("DropoutParameter", "scale_train", 2, FRCNN),
+    # ENet's DenseImageData (SegNet's layer with a smaller label).
+    _f("DenseImageDataParameter", "label_divide_factor", 13, ENET),
+    # PSPNet / DeepLab v2 ImageSegData augmentation.
+    _f("TransformationParameter", "scale_factors", 1008, PSP, 8, "TransformationParameter.resize_param (ssd)"),
+)
+
+
+@dataclass(frozen=True)
+class ForkEnumValue:
+    """One enum value that BVLC master does not have."""
+
+    enum: str  # "Message.Enum", e.g. "V1LayerParameter.LayerType"
+    name: str
+    number: int  # number in our schema
+    source: str
+    source_number: int
+    note: Optional[str] = None
+
+
+FORK_ENUM_VALUES: Tuple[ForkEnumValue, ...] = (
+    # C3D-v1.0's layer types (its LayerParameter is the V1 message); 30, 31, 33 and 34
+    # are master's ARGMAX, THRESHOLD, SLICE and MVN.
+    ForkEnumValue("V1LayerParameter.LayerType", "CONVOLUTION3D", 1030, C3D_V10, 30, "V1 ARGMAX"),
+    ForkEnumValue("V1LayerParameter.LayerType", "POOLING3D", 1031, C3D_V10, 31, "V1 THRESHOLD"),
+    ForkEnumValue("V1LayerParameter.LayerType", "VIDEO_DATA", 1033, C3D_V10, 33, "V1 SLICE"),
+    ForkEnumValue("V1LayerParameter.LayerType", "DECONVOLUTION3D", 1034, C3D_V10, 34, "V1 MVN"),
 )
 
 # Messages that master does not define, with the source of their contents.
@@ -231,6 +285,14 @@ def is_master(message: str, field: Optional[str] = None) -> bool:
     return fork_field(message, field) is None
 
 
+def markdown_enum_table() -> str:
+    """The fork enum-value table of docs/schema.md, generated from FORK_ENUM_VALUES."""
+    rows = ["| enum | value | our number | source | source number | conflict |", "|---|---|---|---|---|---|"]
+    for e in FORK_ENUM_VALUES:
+        rows.append(f"| {e.enum} | `{e.name}` | {e.number} | {e.source} | {e.source_number} | {e.note or '-'} |")
+    return "\n".join(rows) + "\n"
+
+
 def markdown_table() -> str:
     """The fork-field table of docs/schema.md, generated from FORK_FIELDS."""
     rows = [
@@ -253,3 +315,5 @@ def markdown_table() -> str:
 
 if __name__ == "__main__":  # pragma: no cover
     print(markdown_table(), end="")
+    print()
+    print(markdown_enum_table(), end="")

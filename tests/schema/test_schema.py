@@ -224,6 +224,10 @@ def test_fork_registry_matches_descriptors():
         assert entry.source in forks.SOURCE_COMMITS or entry.source == forks.CAFFEMEM
     for message, field in forks.MASTER_DEVIATIONS:
         assert forks.is_master(message, field)
+    for value in forks.FORK_ENUM_VALUES:
+        message, enum = value.enum.split(".")
+        assert getattr(caffe_pb2, message).DESCRIPTOR.enum_types_by_name[enum].values_by_name[value.name].number == value.number, value
+        assert value.source in forks.SOURCE_COMMITS and (value.number == value.source_number or value.note), value
     assert not forks.is_master("LayerParameter", "bn_param")
     assert not forks.is_master("BNParameter")
     assert forks.is_master("LayerParameter", "convolution_param")
@@ -252,13 +256,16 @@ def _default(field):
 
 def master_signature(file_proto):
     skip = {(e.message, e.field) for e in forks.FORK_FIELDS} | set(forks.MASTER_DEVIATIONS)
+    skip_values = {(e.enum, e.name) for e in forks.FORK_ENUM_VALUES}
     lines = []
     for enum in file_proto.enum_type:
         lines.append("enum %s %s" % (enum.name, [(v.name, v.number) for v in enum.value]))
 
     def walk(msg, path):
         for enum in msg.enum_type:
-            lines.append("enum %s.%s %s" % (path, enum.name, [(v.name, v.number) for v in enum.value]))
+            name = "%s.%s" % (path, enum.name)
+            values = [(v.name, v.number) for v in enum.value if (name, v.name) not in skip_values]
+            lines.append("enum %s %s" % (name, values))
         for f in msg.field:
             if (path, f.name) in skip:
                 continue
