@@ -285,6 +285,62 @@ def is_master(message: str, field: Optional[str] = None) -> bool:
     return fork_field(message, field) is None
 
 
+# Fields that only some fork's caffe.proto has and our schema does not: which fork, so that
+# an "unknown field" message can say where the file comes from.  Keyed by field name, or by
+# (message, field) where the name alone would mislead.  Sources: each fork's caffe.proto
+# where it could be read (named), else the file that uses the field; Netron's
+# tools/caffe-schema.js (lutzroeder/netron) lists many of the same.
+_PSP_DEEPLAB = "hszhao/PSPNet and DeepLab v2 (deeplab-public-ver2)"
+_FLOWNET = "lmb-freiburg/flownet2 (FlowNet's Caffe)"
+_AUGMENT = "twtygqyy/caffe-augmentation (kevinlin311tw's data augmentation)"
+_COLORIZATION = "richzhang/colorization's Caffe (caffe-colorization)"
+FORK_ONLY_FIELDS: Dict[str, str] = {
+    **dict.fromkeys(("image_data_modify_param", "color_conv_param"), _COLORIZATION),
+    **dict.fromkeys(
+        ("seg_accuracy_param", "mat_write_param", "mat_read_param", "dense_crf_param", "domain_transform_param",
+         "adaptive_bias_channel_param", "bias_channel_param", "unique_label_param", "update_global_stats"),
+        _PSP_DEEPLAB,
+    ),
+    **dict.fromkeys(("hole", "hole_h", "hole_w"), "DeepLab v1 (deeplab-public; also pathak22/caffe-ccnn)"),
+    **dict.fromkeys(("seg_data_param", "batch_reduction_param"), YJX),
+    "sample_weights_test": "alexgkendall/caffe-segnet (Bayesian SegNet's Dropout)",
+    "pre_fixed_normalizer": RFCN,
+    **dict.fromkeys(
+        ("correlation_param", "flow_warp_param", "resample_param", "downsample_param", "l1_loss_param", "lpq_loss_param",
+         "accum_param", "black_augmentation_param", "augmentation_param", "coeff_schedule_param", "reshape_every_iter"),
+        _FLOWNET,
+    ),
+    **dict.fromkeys(
+        ("min_scaling_factor", "max_scaling_factor", "max_rotation_angle", "contrast_brightness_adjustment",
+         "smooth_filtering", "min_contrast", "max_contrast", "max_brightness_shift", "max_smooth", "max_color_shift",
+         "min_side_min", "min_side_max", "min_side", "apply_probability", "debug_params"),
+        _AUGMENT,
+    ),
+    **dict.fromkeys(("yolo_detection_output_param", "yolov3_detection_output_param", "yolov3_param"), MOBILEYOLO),
+    "quantization_param": "pmgysel/caffe (Ristretto)",
+    **dict.fromkeys(("multinode", "mn_activation_param"), "intel/caffe (Intel Caffe)"),
+    **dict.fromkeys(("squeeze_convolution_param", "squeeze_inner_product_param"), "foss-for-synopsys-dwc-arc-processors/synopsys-caffe"),
+    **dict.fromkeys(("box_output_param", "ring_pad_param"), "gdlg/panoramic-object-detection"),
+    "down_sampling_param": "facebook/C3D C3D-v1.0 (DOWN_SAMPLING)",
+    "center_loss_param": "ydwen/caffe-face (CenterLoss)",
+    "margin_inner_product_param": "wy1iu/sphereface (MarginInnerProduct)",
+    "denseblock_param": "Tongcheng/caffe (DenseNet's DenseBlock)",
+}
+FORK_ONLY_MESSAGE_FIELDS: Dict[Tuple[str, str], str] = {
+    ("TransformationParameter", "crop_width"): PSP + " (= DeepLab v2)",
+    ("TransformationParameter", "crop_height"): PSP + " (= DeepLab v2)",
+    ("ImageDataParameter", "label_type"): _PSP_DEEPLAB,
+    ("ImageDataParameter", "ignore_label"): _PSP_DEEPLAB,
+    ("LayerParameter", "engine"): "intel/caffe (Intel Caffe)",
+}
+
+
+def fork_of_field(message: str, field: str) -> Optional[str]:
+    """The fork whose caffe.proto defines ``message.field``, for a field our schema lacks
+    (None when no fork is known to have it: then it is most likely a typo)."""
+    return FORK_ONLY_MESSAGE_FIELDS.get((message, field)) or FORK_ONLY_FIELDS.get(field)
+
+
 def markdown_enum_table() -> str:
     """The fork enum-value table of docs/schema.md, generated from FORK_ENUM_VALUES."""
     rows = ["| enum | value | our number | source | source number | conflict |", "|---|---|---|---|---|---|"]
