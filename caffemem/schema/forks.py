@@ -209,10 +209,10 @@ class ForkEnumValue:
     number: int  # number in our schema
     source: str
     source_number: int
-    note: Optional[str] = None
+    note: str | None = None
 
 
-FORK_ENUM_VALUES: Tuple[ForkEnumValue, ...] = (
+FORK_ENUM_VALUES: tuple[ForkEnumValue, ...] = (
     # C3D-v1.0's layer types (its LayerParameter is the V1 message); 30, 31, 33 and 34
     # are master's ARGMAX, THRESHOLD, SLICE and MVN.
     ForkEnumValue("V1LayerParameter.LayerType", "CONVOLUTION3D", 1030, C3D_V10, 30, "V1 ARGMAX"),
@@ -294,7 +294,7 @@ _PSP_DEEPLAB = "hszhao/PSPNet and DeepLab v2 (deeplab-public-ver2)"
 _FLOWNET = "lmb-freiburg/flownet2 (FlowNet's Caffe)"
 _AUGMENT = "twtygqyy/caffe-augmentation (kevinlin311tw's data augmentation)"
 _COLORIZATION = "richzhang/colorization's Caffe (caffe-colorization)"
-FORK_ONLY_FIELDS: Dict[str, str] = {
+FORK_ONLY_FIELDS: dict[str, str] = {
     **dict.fromkeys(("image_data_modify_param", "color_conv_param"), _COLORIZATION),
     **dict.fromkeys(
         ("seg_accuracy_param", "mat_write_param", "mat_read_param", "dense_crf_param", "domain_transform_param",
@@ -326,7 +326,7 @@ FORK_ONLY_FIELDS: Dict[str, str] = {
     "margin_inner_product_param": "wy1iu/sphereface (MarginInnerProduct)",
     "denseblock_param": "Tongcheng/caffe (DenseNet's DenseBlock)",
 }
-FORK_ONLY_MESSAGE_FIELDS: Dict[Tuple[str, str], str] = {
+FORK_ONLY_MESSAGE_FIELDS: dict[tuple[str, str], str] = {
     ("TransformationParameter", "crop_width"): PSP + " (= DeepLab v2)",
     ("TransformationParameter", "crop_height"): PSP + " (= DeepLab v2)",
     ("ImageDataParameter", "label_type"): _PSP_DEEPLAB,
@@ -335,7 +335,7 @@ FORK_ONLY_MESSAGE_FIELDS: Dict[Tuple[str, str], str] = {
 }
 
 
-def fork_of_field(message: str, field: str) -> Optional[str]:
+def fork_of_field(message: str, field: str) -> str | None:
     """The fork whose caffe.proto defines ``message.field``, for a field our schema lacks
     (None when no fork is known to have it: then it is most likely a typo)."""
     return FORK_ONLY_MESSAGE_FIELDS.get((message, field)) or FORK_ONLY_FIELDS.get(field)

@@ -57,6 +57,51 @@ def test_lenient_skips_unknown_fields_with_one_warning_each(tmp_path):
     assert "kernel_sise" in warnings[0] and "my_param" in warnings[1]
 
 
+# richzhang/colorization's models/colorization_train_val_v2.prototxt needs its own Caffe
+# (caffe-colorization); a field only such a fork has gets named with the fork.
+COLORIZATION = NET.replace(
+    '  convolution_param { num_output: 4 kernel_size: 3 }\n',
+    '  convolution_param { num_output: 4 kernel_size: 3 }\n  image_data_modify_param { resize: true }\n',
+)
+
+
+def test_unknown_fork_field_names_the_fork_on_one_located_line(tmp_path):
+    from click.testing import CliRunner
+
+    from caffemem.cli import main
+
+    path = write(tmp_path, "color.prototxt", COLORIZATION)
+    result = CliRunner().invoke(main, ["analyze", path])
+    assert result.exit_code == 2
+    message = result.output.strip()
+    assert "\n" not in message and "Traceback" not in message
+    assert f"{path}:14:" in message and "layer 'conv'" in message
+    assert "unknown field 'image_data_modify_param' in LayerParameter: it belongs to richzhang/colorization's Caffe" in message
+
+
+def test_unknown_field_of_no_known_fork_is_not_attributed(tmp_path):
+    path = write(tmp_path, "bad.prototxt", NET.replace("num_output: 4", "num_output: 4 kernel_sise: 3"))
+    with pytest.raises(CaffememError) as caught:
+        load(path)
+    assert "belongs to" not in str(caught.value)
+
+
+def test_fork_field_lookup_prefers_the_message_specific_entry():
+    from caffemem.schema.forks import fork_of_field
+
+    # PSPNet's transform crop_width, but DenseImageDataParameter has a crop_width of its own
+    assert "PSPNet" in fork_of_field("TransformationParameter", "crop_width")
+    assert fork_of_field("SomeOtherParameter", "crop_width") is None
+    assert "flownet2" in fork_of_field("LayerParameter", "correlation_param")
+    assert fork_of_field("ConvolutionParameter", "kernel_sise") is None
+
+
+def test_lenient_warning_names_the_fork(tmp_path):
+    source = load(write(tmp_path, "color.prototxt", COLORIZATION), lenient=True)
+    (warning,) = [n for n in source.notes if n.startswith("warning")]
+    assert ":14:" in warning and "image_data_modify_param" in warning and "richzhang/colorization" in warning
+
+
 def test_syntax_error_is_located(tmp_path):
     path = write(tmp_path, "broken.prototxt", NET.replace('top: "conv"\n', 'top: "conv"\n  {{\n'))
     with pytest.raises(CaffememError) as caught:
