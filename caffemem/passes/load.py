@@ -25,7 +25,7 @@ from caffemem.prototxt.parse import parse_net
 from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input
 from caffemem.prototxt.textmap import LAYER_FIELDS, check_nesting, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2
-from caffemem.schema.forks import fork_of_field
+from caffemem.schema.forks import fork_defining
 
 MAX_LAYERS = 200_000  # a few GiB of memory for the whole pipeline (README: Benchmarks)
 _LAYER_OPENING = re.compile(r"\blayers?\s*:?\s*[{<]")
@@ -314,14 +314,15 @@ def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
     if match := _UNKNOWN_FIELD.search(head):
         return _unknown_field(match.group(1), match.group(2))
     if match := _UNKNOWN_ENUM.search(head):
-        return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}"
+        fork = fork_defining(match.group(1), match.group(2))
+        return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}" + (f": it belongs to {fork}" if fork else "")
     return excerpt(body.rstrip("."), 200)
 
 
 def _unknown_field(message: str, field: str) -> str:
     """"unknown field 'F' in M", naming the fork whose caffe.proto has F when one is known:
     the file was written for that fork, whose field caffemem cannot interpret."""
-    fork = fork_of_field(message, field)
+    fork = fork_defining(message, field)
     where = f": it belongs to {fork}, whose schema caffemem does not read" if fork else ""
     return f"unknown field '{excerpt(field)}' in {message}{where}"
 

@@ -285,9 +285,9 @@ def is_master(message: str, field: Optional[str] = None) -> bool:
     return fork_field(message, field) is None
 
 
-# Fields that only some fork's caffe.proto has and our schema does not: which fork, so that
-# an "unknown field" message can say where the file comes from.  Keyed by field name, or by
-# (message, field) where the name alone would mislead.  Sources: each fork's caffe.proto
+# Fields (and enum values) that only some fork's caffe.proto has and our schema does not:
+# which fork, so that an "unknown field" message can say where the file comes from.  Keyed
+# by field name, or by (message or enum, name) where the name alone would mislead.  Sources: each fork's caffe.proto
 # where it could be read (named), else the file that uses the field; Netron's
 # tools/caffe-schema.js (lutzroeder/netron) lists many of the same.
 _PSP_DEEPLAB = "hszhao/PSPNet and DeepLab v2 (deeplab-public-ver2)"
@@ -326,19 +326,26 @@ FORK_ONLY_FIELDS: dict[str, str] = {
     "margin_inner_product_param": "wy1iu/sphereface (MarginInnerProduct)",
     "denseblock_param": "Tongcheng/caffe (DenseNet's DenseBlock)",
 }
-FORK_ONLY_MESSAGE_FIELDS: dict[tuple[str, str], str] = {
+_C3D_V10_TYPE = "facebook/C3D C3D-v1.0 (a layer type caffemem does not model)"
+FORK_ONLY_SCOPED_NAMES: dict[tuple[str, str], str] = {
     ("TransformationParameter", "crop_width"): PSP + " (= DeepLab v2)",
     ("TransformationParameter", "crop_height"): PSP + " (= DeepLab v2)",
     ("ImageDataParameter", "label_type"): _PSP_DEEPLAB,
     ("ImageDataParameter", "ignore_label"): _PSP_DEEPLAB,
     ("LayerParameter", "engine"): "intel/caffe (Intel Caffe)",
+    **{
+        ("V1LayerParameter.LayerType", name): _C3D_V10_TYPE
+        for name in ("VOLUME_DATA", "VIDEO_SEGMENTATION_DATA", "VOXEL_SOFTMAX", "VOXEL_SOFTMAX_LOSS",
+                     "VIDEO_WITH_VOXEL_TRUTH_DATA", "VOXEL_CUSTOM_LOSS", "DOWN_SAMPLING")
+    },
 }
 
 
-def fork_of_field(message: str, field: str) -> str | None:
-    """The fork whose caffe.proto defines ``message.field``, for a field our schema lacks
-    (None when no fork is known to have it: then it is most likely a typo)."""
-    return FORK_ONLY_MESSAGE_FIELDS.get((message, field)) or FORK_ONLY_FIELDS.get(field)
+def fork_defining(scope: str, name: str) -> str | None:
+    """The fork whose caffe.proto defines ``name`` in ``scope`` (a message's field, or an
+    enum's value: scope "V1LayerParameter.LayerType"), for a name our schema lacks; None
+    when no fork is known to have it (then it is most likely a typo)."""
+    return FORK_ONLY_SCOPED_NAMES.get((scope, name)) or (FORK_ONLY_FIELDS.get(name) if "." not in scope else None)
 
 
 def markdown_enum_table() -> str:

@@ -87,13 +87,26 @@ def test_unknown_field_of_no_known_fork_is_not_attributed(tmp_path):
 
 
 def test_fork_field_lookup_prefers_the_message_specific_entry():
-    from caffemem.schema.forks import fork_of_field
+    from caffemem.schema.forks import fork_defining
 
     # PSPNet's transform crop_width, but DenseImageDataParameter has a crop_width of its own
-    assert "PSPNet" in fork_of_field("TransformationParameter", "crop_width")
-    assert fork_of_field("SomeOtherParameter", "crop_width") is None
-    assert "flownet2" in fork_of_field("LayerParameter", "correlation_param")
-    assert fork_of_field("ConvolutionParameter", "kernel_sise") is None
+    assert "PSPNet" in fork_defining("TransformationParameter", "crop_width")
+    assert fork_defining("SomeOtherParameter", "crop_width") is None
+    assert "flownet2" in fork_defining("LayerParameter", "correlation_param")
+    assert fork_defining("ConvolutionParameter", "kernel_sise") is None
+    # an enum value: C3D-v1.0's voxel layers, which caffemem does not model
+    assert "C3D-v1.0" in fork_defining("V1LayerParameter.LayerType", "VOXEL_SOFTMAX_LOSS")
+    assert fork_defining("V1LayerParameter.LayerType", "hole") is None
+
+
+def test_unknown_v1_type_of_c3d_names_the_fork(tmp_path):
+    # facebook/C3D C3D-v1.0/examples/v2v/ucf101_optical_flow/deconv3d_ucf101_brox.prototxt's data layer
+    text = 'name: "v2v"\nlayers {\n  name: "data"\n  type: VIDEO_WITH_VOXEL_TRUTH_DATA\n  top: "data"\n}\n'
+    with pytest.raises(CaffememError) as caught:
+        load(write(tmp_path, "v2v.prototxt", text))
+    message = str(caught.value)
+    assert ":4:" in message and "layer 'data'" in message
+    assert "unknown value VIDEO_WITH_VOXEL_TRUTH_DATA for enum V1LayerParameter.LayerType: it belongs to facebook/C3D C3D-v1.0" in message
 
 
 def test_lenient_warning_names_the_fork(tmp_path):
