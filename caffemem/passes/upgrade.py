@@ -704,11 +704,20 @@ def _upgrade_v1_net(net: Any, file: str | None, notes: list[str]) -> Any:
 # --------------------------------------------------------------------------- inputs, BatchNorm
 
 
-def _upgrade_input(net: Any, file: str | None, notes: list[str]) -> Any:
+def _c3d_v10_input_dims(net: Any) -> int:
+    """Values of input_dim per input: C3D-v1.0's net.cpp CHECKs 5 per input (its Blob is
+    N, C, L, H, W) -- taken for a net with C3D-v1.0 layer types and exactly 5 per input;
+    Caffe's 4 otherwise."""
+    c3d = any(_v1_type_name(layer) in _C3D_PARAM_MOVES for layer in net.layers)
+    return 5 if c3d and len(net.input_dim) == 5 * len(net.input) > 0 else 4
+
+
+def _upgrade_input(net: Any, file: str | None, notes: list[str], dims_per_input: int = 4) -> Any:
     """Caffe's UpgradeNetInput: top-level input fields -> an Input layer named "input", first.
 
     With neither input_shape nor input_dim the inputs are only removed (Caffe treats that
     as a legacy weights file); a net that reads them then fails later for lack of a blob.
+    ``dims_per_input`` is 5 for a C3D-v1.0 net, whose Net::Init reads N, C, L, H, W.
     """
     names = list(net.input)
     has_shape = len(net.input_shape) > 0
@@ -740,9 +749,9 @@ def _upgrade_input(net: Any, file: str | None, notes: list[str]) -> Any:
             f"warning: {len(net.input_shape) - len(names)} input_shape entries have no input name; "
             "ignored, as Caffe does"
         )
-    elif not has_shape and len(net.input_dim) > 4 * len(names):
+    elif not has_shape and len(net.input_dim) > dims_per_input * len(names):
         notes.append(
-            f"warning: {len(net.input_dim) - 4 * len(names)} input_dim values have no input name; "
+            f"warning: {len(net.input_dim) - dims_per_input * len(names)} input_dim values have no input name; "
             "ignored, as Caffe does"
         )
     elif has_shape and has_dim:
@@ -757,7 +766,7 @@ def _upgrade_input(net: Any, file: str | None, notes: list[str]) -> Any:
         if has_shape:
             shape.CopyFrom(net.input_shape[i])
         else:
-            shape.dim.extend(net.input_dim[4 * i : 4 * i + 4])
+            shape.dim.extend(net.input_dim[dims_per_input * i : dims_per_input * (i + 1)])
     input_layer.input_param.SetInParent()
     existing = list(upgraded.layer)
     del upgraded.layer[:]
@@ -802,6 +811,7 @@ def upgrade_net(net: caffe_pb2.NetParameter, file: str | None = None) -> tuple[c
     if not net_needs_upgrade(net):
         return net, notes
     current = _copy(net)
+    dims_per_input = _c3d_v10_input_dims(current)
     if net_needs_v0_to_v1_upgrade(current):
         current = _upgrade_v0_net(current, file, notes)
         notes.insert(0, "upgraded V0 layers (layers { layer { ... } }) to V1 layers")
@@ -811,7 +821,7 @@ def upgrade_net(net: caffe_pb2.NetParameter, file: str | None = None) -> tuple[c
         current = _upgrade_v1_net(current, file, notes)
         notes.append("upgraded V1 layers to the current format")
     if net_needs_input_upgrade(current):
-        current = _upgrade_input(current, file, notes)
+        current = _upgrade_input(current, file, notes, dims_per_input)
     if net_needs_batch_norm_upgrade(current):
         _upgrade_batch_norm(current, notes)
     return current, notes

@@ -224,12 +224,19 @@ layers {
 def test_c3d_v10_deconvolution_keeps_its_bias_term_where_c3d_v11_reads_it(tmp_path):
     # deconv3d_ucf101_brox's DECONVOLUTION3D, with bias_term: false: C3D-v1.1 reads it from
     # convolution_param, so the upgrade leaves it there as well as in convolution3d_param.
-    # input_dim gives 4 values, so the 5-D blob comes as input_shape (C3D-v1.0's Blob had 5).
-    text = C3D_V10_DECONV.replace("input_dim: 1\ninput_dim: 2\ninput_dim: 2\ninput_dim: 4\ninput_dim: 4\n", "input_shape { dim: 1 dim: 2 dim: 2 dim: 4 dim: 4 }\n")
-    net = analyze(write(tmp_path, text), Options(phase="TEST")).nets[0]
+    # C3D-v1.0's net.cpp reads five input_dim values per input (N, C, L, H, W).
+    net = analyze(write(tmp_path, C3D_V10_DECONV), Options(phase="TEST")).nets[0]
     deconv = net.shaped.layer_shapes[1]
     # L' = (2-1)*2 - 2 + 4 = 4; H' = (4-1)*2 - 2 + 4 = 8; one param blob (no bias)
     assert deconv.tops == ((1, 3, 4, 8, 8),) and deconv.params == ((2, 3, 4, 4, 4),)
+
+
+def test_input_dim_of_a_net_without_c3d_layers_stays_four_per_input(tmp_path):
+    # Caffe's UpgradeNetInput: N, C, H, W; the fifth value has no input and is dropped.
+    text = C3D_V10_DECONV[: C3D_V10_DECONV.index("layers {")] + 'layers { name: "relu" type: RELU bottom: "data" top: "r" }\n'
+    upgraded, notes = upgrade_net(load(write(tmp_path, text)).proto)
+    assert list(upgraded.layer[0].input_param.shape[0].dim) == [1, 2, 2, 4]
+    assert any("1 input_dim values have no input name" in note for note in notes)
 
 
 def test_c3d_v10_field_that_c3d_never_had_is_refused_with_its_line(tmp_path):
