@@ -166,6 +166,22 @@ def test_c3d_v10_layers_upgrade_to_c3d_v11_types_and_messages(tmp_path):
     assert any("from convolution_param to convolution3d_param" in note for note in notes)
 
 
+def test_c3d_v10_video_data_of_video_files_with_a_mean_value(tmp_path):
+    # c3d_sport1m_feature_extractor_video.prototxt reads video files (use_image: false);
+    # C3D-v1.0 subtracts image_data_param.mean_value when there is no mean_file, so it goes
+    # to transform_param.  use_label is read by C3D's voxel layers only: dropped, with a note.
+    text = C3D_V10_TRAIN.replace("use_image: true", "use_image: false").replace(
+        '    mean_file: "ucf101_train_mean.binaryproto"\n', "    mean_value: 128\n    use_label: false\n"
+    )
+    upgraded, notes = upgrade_net(load(write(tmp_path, text)).proto)
+    data = upgraded.layer[0]
+    assert data.video_data_param.HasField("use_image") and not data.video_data_param.use_image
+    assert list(data.transform_param.mean_value) == [128] and not data.transform_param.mean_file
+    assert any("image_data_param.use_label" in note for note in notes)
+    net = analyze(write(tmp_path, text), Options(phase="TEST")).nets[0]
+    assert net.blobs["data"] == (2, 3, 4, 8, 8)
+
+
 def test_c3d_v10_train_net_shapes_and_bytes(tmp_path):
     net = analyze(write(tmp_path, C3D_V10_TRAIN), Options(phase="TRAIN")).nets[0]
     shapes = net.blobs
