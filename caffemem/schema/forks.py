@@ -333,6 +333,9 @@ FORK_ONLY_SCOPED_NAMES: dict[tuple[str, str], str] = {
     ("ImageDataParameter", "label_type"): _PSP_DEEPLAB,
     ("ImageDataParameter", "ignore_label"): _PSP_DEEPLAB,
     ("LayerParameter", "engine"): "intel/caffe (Intel Caffe)",
+    # layer type strings (the value of LayerParameter.type) of layers caffemem does not model
+    **dict.fromkeys((("LayerParameter.type", t) for t in ("SoftmaxCrossEntropyLoss", "ColorConv")), _COLORIZATION),
+    **dict.fromkeys((("LayerParameter.type", t) for t in ("Correlation", "FlowWarp", "DataAugmentation", "L1Loss")), _FLOWNET),
     **{
         ("V1LayerParameter.LayerType", name): _C3D_V10_TYPE
         for name in ("VOLUME_DATA", "VIDEO_SEGMENTATION_DATA", "VOXEL_SOFTMAX", "VOXEL_SOFTMAX_LOSS",
@@ -342,9 +345,10 @@ FORK_ONLY_SCOPED_NAMES: dict[tuple[str, str], str] = {
 
 
 def fork_defining(scope: str, name: str) -> str | None:
-    """The fork whose caffe.proto defines ``name`` in ``scope`` (a message's field, or an
-    enum's value: scope "V1LayerParameter.LayerType"), for a name our schema lacks; None
-    when no fork is known to have it (then it is most likely a typo)."""
+    """The fork whose caffe.proto defines ``name`` in ``scope`` (a message's field, an
+    enum's value: scope "V1LayerParameter.LayerType", or a layer type string: scope
+    "LayerParameter.type"), for a name caffemem lacks; None when no fork is known to have
+    it (then it is most likely a typo)."""
     return FORK_ONLY_SCOPED_NAMES.get((scope, name)) or (FORK_ONLY_FIELDS.get(name) if "." not in scope else None)
 
 

@@ -109,6 +109,20 @@ def test_unknown_v1_type_of_c3d_names_the_fork(tmp_path):
     assert "unknown value VIDEO_WITH_VOXEL_TRUTH_DATA for enum V1LayerParameter.LayerType: it belongs to facebook/C3D C3D-v1.0" in message
 
 
+def test_unknown_layer_type_of_a_known_fork_names_it(tmp_path):
+    # richzhang/colorization models/colorization_train_val_v2.prototxt ends in its fork's
+    # SoftmaxCrossEntropyLoss
+    from caffemem.api.analyze import Options, analyze
+
+    text = NET + 'layer {\n  name: "loss8_313"\n  type: "SoftmaxCrossEntropyLoss"\n  bottom: "conv"\n  bottom: "data"\n  top: "loss"\n}\n'
+    path = write(tmp_path, "color.prototxt", text)
+    with pytest.raises(CaffememError) as caught:
+        analyze(path, Options(phase="TRAIN"))
+    message = str(caught.value)
+    assert f"{path}:15:" in message and "layer 'loss8_313'" in message
+    assert "unknown layer type 'SoftmaxCrossEntropyLoss'" in message and "it belongs to richzhang/colorization's Caffe" in message
+
+
 def test_lenient_warning_names_the_fork(tmp_path):
     source = load(write(tmp_path, "color.prototxt", COLORIZATION), lenient=True)
     (warning,) = [n for n in source.notes if n.startswith("warning")]
