@@ -1,8 +1,11 @@
 """Vision layers that exist only in Caffe forks, each checked against its fork's source.
 
-- Convolution3D, Pooling3D: facebook/C3D, C3D-v1.1 (the C3D-v1.1 UCF101 nets use these
-  types with ``convolution3d_param`` / ``pooling3d_param``, not N-d Convolution).  Both set
-  their top in LayerSetUp and leave Reshape empty.
+- Convolution3D, Pooling3D, Deconvolution3D: facebook/C3D, C3D-v1.1 (the C3D-v1.1 UCF101
+  nets use these types with ``convolution3d_param`` / ``pooling3d_param``, not N-d
+  Convolution).  All three set their top in LayerSetUp and leave Reshape empty.  C3D-v1.0's
+  V1 layers (``CONVOLUTION3D``, ``POOLING3D``, ``DECONVOLUTION3D``) reach these rules
+  through the V1 upgrade (passes/upgrade.py), which moves their geometry into the same
+  messages.
 - Interp: hszhao/PSPNet (DeepLab v2's bilinear resize; talent518/deeplab-public-ver2@51750fa9
   interp_layer.cpp is the same Reshape, Forward and Backward).  DeepLab v1's (V1 ``INTERP``,
   TheLegendAli/DeepLab-Context@fb04e9e2) CHECKs that exactly one of zoom_factor,
@@ -90,6 +93,58 @@ def _convolution3d(q: ShapeQuery) -> LayerShapes:
     )
     weight = (param.num_output, channels, depth, k, k)
     params = (weight, (1, 1, 1, 1, param.num_output)) if param.bias_term else (weight,)
+    return LayerShapes(tops=(reshaped(q, top),), params=params)
+
+
+def _deconvolution3d_memory(q: MemoryQuery) -> LayerMemory:
+    """deconvolution3d_layer.cpp: LayerSetUp shapes the col buffer for one clip,
+    (1, num_output * kernel_depth * k * k, L, H, W) -- the *input's* L, H, W -- and, with a
+    bias, writes ones into ``bias_multiplier_``, a bare SyncedMemory of L' * H' * W'
+    values.  Forward gemms into the col buffer and col2vols it into the top.  Backward
+    (CPU and .cu alike) takes the bottom's diff before testing propagate_down, zeroes and
+    fills the weight's (and bias's) diff, and vol2cols the top's diff into the col
+    buffer's diff; the .cu also asks for the col buffer's data, already there."""
+    top, weight, col = q.tops[0], q.param(0), q.buffer("col_buffer")
+    bias = q.param(1) if len(q.params) > 1 else None
+    setup: tuple[Action, ...] = (Reshape(col, (1, q.params[0][1] * count(q.params[0][2:])) + q.bottoms[0][2:5]),)
+    forward = (read(q.bottom(0)), write(q.top(0)), write(col), read(weight))
+    backward = (read(q.top(0), "diff"), read(weight), write(weight, "diff"), read(q.bottom(0)), write(q.bottom(0), "diff"), write(col, "diff"))
+    if bias is not None:
+        setup += (Alloc(q.buffer("bias_multiplier"), count(top[2:])),)
+        forward += (read(bias),)
+        backward += (write(bias, "diff"),)
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer(
+    "Deconvolution3D",
+    FAMILY,
+    bottoms=Arity.exactly(1),
+    tops=Arity.exactly(1),
+    source=C3D + "deconvolution3d_layer.cpp, deconvolution3d_layer.cu",
+    memory=_deconvolution3d_memory,
+)
+def _deconvolution3d(q: ShapeQuery) -> LayerShapes:
+    """Spatio-temporal transposed convolution (C3D's voxel-to-voxel nets).
+
+    out = (in - 1) * stride - 2 * pad + kernel on H and W, the temporal_* fields on L;
+    weights (C, num_output, kernel_depth, k, k), bias (1, 1, 1, 1, num_output).  The
+    geometry is read from convolution3d_param, but ``bias_term`` from convolution_param
+    (default true): a bias_term in convolution3d_param is not read.
+    """
+    num, channels, length, height, width = _video_bottom(q)[:5]
+    param = q.proto.convolution3d_param
+    q.check(param.num_output > 0, "num_output must be positive (CHECK_GT(num_output_, 0))")
+    k, depth = param.kernel_size, param.kernel_depth
+    top = (
+        num,
+        param.num_output,
+        (length - 1) * param.temporal_stride - 2 * param.temporal_pad + depth,
+        (height - 1) * param.stride - 2 * param.pad + k,
+        (width - 1) * param.stride - 2 * param.pad + k,
+    )
+    weight = (channels, param.num_output, depth, k, k)
+    params = (weight, (1, 1, 1, 1, param.num_output)) if q.proto.convolution_param.bias_term else (weight,)
     return LayerShapes(tops=(reshaped(q, top),), params=params)
 
 

@@ -304,12 +304,24 @@ def _copying_prefetch_memory(q: MemoryQuery) -> LayerMemory:
     return prefetch_memory(q, batches, transformed, copies=True)
 
 
+def _divided(q: ShapeQuery, size: tuple[Dim, Dim], factor: int) -> tuple[Dim, Dim]:
+    """ENet's label size: each known side divided by label_divide_factor (an unknown one
+    is shown so in the --input template)."""
+    q.check(factor >= 1, f"label_divide_factor must be positive (got {factor}): the layer divides by it")
+    if factor == 1:
+        return size
+    return tuple(d // factor if isinstance(d, int) else f"{d}/{factor}" for d in size)  # type: ignore[return-value]
+
+
 @layer("DenseImageData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp", memory=_copying_prefetch_memory)
 def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     """Image and per-pixel label image: data [batch, 3 or 1, H, W], label [batch, 1, H, W].
 
     H, W: transform_param.crop_size, else crop_height/crop_width, else new_height/new_width,
-    else the first image's size (a --input for data then sizes the label too).
+    else the first image's size (a --input for data then sizes the label too).  ENet's copy
+    (TimoSaemann/caffe-enet@22d356c9 dense_image_data_layer.cpp) reads the label image at
+    new_height / label_divide_factor x new_width / label_divide_factor: without a crop the
+    label is [batch, 1, H / f, W / f] (C division; with a crop the factor is not applied).
     """
     param = q.proto.dense_image_data_param
     both_or_neither(q, param.new_height, param.new_width, "new")
@@ -325,8 +337,9 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     else:
         size = image_size(q, param.new_height, param.new_width, 0)
     size = follow_data(q, size)
+    label = size if crop > 0 or crop_h > 0 else _divided(q, size, int32(param.label_divide_factor))
     batch = int32(param.batch_size)
-    templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch, 1) + size]
+    templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch, 1) + label]
     return resolve_tops(q, templates, "without a crop or new_height/new_width a DenseImageData layer takes the first image's size")
 
 

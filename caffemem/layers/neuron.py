@@ -93,7 +93,10 @@ def forward_only_memory(q: MemoryQuery) -> LayerMemory:
 
 def _dropout_memory(q: MemoryQuery) -> LayerMemory:
     """dropout_layer.cpp: Reshape shapes the unsigned-int mask ``rand_vec_`` like the bottom;
-    Forward writes it in both phases, Backward reads it in TRAIN only."""
+    Forward writes it in both phases, Backward reads it in TRAIN only.  rbgirshick/
+    caffe-fast-rcnn@4115385d's ``scale_train: false`` moves the 1/(1-p) scaling from the
+    TRAIN to the TEST pass (a caffe_scal of the top, and of the bottom's diff): the same
+    blobs are touched, so the rule is the same."""
     mask = q.buffer("rand_vec")
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:

@@ -25,6 +25,7 @@ from caffemem.prototxt.parse import parse_net
 from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input
 from caffemem.prototxt.textmap import LAYER_FIELDS, check_nesting, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2
+from caffemem.schema.forks import fork_defining
 
 MAX_LAYERS = 200_000  # a few GiB of memory for the whole pipeline (README: Benchmarks)
 _LAYER_OPENING = re.compile(r"\blayers?\s*:?\s*[{<]")
@@ -258,7 +259,7 @@ def _parse_text(text: str, message, file: str, lenient: bool):
     notes = []
     for token, owner in skipped:
         layer = layer_at(token.offset)
-        notes.append(f"warning: {file}:{token.line}:{token.column}: skipped unknown field '{excerpt(token.text)}' in {owner}" + (f" (layer '{excerpt(layer)}')" if layer else ""))
+        notes.append(f"warning: {file}:{token.line}:{token.column}: skipped {_unknown_field(owner, token.text)}" + (f" (layer '{excerpt(layer)}')" if layer else ""))
     return message, notes, tokens
 
 
@@ -311,10 +312,19 @@ def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
                 body = body[len(quoted) :]
     head = body[:1000]  # a name longer than this is shown as protobuf words it, cut short
     if match := _UNKNOWN_FIELD.search(head):
-        return f"unknown field '{excerpt(match.group(2))}' in {match.group(1)}"
+        return _unknown_field(match.group(1), match.group(2))
     if match := _UNKNOWN_ENUM.search(head):
-        return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}"
+        fork = fork_defining(match.group(1), match.group(2))
+        return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}" + (f": it belongs to {fork}" if fork else "")
     return excerpt(body.rstrip("."), 200)
+
+
+def _unknown_field(message: str, field: str) -> str:
+    """"unknown field 'F' in M", naming the fork whose caffe.proto has F when one is known:
+    the file was written for that fork, whose field caffemem cannot interpret."""
+    fork = fork_defining(message, field)
+    where = f": it belongs to {fork}, whose schema caffemem does not read" if fork else ""
+    return f"unknown field '{excerpt(field)}' in {message}{where}"
 
 
 def _net_layer_blocks(text: str):

@@ -20,6 +20,7 @@ from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
     int_overflow,
 )
 from caffemem.layers.registry import LayerSpec, ShapeQuery, SpecTable
+from caffemem.schema.forks import fork_defining
 
 
 def infer_shapes(
@@ -107,6 +108,8 @@ def _spec_for(layer: Layer, specs: SpecTable, file: str) -> LayerSpec:
         return spec
     close = difflib.get_close_matches(layer.type, specs.types(), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    fork = fork_defining("LayerParameter.type", layer.type)
+    hint += f": it belongs to {fork}" if fork else ""
     raise CaffememError(
         f"unknown layer type '{layer.type}'{hint}; describe it in a file passed with --layers "
         "(see README: 'Custom layers')",

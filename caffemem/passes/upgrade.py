@@ -90,6 +90,11 @@ V1_LAYER_TYPE_NAMES: dict[str, str] = {
     "SEG_ACCURACY": "SegAccuracy",
     "INTERP": "Interp",
     "MAT_WRITE": "MatWrite",
+    # C3D: facebook/C3D C3D-v1.0 (V1 is its own format; C3D-v1.1 names the same layers so).
+    "CONVOLUTION3D": "Convolution3D",
+    "POOLING3D": "Pooling3D",
+    "VIDEO_DATA": "VideoData",
+    "DECONVOLUTION3D": "Deconvolution3D",
 }
 
 # Caffe's UpgradeV0LayerType: V0 type string -> V1 enum name.  "padding" is not here:
@@ -175,6 +180,9 @@ _DATA_TRANSFORM_LAYERS: tuple[tuple[str, str], ...] = (
     ("DATA", "data_param"),
     ("IMAGE_DATA", "image_data_param"),
     ("WINDOW_DATA", "window_data_param"),
+    # C3D-v1.0's VIDEO_DATA reads scale, mean_file, crop_size and mirror from
+    # image_data_param (video_data_layer.cpp); C3D-v1.1's VideoData from transform_param.
+    ("VIDEO_DATA", "image_data_param"),
 )
 _TRANSFORM_FIELDS: tuple[str, ...] = ("scale", "mean_file", "crop_size", "mirror")
 
@@ -578,6 +586,74 @@ def _upgrade_data_transformation(net: Any, notes: list[str]) -> None:
 
 # --------------------------------------------------------------------------- V1 -> V2
 
+# C3D-v1.0 (facebook/C3D C3D-v1.0/src/caffe/layers/*3d*, video_data_layer.cpp) keeps
+# its 3-D geometry in master's parameter messages; C3D-v1.1 gave the same layers
+# messages of their own.  C3D never upgrades a V1 net (V1 is C3D-v1.0's own format), so
+# this step is caffemem's: it moves the fields by name, so that a C3D-v1.0 net is read
+# as C3D-v1.1 runs the same layers (C3D-v1.1 is that code on a current Caffe; v1.0's
+# 2014 Blob, whose allocations caffemem does not model, differs only in bookkeeping --
+# and in VIDEO_DATA's label, [batch, 1, 1, 1, 1] there, [batch] in v1.1).
+_C3D_PARAM_MOVES: dict[str, tuple[str, str]] = {
+    "CONVOLUTION3D": ("convolution_param", "convolution3d_param"),
+    "DECONVOLUTION3D": ("convolution_param", "convolution3d_param"),
+    "POOLING3D": ("pooling_param", "pooling3d_param"),
+    "VIDEO_DATA": ("image_data_param", "video_data_param"),
+}
+# C3D-v1.0 ImageDataParameter fields its VIDEO_DATA layer does not read (its voxel and
+# segmentation data layers do): dropped with a note.
+_C3D_UNREAD_VIDEO_FIELDS = frozenset({"use_label", "num_truth_channels", "use_byte_input", "is_flow", "truth_scale", "clip_min", "clip_max"})
+
+
+def _move_c3d_params(enum_name: str, v1: Any, layer: Any, file: str | None, notes: list[str]) -> None:
+    """Move a C3D-v1.0 layer's fields into the message C3D-v1.1 reads (see _C3D_PARAM_MOVES).
+
+    A repeated master field (convolution pad, kernel_size, stride) takes its one value; a
+    field C3D-v1.0's message never had is refused, since C3D-v1.0 could not parse it.
+    VIDEO_DATA: a single mean_value goes to transform_param (C3D-v1.0 uses it only
+    without a mean_file); new_length and use_image are always written, so that
+    new_length's CHECK sees C3D-v1.0's default 0 and the VideoData rule reads the layer
+    as C3D's.  DECONVOLUTION3D keeps bias_term in convolution_param too, where C3D-v1.1's
+    deconvolution3d_layer.cpp reads it.
+    """
+    source_name, target_name = _C3D_PARAM_MOVES[enum_name]
+    source, target = _copy(getattr(layer, source_name)), getattr(layer, target_name)
+    where = Location(file=file, layer=v1.name or None, layer_type=enum_name)
+    target.SetInParent()
+    for field, value in source.ListFields():
+        name = field.name
+        if enum_name == "VIDEO_DATA" and name in _C3D_UNREAD_VIDEO_FIELDS:
+            notes.append(f"warning: layer '{v1.name}' sets image_data_param.{name}, which C3D's VIDEO_DATA does not read; ignored")
+            continue
+        if enum_name == "VIDEO_DATA" and name == "mean_value":
+            if not layer.transform_param.mean_file:
+                layer.transform_param.mean_value.append(value)
+            continue
+        into = target.DESCRIPTOR.fields_by_name.get(name)
+        if into is None:
+            raise CaffememError(
+                f"{source_name}.{name} is not a field C3D-v1.0's {enum_name} has "
+                f"(it reads {', '.join(sorted(target.DESCRIPTOR.fields_by_name))})",
+                where,
+            )
+        if is_repeated(field):
+            if len(value) > 1:
+                raise CaffememError(f"{source_name}.{name} has {len(value)} values; C3D-v1.0's {enum_name} takes one", where)
+            value = value[0]
+        if into.enum_type is not None:
+            value = into.enum_type.values_by_name[field.enum_type.values_by_number[value].name].number
+        if into.message_type is not None:
+            getattr(target, name).CopyFrom(value)
+        else:
+            setattr(target, name, type(getattr(target, name))(value))
+    layer.ClearField(source_name)
+    if enum_name == "VIDEO_DATA":
+        target.new_length = source.new_length
+        target.use_image = source.use_image
+    if enum_name == "DECONVOLUTION3D" and source.HasField("bias_term"):
+        layer.convolution_param.bias_term = source.bias_term
+    notes.append(f"moved the C3D-v1.0 fields of layer '{v1.name}' from {source_name} to {target_name}")
+
+
 
 def _upgrade_v1_layer(v1: Any, file: str | None, notes: list[str]) -> Any:
     """Caffe's UpgradeV1LayerParameter: one V1 ``layers`` entry -> a current ``layer``."""
@@ -627,6 +703,8 @@ def _upgrade_v1_layer(v1: Any, file: str | None, notes: list[str]) -> Any:
     for field in _V1_PARAM_MESSAGES:
         if v1.HasField(field):
             getattr(layer, field).CopyFrom(getattr(v1, field))
+    if _v1_type_name(v1) in _C3D_PARAM_MOVES:
+        _move_c3d_params(_v1_type_name(v1), v1, layer, file, notes)
     if v1.HasField("layer"):
         notes.append(f"warning: V1 layer '{v1.name}' still holds a V0 layer; Caffe ignores it, and so does caffemem")
     return layer
@@ -675,11 +753,20 @@ def _upgrade_hole(net: Any, file: str | None, notes: list[str]) -> None:
 # --------------------------------------------------------------------------- inputs, BatchNorm
 
 
-def _upgrade_input(net: Any, file: str | None, notes: list[str]) -> Any:
+def _c3d_v10_input_dims(net: Any) -> int:
+    """Values of input_dim per input: C3D-v1.0's net.cpp CHECKs 5 per input (its Blob is
+    N, C, L, H, W) -- taken for a net with C3D-v1.0 layer types and exactly 5 per input;
+    Caffe's 4 otherwise."""
+    c3d = any(_v1_type_name(layer) in _C3D_PARAM_MOVES for layer in net.layers)
+    return 5 if c3d and len(net.input_dim) == 5 * len(net.input) > 0 else 4
+
+
+def _upgrade_input(net: Any, file: str | None, notes: list[str], dims_per_input: int = 4) -> Any:
     """Caffe's UpgradeNetInput: top-level input fields -> an Input layer named "input", first.
 
     With neither input_shape nor input_dim the inputs are only removed (Caffe treats that
     as a legacy weights file); a net that reads them then fails later for lack of a blob.
+    ``dims_per_input`` is 5 for a C3D-v1.0 net, whose Net::Init reads N, C, L, H, W.
     """
     names = list(net.input)
     has_shape = len(net.input_shape) > 0
@@ -711,9 +798,9 @@ def _upgrade_input(net: Any, file: str | None, notes: list[str]) -> Any:
             f"warning: {len(net.input_shape) - len(names)} input_shape entries have no input name; "
             "ignored, as Caffe does"
         )
-    elif not has_shape and len(net.input_dim) > 4 * len(names):
+    elif not has_shape and len(net.input_dim) > dims_per_input * len(names):
         notes.append(
-            f"warning: {len(net.input_dim) - 4 * len(names)} input_dim values have no input name; "
+            f"warning: {len(net.input_dim) - dims_per_input * len(names)} input_dim values have no input name; "
             "ignored, as Caffe does"
         )
     elif has_shape and has_dim:
@@ -728,7 +815,7 @@ def _upgrade_input(net: Any, file: str | None, notes: list[str]) -> Any:
         if has_shape:
             shape.CopyFrom(net.input_shape[i])
         else:
-            shape.dim.extend(net.input_dim[4 * i : 4 * i + 4])
+            shape.dim.extend(net.input_dim[dims_per_input * i : dims_per_input * (i + 1)])
     input_layer.input_param.SetInParent()
     existing = list(upgraded.layer)
     del upgraded.layer[:]
@@ -773,6 +860,7 @@ def upgrade_net(net: caffe_pb2.NetParameter, file: str | None = None) -> tuple[c
     if not net_needs_upgrade(net):
         return net, notes
     current = _copy(net)
+    dims_per_input = _c3d_v10_input_dims(current)
     if net_needs_v0_to_v1_upgrade(current):
         current = _upgrade_v0_net(current, file, notes)
         notes.insert(0, "upgraded V0 layers (layers { layer { ... } }) to V1 layers")
@@ -782,7 +870,7 @@ def upgrade_net(net: caffe_pb2.NetParameter, file: str | None = None) -> tuple[c
         current = _upgrade_v1_net(current, file, notes)
         notes.append("upgraded V1 layers to the current format")
     if net_needs_input_upgrade(current):
-        current = _upgrade_input(current, file, notes)
+        current = _upgrade_input(current, file, notes, dims_per_input)
     if net_needs_batch_norm_upgrade(current):
         _upgrade_batch_norm(current, notes)
     if net_needs_hole_upgrade(current):

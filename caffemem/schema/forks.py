@@ -31,6 +31,8 @@ SEGNET5 = "TimoSaemann/caffe-segnet-cudnn5@master"
 FRCNN = "rbgirshick/caffe-fast-rcnn@faster-rcnn"
 RFCN = "daijifeng001/caffe-rfcn@r-fcn"
 C3D = "facebook/C3D@master:C3D-v1.1/src/caffe/proto/caffe.proto"
+C3D_V10 = "facebook/C3D@master:C3D-v1.0/src/caffe/proto/caffe.proto"
+ENET = "TimoSaemann/caffe-enet@master"
 OPENCV = "opencv/opencv:modules/dnn/src/caffe/opencv-caffe.proto"
 SHUFFLENET = "farmingyard/ShuffleNet@master:README.md"
 MOBILEYOLO = "eric612/MobileNet-YOLO@master"
@@ -58,6 +60,8 @@ SOURCE_COMMITS: Dict[str, str] = {
     FRCNN: "4115385deb3b907fcd428ac0ab53b694d741a3c4",
     RFCN: "543f8f6a4b7c88256ea1445ae951a12d1ad9cffd",
     C3D: "71336a2202e7d605a138c239f56be7b8fcfaaf5b",
+    C3D_V10: "71336a2202e7d605a138c239f56be7b8fcfaaf5b",
+    ENET: "22d356c956cdc5e752e6d40612e4f6c60fc8f471",
     OPENCV: "036f7218fcc37e0801ced4006270a55f20610e0d",
     SHUFFLENET: "b9624442bd410bbd2aadc820122b138e63039d70",
     MOBILEYOLO: "69b4441cb3ec8d553fbdef788ad033e246f901bd",
@@ -211,22 +215,56 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("ConvolutionParameter", "hole_w", 19, DEEPLAB1),
     _f("LossParameter", "pre_fixed_normalizer", 1004, RFCN, 4,
        "LossParameter.class_weighting (SegNet); Microsoft/caffe also uses 4"),
+    # C3D-v1.0: its V1 layers keep the 3-D geometry in master's messages.
+    _f("ConvolutionParameter", "kernel_depth", 1006, C3D_V10, 6, "ConvolutionParameter.stride"),
+    _f("ConvolutionParameter", "temporal_stride", 1008, C3D_V10, 8, "ConvolutionParameter.bias_filler"),
+    _f("ConvolutionParameter", "filter_group", 1011, C3D_V10, 11, "ConvolutionParameter.kernel_h"),
+    _f("ConvolutionParameter", "temporal_pad", 1012, C3D_V10, 12, "ConvolutionParameter.kernel_w"),
+    _f("PoolingParameter", "kernel_depth", 1005, C3D_V10, 5, "PoolingParameter.kernel_h"),
+    _f("PoolingParameter", "temporal_stride", 1006, C3D_V10, 6, "PoolingParameter.kernel_w"),
+    _f("ImageDataParameter", "new_length", 1011, C3D_V10, 11, "ImageDataParameter.is_color"),
+    _f("ImageDataParameter", "show_data", 1012, C3D_V10, 12, "ImageDataParameter.root_folder"),
+    _f("ImageDataParameter", "use_image", 13, C3D_V10),
+    _f("ImageDataParameter", "sampling_rate", 14, C3D_V10),
+    _f("ImageDataParameter", "use_label", 1015, C3D_V10, 15,
+       "ImageDataParameter.ignore_label in hszhao/PSPNet and DeepLab v2"),
+    _f("ImageDataParameter", "use_temporal_jitter", 1016, C3D_V10, 16,
+       "ImageDataParameter.label_type in hszhao/PSPNet and DeepLab v2"),
+    _f("ImageDataParameter", "mean_value", 17, C3D_V10),
+    _f("ImageDataParameter", "num_truth_channels", 18, C3D_V10),
+    _f("ImageDataParameter", "use_byte_input", 19, C3D_V10),
+    _f("ImageDataParameter", "is_flow", 20, C3D_V10),
+    _f("ImageDataParameter", "truth_scale", 21, C3D_V10),
+    _f("ImageDataParameter", "clip_min", 22, C3D_V10),
+    _f("ImageDataParameter", "clip_max", 23, C3D_V10),
+    # py-faster-rcnn's Dropout; Netron's schema has it at 3 (another fork's sample_weights_test at 2).
+    _f("DropoutParameter", "scale_train", 2, FRCNN),
+    # ENet's DenseImageData (SegNet's layer with a smaller label).
+    _f("DenseImageDataParameter", "label_divide_factor", 13, ENET),
+    # PSPNet / DeepLab v2 ImageSegData augmentation.
+    _f("TransformationParameter", "scale_factors", 1008, PSP, 8, "TransformationParameter.resize_param (ssd)"),
 )
 
 
 @dataclass(frozen=True)
 class ForkEnumValue:
-    """One value a fork added to an enum of BVLC master."""
+    """One enum value that BVLC master does not have."""
 
-    enum: str  # "Message.Enum"
+    enum: str  # "Message.Enum", e.g. "V1LayerParameter.LayerType"
     name: str
     number: int  # number in our schema
     source: str
     source_number: int
-    note: Optional[str] = None  # why the number moved
+    note: str | None = None
 
 
-FORK_ENUM_VALUES: Tuple[ForkEnumValue, ...] = (
+FORK_ENUM_VALUES: tuple[ForkEnumValue, ...] = (
+    # C3D-v1.0's layer types (its LayerParameter is the V1 message); 30, 31, 33 and 34
+    # are master's ARGMAX, THRESHOLD, SLICE and MVN.
+    ForkEnumValue("V1LayerParameter.LayerType", "CONVOLUTION3D", 1030, C3D_V10, 30, "V1 ARGMAX"),
+    ForkEnumValue("V1LayerParameter.LayerType", "POOLING3D", 1031, C3D_V10, 31, "V1 THRESHOLD"),
+    ForkEnumValue("V1LayerParameter.LayerType", "VIDEO_DATA", 1033, C3D_V10, 33, "V1 SLICE"),
+    ForkEnumValue("V1LayerParameter.LayerType", "DECONVOLUTION3D", 1034, C3D_V10, 34, "V1 MVN"),
     # DeepLab v1's V1 layer types (the V1 upgrade maps them to its V2 type names).
     ForkEnumValue("V1LayerParameter.LayerType", "IMAGE_SEG_DATA", 1039, DEEPLAB1, 39, "V1LayerParameter.DECONVOLUTION"),
     ForkEnumValue("V1LayerParameter.LayerType", "SEG_ACCURACY", 40, DEEPLAB1, 40),
@@ -235,6 +273,7 @@ FORK_ENUM_VALUES: Tuple[ForkEnumValue, ...] = (
     ForkEnumValue("LossParameter.NormalizationMode", "PRE_FIXED", 1003, RFCN, 3,
                   "LossParameter.NONE (R-FCN renumbers NONE to 4; Microsoft/caffe likewise)"),
 )
+
 
 # Enums a fork nests in a master message, with their source.
 FORK_ENUMS: Dict[str, str] = {
@@ -312,6 +351,73 @@ def is_master(message: str, field: Optional[str] = None) -> bool:
     return fork_field(message, field) is None
 
 
+# Fields (and enum values) that only some fork's caffe.proto has and our schema does not:
+# which fork, so that an "unknown field" message can say where the file comes from.  Keyed
+# by field name, or by (message or enum, name) where the name alone would mislead.  Sources: each fork's caffe.proto
+# where it could be read (named), else the file that uses the field; Netron's
+# tools/caffe-schema.js (lutzroeder/netron) lists many of the same.
+_PSP_DEEPLAB = "hszhao/PSPNet and DeepLab v2 (deeplab-public-ver2)"
+_FLOWNET = "lmb-freiburg/flownet2 (FlowNet's Caffe)"
+_AUGMENT = "twtygqyy/caffe-augmentation (kevinlin311tw's data augmentation)"
+_COLORIZATION = "richzhang/colorization's Caffe (caffe-colorization)"
+FORK_ONLY_FIELDS: dict[str, str] = {
+    **dict.fromkeys(("image_data_modify_param", "color_conv_param"), _COLORIZATION),
+    **dict.fromkeys(
+        ("seg_accuracy_param", "mat_write_param", "mat_read_param", "dense_crf_param", "domain_transform_param",
+         "adaptive_bias_channel_param", "bias_channel_param", "unique_label_param", "update_global_stats"),
+        _PSP_DEEPLAB,
+    ),
+    **dict.fromkeys(("hole", "hole_h", "hole_w"), "DeepLab v1 (deeplab-public; also pathak22/caffe-ccnn)"),
+    **dict.fromkeys(("seg_data_param", "batch_reduction_param"), YJX),
+    "sample_weights_test": "alexgkendall/caffe-segnet (Bayesian SegNet's Dropout)",
+    "pre_fixed_normalizer": RFCN,
+    **dict.fromkeys(
+        ("correlation_param", "flow_warp_param", "resample_param", "downsample_param", "l1_loss_param", "lpq_loss_param",
+         "accum_param", "black_augmentation_param", "augmentation_param", "coeff_schedule_param", "reshape_every_iter"),
+        _FLOWNET,
+    ),
+    **dict.fromkeys(
+        ("min_scaling_factor", "max_scaling_factor", "max_rotation_angle", "contrast_brightness_adjustment",
+         "smooth_filtering", "min_contrast", "max_contrast", "max_brightness_shift", "max_smooth", "max_color_shift",
+         "min_side_min", "min_side_max", "min_side", "apply_probability", "debug_params"),
+        _AUGMENT,
+    ),
+    **dict.fromkeys(("yolo_detection_output_param", "yolov3_detection_output_param", "yolov3_param"), MOBILEYOLO),
+    "quantization_param": "pmgysel/caffe (Ristretto)",
+    **dict.fromkeys(("multinode", "mn_activation_param"), "intel/caffe (Intel Caffe)"),
+    **dict.fromkeys(("squeeze_convolution_param", "squeeze_inner_product_param"), "foss-for-synopsys-dwc-arc-processors/synopsys-caffe"),
+    **dict.fromkeys(("box_output_param", "ring_pad_param"), "gdlg/panoramic-object-detection"),
+    "down_sampling_param": "facebook/C3D C3D-v1.0 (DOWN_SAMPLING)",
+    "center_loss_param": "ydwen/caffe-face (CenterLoss)",
+    "margin_inner_product_param": "wy1iu/sphereface (MarginInnerProduct)",
+    "denseblock_param": "Tongcheng/caffe (DenseNet's DenseBlock)",
+}
+_C3D_V10_TYPE = "facebook/C3D C3D-v1.0 (a layer type caffemem does not model)"
+FORK_ONLY_SCOPED_NAMES: dict[tuple[str, str], str] = {
+    ("TransformationParameter", "crop_width"): PSP + " (= DeepLab v2)",
+    ("TransformationParameter", "crop_height"): PSP + " (= DeepLab v2)",
+    ("ImageDataParameter", "label_type"): _PSP_DEEPLAB,
+    ("ImageDataParameter", "ignore_label"): _PSP_DEEPLAB,
+    ("LayerParameter", "engine"): "intel/caffe (Intel Caffe)",
+    # layer type strings (the value of LayerParameter.type) of layers caffemem does not model
+    **dict.fromkeys((("LayerParameter.type", t) for t in ("SoftmaxCrossEntropyLoss", "ColorConv")), _COLORIZATION),
+    **dict.fromkeys((("LayerParameter.type", t) for t in ("Correlation", "FlowWarp", "DataAugmentation", "L1Loss")), _FLOWNET),
+    **{
+        ("V1LayerParameter.LayerType", name): _C3D_V10_TYPE
+        for name in ("VOLUME_DATA", "VIDEO_SEGMENTATION_DATA", "VOXEL_SOFTMAX", "VOXEL_SOFTMAX_LOSS",
+                     "VIDEO_WITH_VOXEL_TRUTH_DATA", "VOXEL_CUSTOM_LOSS", "DOWN_SAMPLING")
+    },
+}
+
+
+def fork_defining(scope: str, name: str) -> str | None:
+    """The fork whose caffe.proto defines ``name`` in ``scope`` (a message's field, an
+    enum's value: scope "V1LayerParameter.LayerType", or a layer type string: scope
+    "LayerParameter.type"), for a name caffemem lacks; None when no fork is known to have
+    it (then it is most likely a typo)."""
+    return FORK_ONLY_SCOPED_NAMES.get((scope, name)) or (FORK_ONLY_FIELDS.get(name) if "." not in scope else None)
+
+
 def markdown_table() -> str:
     """The fork-field table of docs/schema.md, generated from FORK_FIELDS."""
     rows = [
@@ -345,3 +451,5 @@ def markdown_enum_table() -> str:
 
 if __name__ == "__main__":  # pragma: no cover
     print(markdown_table(), end="")
+    print()
+    print(markdown_enum_table(), end="")

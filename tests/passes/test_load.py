@@ -57,6 +57,78 @@ def test_lenient_skips_unknown_fields_with_one_warning_each(tmp_path):
     assert "kernel_sise" in warnings[0] and "my_param" in warnings[1]
 
 
+# richzhang/colorization's models/colorization_train_val_v2.prototxt needs its own Caffe
+# (caffe-colorization); a field only such a fork has gets named with the fork.
+COLORIZATION = NET.replace(
+    '  convolution_param { num_output: 4 kernel_size: 3 }\n',
+    '  convolution_param { num_output: 4 kernel_size: 3 }\n  image_data_modify_param { resize: true }\n',
+)
+
+
+def test_unknown_fork_field_names_the_fork_on_one_located_line(tmp_path):
+    from click.testing import CliRunner
+
+    from caffemem.cli import main
+
+    path = write(tmp_path, "color.prototxt", COLORIZATION)
+    result = CliRunner().invoke(main, ["analyze", path])
+    assert result.exit_code == 2
+    message = result.output.strip()
+    assert "\n" not in message and "Traceback" not in message
+    assert f"{path}:14:" in message and "layer 'conv'" in message
+    assert "unknown field 'image_data_modify_param' in LayerParameter: it belongs to richzhang/colorization's Caffe" in message
+
+
+def test_unknown_field_of_no_known_fork_is_not_attributed(tmp_path):
+    path = write(tmp_path, "bad.prototxt", NET.replace("num_output: 4", "num_output: 4 kernel_sise: 3"))
+    with pytest.raises(CaffememError) as caught:
+        load(path)
+    assert "belongs to" not in str(caught.value)
+
+
+def test_fork_field_lookup_prefers_the_message_specific_entry():
+    from caffemem.schema.forks import fork_defining
+
+    # PSPNet's transform crop_width, but DenseImageDataParameter has a crop_width of its own
+    assert "PSPNet" in fork_defining("TransformationParameter", "crop_width")
+    assert fork_defining("SomeOtherParameter", "crop_width") is None
+    assert "flownet2" in fork_defining("LayerParameter", "correlation_param")
+    assert fork_defining("ConvolutionParameter", "kernel_sise") is None
+    # an enum value: C3D-v1.0's voxel layers, which caffemem does not model
+    assert "C3D-v1.0" in fork_defining("V1LayerParameter.LayerType", "VOXEL_SOFTMAX_LOSS")
+    assert fork_defining("V1LayerParameter.LayerType", "hole") is None
+
+
+def test_unknown_v1_type_of_c3d_names_the_fork(tmp_path):
+    # facebook/C3D C3D-v1.0/examples/v2v/ucf101_optical_flow/deconv3d_ucf101_brox.prototxt's data layer
+    text = 'name: "v2v"\nlayers {\n  name: "data"\n  type: VIDEO_WITH_VOXEL_TRUTH_DATA\n  top: "data"\n}\n'
+    with pytest.raises(CaffememError) as caught:
+        load(write(tmp_path, "v2v.prototxt", text))
+    message = str(caught.value)
+    assert ":4:" in message and "layer 'data'" in message
+    assert "unknown value VIDEO_WITH_VOXEL_TRUTH_DATA for enum V1LayerParameter.LayerType: it belongs to facebook/C3D C3D-v1.0" in message
+
+
+def test_unknown_layer_type_of_a_known_fork_names_it(tmp_path):
+    # richzhang/colorization models/colorization_train_val_v2.prototxt ends in its fork's
+    # SoftmaxCrossEntropyLoss
+    from caffemem.api.analyze import Options, analyze
+
+    text = NET + 'layer {\n  name: "loss8_313"\n  type: "SoftmaxCrossEntropyLoss"\n  bottom: "conv"\n  bottom: "data"\n  top: "loss"\n}\n'
+    path = write(tmp_path, "color.prototxt", text)
+    with pytest.raises(CaffememError) as caught:
+        analyze(path, Options(phase="TRAIN"))
+    message = str(caught.value)
+    assert f"{path}:15:" in message and "layer 'loss8_313'" in message
+    assert "unknown layer type 'SoftmaxCrossEntropyLoss'" in message and "it belongs to richzhang/colorization's Caffe" in message
+
+
+def test_lenient_warning_names_the_fork(tmp_path):
+    source = load(write(tmp_path, "color.prototxt", COLORIZATION), lenient=True)
+    (warning,) = [n for n in source.notes if n.startswith("warning")]
+    assert ":14:" in warning and "image_data_modify_param" in warning and "richzhang/colorization" in warning
+
+
 def test_syntax_error_is_located(tmp_path):
     path = write(tmp_path, "broken.prototxt", NET.replace('top: "conv"\n', 'top: "conv"\n  {{\n'))
     with pytest.raises(CaffememError) as caught:

@@ -190,6 +190,10 @@ FIELD_NUMBERS = [
     ("TransformationParameter", "resize_param", 8),
     ("TransformationParameter", "distort_param", 13),
     ("SolverParameter", "device_id", 18),
+    # kept numbers of the fork fields added for issue 15
+    ("DropoutParameter", "scale_train", 2),  # rbgirshick/caffe-fast-rcnn
+    ("DenseImageDataParameter", "label_divide_factor", 13),  # TimoSaemann/caffe-enet
+    ("ImageDataParameter", "use_image", 13),  # facebook/C3D C3D-v1.0
 ]
 
 
@@ -235,6 +239,10 @@ def test_fork_registry_matches_descriptors():
         assert source in forks.SOURCE_COMMITS
     for message, field in forks.MASTER_DEVIATIONS:
         assert forks.is_master(message, field)
+    for value in forks.FORK_ENUM_VALUES:
+        message, enum = value.enum.split(".")
+        assert getattr(caffe_pb2, message).DESCRIPTOR.enum_types_by_name[enum].values_by_name[value.name].number == value.number, value
+        assert value.source in forks.SOURCE_COMMITS and (value.number == value.source_number or value.note), value
     assert not forks.is_master("LayerParameter", "bn_param")
     assert not forks.is_master("BNParameter")
     assert forks.is_master("LayerParameter", "convolution_param")
@@ -334,6 +342,28 @@ def test_inline_fork_texts_parse():
     assert net.layer[0].pooling_param.round_mode == caffe_pb2.PoolingParameter.CEIL
     assert net.layer[1].bn_param.bn_mode == caffe_pb2.BNParameter.INFERENCE
     assert net.layer[3].video_data_param.new_length == 1  # TSN default
+    again = caffe_pb2.NetParameter.FromString(net.SerializeToString())
+    assert again == net
+
+
+def test_c3d_v10_v1_layers_parse():
+    # facebook/C3D C3D-v1.0/examples/c3d_train_ucf101/conv3d_ucf101_train.prototxt, abridged
+    net = text_format.Parse(
+        """
+        layers { name: "data" type: VIDEO_DATA top: "data" top: "label"
+                 image_data_param { use_image: true new_length: 16 show_data: 0 sampling_rate: 2 } }
+        layers { name: "conv1a" type: CONVOLUTION3D bottom: "data" top: "conv1a"
+                 convolution_param { num_output: 64 kernel_size: 3 kernel_depth: 3 pad: 1 temporal_pad: 1 } }
+        layers { name: "pool1" type: POOLING3D bottom: "conv1a" top: "pool1"
+                 pooling_param { pool: MAX kernel_size: 2 kernel_depth: 1 stride: 2 temporal_stride: 1 } }
+        layers { name: "up" type: DECONVOLUTION3D bottom: "pool1" top: "up" convolution_param { num_output: 2 } }
+        """,
+        caffe_pb2.NetParameter(),
+    )
+    V1 = caffe_pb2.V1LayerParameter
+    assert [layer.type for layer in net.layers] == [V1.VIDEO_DATA, V1.CONVOLUTION3D, V1.POOLING3D, V1.DECONVOLUTION3D]
+    assert net.layers[0].image_data_param.new_length == 16 and net.layers[0].image_data_param.sampling_rate == 2
+    assert net.layers[1].convolution_param.kernel_depth == 3 and net.layers[2].pooling_param.kernel_depth == 1
     again = caffe_pb2.NetParameter.FromString(net.SerializeToString())
     assert again == net
 
