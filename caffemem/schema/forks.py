@@ -150,6 +150,8 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     # LossParameter: SegNet class balancing.
     _f("LossParameter", "weight_by_label_freqs", 1003, SEGNET, 3, "LossParameter.normalization"),
     _f("LossParameter", "class_weighting", 4, SEGNET),
+    # DropoutParameter: caffe-fast-rcnn (py-faster-rcnn's ZF/VGG_CNN_M nets write scale_train: false).
+    _f("DropoutParameter", "scale_train", 2, FRCNN),
     # PoolingParameter
     _f("PoolingParameter", "ceil_mode", 1013, OPENCV, 13,
        "PoolingParameter.round_mode (BVLC PR #3057 also used 13)"),
