@@ -23,6 +23,10 @@ class ShapeQuery:
     bottoms: tuple[Shape, ...]
     phase: str
     inputs: Mapping[str, Shape]  # --input NAME=shape given by the user
+    # The types of every layer in the net: a Python layer's code can depend on the
+    # project it comes from (R-FCN's copies of py-faster-rcnn's layers are told apart
+    # by the PSROIPooling beside them, see pylayers.py).
+    net_types: frozenset[str] = frozenset()
 
     @property
     def proto(self):  # caffe_pb2.LayerParameter

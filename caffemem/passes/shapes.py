@@ -40,6 +40,7 @@ def infer_shapes(
     notes: list[str] = []
     data_tops: set[str] = set()
     time_major = _time_major_blobs(graph, specs) if batch is not None else set()
+    net_types = frozenset(layer.type for layer in graph.layers)
 
     for layer in graph.layers:
         spec = _spec_for(layer, specs, graph.source)
@@ -54,7 +55,7 @@ def infer_shapes(
         if overflow is not None:
             field, value = overflow
             raise CaffememError(f"{field}: {value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {int32_wrapped(value)})", _where(layer, graph.source))
-        query = ShapeQuery(layer, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs)
+        query = ShapeQuery(layer, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs, net_types)
         try:
             result = spec.shape(query)
         except NeedsInput as need:
