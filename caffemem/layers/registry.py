@@ -95,6 +95,11 @@ class LayerSpec:
     # hidden inputs), given the LayerParameter and the bottom count: their batch is axis 1,
     # which --batch and fit scale when a data layer feeds them.
     time_major_bottoms: "Callable[[Any, int], tuple[int, ...]] | None" = None
+    # How to restate the parameters when --batch moves the batch on top axis ``axis``:
+    # (LayerParameter, bottom rank, axis, new batch) -> the new LayerParameter, or None
+    # when the parameters do not spell that axis out (it follows the bottom).  Reshape,
+    # whose shape spells out T x N for the frames of a recurrent net, has one.
+    rebatch: Callable[[Any, int, int, int], Any] | None = None
     # What the memory-multiloading fork declares this type shares between top i and
     # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
     # top's data with bottom 0.
