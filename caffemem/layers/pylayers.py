@@ -259,6 +259,35 @@ def known_shapes(q: ShapeQuery) -> LayerShapes | None:
     return LayerShapes(tops=tuple(with_batch(q.inputs[top], shape) if top in q.inputs else shape for top, shape in zip(q.layer.tops, shapes)))
 
 
+# How --batch meets a known layer whose code fixes its tops: "images" for the layers that
+# read one image a batch (py-faster-rcnn's code asserts 'Only single item batches are
+# supported', FCN's reshape() gives (1, ...)), "fixed" for those whose tops are counts of
+# anchors, boxes or RoIs set by the config; LRCN's clips follow the batch (videos).
+FIXED_TOPS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("roi_data_layer.layer", "RoIDataLayer"): ("py-faster-rcnn's RoIDataLayer reads cfg.TRAIN.IMS_PER_BATCH images, not --batch", True),
+    **{
+        key: ("its tops are counts of anchors, proposals or RoIs its config sets, not a batch", False)
+        for key in (("rpn.anchor_target_layer", "AnchorTargetLayer"), ("rpn.proposal_layer", "ProposalLayer"), ("rpn.proposal_target_layer", "ProposalTargetLayer"))
+    },
+    **{
+        (module, name): (f"FCN's {name} loads one image a batch", True)
+        for module, name in (
+            ("voc_layers", "VOCSegDataLayer"),
+            ("voc_layers", "SBDDSegDataLayer"),
+            ("pascalcontext_layers", "PASCALContextSegDataLayer"),
+            ("siftflow_layers", "SIFTFlowSegDataLayer"),
+            ("nyud_layers", "NYUDSegDataLayer"),
+        )
+    },
+}
+
+
+def fixed_tops(python_param) -> tuple[str, bool] | None:
+    """Why --batch leaves a known layer's tops as they are, and whether they are the images
+    of the batch (then another batch is refused), or None (they follow the batch)."""
+    return FIXED_TOPS.get((python_param.module, python_param.layer))
+
+
 def known_note(python_param) -> str | None:
     """How a well-known Python layer's tops were sized (for the report), or None."""
     known = KNOWN.get((python_param.module, python_param.layer))

@@ -100,6 +100,11 @@ class LayerSpec:
     # when the parameters do not spell that axis out (it follows the bottom).  Reshape,
     # whose shape spells out T x N for the frames of a recurrent net, has one.
     rebatch: Callable[[Any, int, int, int], Any] | None = None
+    # A data layer whose code fixes its tops whatever the batch: (LayerParameter) -> (why,
+    # whether its first top is the batch's images), or None.  --batch leaves such tops as
+    # they are, and is refused when it differs from the images the layer reads (Python
+    # layers that allow one image a batch, see pylayers.py).
+    fixed_tops: Callable[[Any], tuple[str, bool] | None] | None = None
     # What the memory-multiloading fork declares this type shares between top i and
     # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
     # top's data with bottom 0.

@@ -73,7 +73,10 @@ def infer_shapes(
         except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
         result = _with_stored_params(layer, result, stored_params, notes, graph.source)
-        if batch is not None and spec.is_data:
+        fixed = spec.fixed_tops(layer.proto) if batch is not None and spec.is_data and spec.fixed_tops is not None else None
+        if fixed is not None:
+            _check_fixed_batch(layer, result, fixed, batch, graph.source)  # type: ignore[arg-type]
+        elif batch is not None and spec.is_data:
             result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
         _check_result(layer, result, graph.source)
         _check_in_place(layer, query.bottoms, result, graph.source)
@@ -96,6 +99,15 @@ def _time_major_blobs(graph: Graph, specs: SpecTable) -> set[str]:
         if spec is not None and spec.time_major_bottoms is not None:
             blobs.update(layer.bottoms[i] for i in spec.time_major_bottoms(layer.proto, len(layer.bottoms)))
     return blobs
+
+
+def _check_fixed_batch(layer: Layer, result: LayerShapes, fixed: tuple[str, bool], batch: int, file: str) -> None:
+    """A layer whose code fixes its tops keeps them under --batch; one that reads the
+    batch's images refuses another number of images (fit then stops below it)."""
+    why, images = fixed
+    held = result.tops[0][0] if images and result.tops and result.tops[0] else None
+    if held is not None and held != batch:
+        raise CaffememError(f"--batch {batch}: {why}, so this net runs {held} image(s) a batch whatever --batch says", _where(layer, file))
 
 
 def _with_batch(shape: Shape, batch: int, axis: int, per_sample: int = 1) -> Shape:

@@ -237,3 +237,25 @@ def test_zf_end2end_train_is_planned_safely():
     for phase in result.phases:
         assert verify_plan(phase.schedule, phase.plan_data) == []
         assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
+
+
+# --- --batch on nets whose Python code fixes the batch -----------------------------------
+
+
+def test_batch_leaves_the_rpn_counts_and_refuses_more_images():
+    # proposal_layer.py / proposal_target_layer.py assert 'Only single item batches are
+    # supported'; the proposals and RoIs are counts the config sets, not a batch.
+    net = caffemem.analyze(str(ZF), inputs={"data": (3, 600, 1000)}, batch=1).nets[0]
+    assert (net.blobs["data"], net.blobs["rpn_rois"], net.blobs["rois"], net.blobs["rpn_labels"]) == ((1, 3, 600, 1000), (2000, 5), (128, 5), (1, 1, 351, 64))
+    with pytest.raises(caffemem.CaffememError, match=r"--batch 2: py-faster-rcnn's RoIDataLayer reads cfg.TRAIN.IMS_PER_BATCH images, not --batch, so this net runs 1 image\(s\) a batch"):
+        caffemem.analyze(str(ZF), inputs={"data": (3, 600, 1000)}, batch=2)
+
+
+def test_fit_stops_at_the_one_image_the_code_allows(tmp_path):
+    from caffemem.api.fit import FitRequest, fit
+
+    path = tmp_path / "voc.prototxt"
+    path.write_text(VOC)
+    result = fit(str(path), Options(phase="TRAIN", inputs={"data": (3, 64, 48)}), FitRequest(gpu_memory=1 << 30, reserve=0))
+    assert result.search.batch == 1
+    assert "FCN's SBDDSegDataLayer loads one image a batch" in (result.following.error or "")
