@@ -114,3 +114,15 @@ def test_fit_finds_the_videos_per_batch_of_lrcn():
     budget = (per_batch[10] + per_batch[11]) // 2
     result = fit(str(LRCN), Options(phase="TRAIN"), FitRequest(gpu_memory=budget, reserve=0))
     assert result.search.batch == 10
+
+
+def test_optimize_plans_the_frames_net_at_another_batch(tmp_path):
+    from caffemem.api.optimize import OptimizeSettings, optimize
+    from caffemem.plan.verify import verify_plan
+
+    path = net_file(tmp_path, (6, 3, 8, 8), "dim: 3 dim: 2 dim: 10")
+    result = optimize(path, Options(phase="TRAIN", batch=5), OptimizeSettings())
+    assert result.phases
+    for phase in result.phases:
+        assert phase.shaped.blob_shapes["data"] == (15, 3, 8, 8)
+        assert verify_plan(phase.schedule, phase.plan_data) == []
