@@ -126,3 +126,33 @@ def test_optimize_plans_the_frames_net_at_another_batch(tmp_path):
     for phase in result.phases:
         assert phase.shaped.blob_shapes["data"] == (15, 3, 8, 8)
         assert verify_plan(phase.schedule, phase.plan_data) == []
+
+
+@needs_shared
+def test_lrcn_deploy_net_frames_follow_the_batch():
+    # deploy_lstm.prototxt: input data 160 = 16 x 10 frames, Reshapes to 16 x 10 (x 4096).
+    net = caffemem.analyze(str(LRCN.with_name("deploy_lstm.prototxt")), batch=4).nets[0]
+    assert (net.blobs["data"], net.blobs["clip_markers"], net.blobs["lstm1"]) == ((64, 3, 227, 227), (64, 1, 1, 1), (16, 4, 256))
+
+
+@pytest.mark.parametrize(
+    ("reshape", "rank", "dims"),
+    [
+        ("shape { dim: 16 dim: 24 dim: 4096 }", 2, [16, 8, 4096]),  # top axis 1 is dims[1]
+        ("axis: 1 shape { dim: 24 dim: 4096 }", 2, [8, 4096]),  # top = bottom[:1] + dims: axis 1 is dims[0]
+        ("axis: -2 shape { dim: 24 dim: 4096 }", 2, [8, 4096]),  # -2 of a 2-D bottom is axis 1
+        ("shape { dim: 16 dim: -1 dim: 4096 }", 2, None),  # inferred: follows the bottom
+        ("shape { dim: 16 dim: 0 }", 2, None),  # copied from the bottom
+        ("axis: 2 shape { dim: 4 }", 3, None),  # axis 1 is the bottom's own
+    ],
+)
+def test_reshape_restates_the_dim_that_lands_on_the_batch_axis(reshape, rank, dims):
+    # reshape_layer.cpp: top = bottom[:axis] + shape.dim + bottom[axis + num_axes:].
+    from google.protobuf import text_format
+
+    from caffemem.layers import SpecTable
+    from caffemem.schema import caffe_pb2
+
+    proto = text_format.Parse(f'type: "Reshape" reshape_param {{ {reshape} }}', caffe_pb2.LayerParameter())
+    restated = SpecTable().get("Reshape").rebatch(proto, rank, 1, 8)
+    assert (None if restated is None else list(restated.reshape_param.shape.dim)) == dims
