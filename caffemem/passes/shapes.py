@@ -73,11 +73,12 @@ def infer_shapes(
         except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
         result = _with_stored_params(layer, result, stored_params, notes, graph.source)
-        fixed = spec.fixed_tops(layer.proto) if batch is not None and spec.is_data and spec.fixed_tops is not None else None
-        if fixed is not None:
-            _check_fixed_batch(layer, result, fixed, batch, graph.source)  # type: ignore[arg-type]
-        elif batch is not None and spec.is_data:
-            result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
+        if batch is not None and spec.is_data:
+            fixed = spec.fixed_tops(layer.proto) if spec.fixed_tops is not None else None
+            if fixed is not None:
+                _check_fixed_batch(layer, result, fixed, batch, graph.source)
+            else:
+                result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
         _check_result(layer, result, graph.source)
         _check_in_place(layer, query.bottoms, result, graph.source)
         for top, shape in zip(layer.tops, result.tops):
