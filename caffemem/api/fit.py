@@ -418,13 +418,14 @@ def _notes(analysis: Analysis, net: NetAnalysis, options: Options) -> tuple[str,
 def _rescaled_inputs_note(net: NetAnalysis, options: Options) -> tuple[str, ...]:
     """--batch sets the first axis of every data top, including those of layers whose code
     caffemem does not know (Python layers, declared ones): right for a batch axis, wrong
-    for a count of boxes or ROIs."""
+    for a count of boxes or ROIs.  Layers whose code is known to fix their tops keep them
+    (LayerSpec.fixed_tops) and are not listed."""
     specs = spec_table(options)
     opaque = [specs.get(layer.type) for layer in net.shaped.graph.layers]
     tops = [
         top
         for layer, spec in zip(net.shaped.graph.layers, opaque)
-        if spec is not None and spec.is_data and spec.opaque_tops
+        if spec is not None and spec.is_data and spec.opaque_tops and not (spec.fixed_tops and spec.fixed_tops(layer.proto))
         for top in layer.tops
     ]
     if not tops:

@@ -220,6 +220,23 @@ def _eltwise(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(first,))
 
 
+def _reshape_rebatch(proto, rank: int, axis: int, batch: int):
+    """reshape_layer.cpp builds the top from the bottom's axes before ``axis``, the
+    ``shape`` dims, then the bottom's axes after ``axis + num_axes``: top axis ``axis``
+    is spelled out when it falls among the dims and that dim is positive (0 copies the
+    bottom's, -1 is inferred: both follow the bottom).  The LayerParameter with that dim
+    set to ``batch``, or None."""
+    param = proto.reshape_param
+    start = param.axis if param.axis >= 0 else rank + param.axis + 1
+    index = axis - start
+    if not 0 <= index < len(param.shape.dim) or param.shape.dim[index] <= 0:
+        return None
+    restated = type(proto)()
+    restated.CopyFrom(proto)
+    restated.reshape_param.shape.dim[index] = batch
+    return restated
+
+
 @layer(
     "Reshape",
     "common",
@@ -229,6 +246,7 @@ def _eltwise(q: ShapeQuery) -> LayerShapes:
     memory=_alias_memory,
     gpu="none",
     fork_shares=("data", "diff"),
+    rebatch=lambda proto, rank, axis, batch: _reshape_rebatch(proto, rank, axis, batch),
 )
 def _reshape(q: ShapeQuery) -> LayerShapes:
     """Replaces bottom axes [axis, axis+num_axes) with ``shape``: 0 copies a bottom dim, one -1 is inferred."""

@@ -31,7 +31,7 @@ from caffemem.layers.access import (
     write,
 )
 from caffemem.layers.blob import int32, reshaped, with_batch
-from caffemem.layers.pylayers import known_note, known_shapes
+from caffemem.layers.pylayers import fixed_tops, known_note, known_shapes
 from caffemem.layers.registry import Arity, ShapeQuery, layer
 
 # A top's dimensions as far as the parameters tell: an int is known, a str names an
@@ -293,7 +293,7 @@ def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an HDF5Data layer's trailing dimensions are those of the datasets in its files")
 
 
-@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, opaque_tops=True, source="caffe master layers/python_layer.hpp", memory=_python_memory, gpu="none")
+@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, opaque_tops=True, source="caffe master layers/python_layer.hpp", memory=_python_memory, gpu="none", fixed_tops=lambda proto: fixed_tops(proto.python_param))
 def _python(q: ShapeQuery) -> LayerShapes:
     """A Python layer shapes its tops in Python code (its reshape()), which caffemem does not run."""
     known = known_shapes(q)  # py-faster-rcnn's layers and their like (pylayers.py)

@@ -23,6 +23,10 @@ class ShapeQuery:
     bottoms: tuple[Shape, ...]
     phase: str
     inputs: Mapping[str, Shape]  # --input NAME=shape given by the user
+    # The types of every layer in the net: a Python layer's code can depend on the
+    # project it comes from (R-FCN's copies of py-faster-rcnn's layers are told apart
+    # by the PSROIPooling beside them, see pylayers.py).
+    net_types: frozenset[str] = frozenset()
 
     @property
     def proto(self):  # caffe_pb2.LayerParameter
@@ -91,6 +95,16 @@ class LayerSpec:
     # hidden inputs), given the LayerParameter and the bottom count: their batch is axis 1,
     # which --batch and fit scale when a data layer feeds them.
     time_major_bottoms: "Callable[[Any, int], tuple[int, ...]] | None" = None
+    # How to restate the parameters when --batch moves the batch on top axis ``axis``:
+    # (LayerParameter, bottom rank, axis, new batch) -> the new LayerParameter, or None
+    # when the parameters do not spell that axis out (it follows the bottom).  Reshape,
+    # whose shape spells out T x N for the frames of a recurrent net, has one.
+    rebatch: Callable[[Any, int, int, int], Any] | None = None
+    # A data layer whose code fixes its tops whatever the batch: (LayerParameter) -> (why,
+    # whether its first top is the batch's images), or None.  --batch leaves such tops as
+    # they are, and is refused when it differs from the images the layer reads (Python
+    # layers that allow one image a batch, see pylayers.py).
+    fixed_tops: Callable[[Any], tuple[str, bool] | None] | None = None
     # What the memory-multiloading fork declares this type shares between top i and
     # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
     # top's data with bottom 0.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from caffemem.errors import CaffememError, Location, NeedsInput
 from caffemem.graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
@@ -32,7 +34,8 @@ def infer_shapes(
 ) -> ShapedGraph:
     """Shapes for a wired graph; raises CaffememError naming the layer at fault.
 
-    ``batch`` replaces the first axis of every data layer's tops (``--batch``)."""
+    ``batch`` replaces the batch of every data layer's tops (``--batch``): their first
+    axis, or where a recurrent net puts it (see :func:`batch_axes`)."""
     inputs = dict(inputs or {})
     blob_shapes: dict[str, Shape] = {}
     layer_shapes: list[LayerShapes] = []
@@ -40,9 +43,11 @@ def infer_shapes(
     unknown: set[str] = set()
     notes: list[str] = []
     data_tops: set[str] = set()
-    time_major = _time_major_blobs(graph, specs) if batch is not None else set()
+    axes = batch_axes(graph, specs, inputs, stored_params, batch) if batch is not None else BatchAxes()
+    notes.extend(axes.notes)
+    net_types = frozenset(layer.type for layer in graph.layers)
 
-    for layer in graph.layers:
+    for position, layer in enumerate(graph.layers):
         spec = _spec_for(layer, specs, graph.source)
         _check_counts(layer, spec, graph.source)
         if spec.is_data:
@@ -55,7 +60,8 @@ def infer_shapes(
         if overflow is not None:
             field, value = overflow
             raise CaffememError(f"{field}: {value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {int32_wrapped(value)})", _where(layer, graph.source))
-        query = ShapeQuery(layer, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs)
+        asked = replace(layer, proto=axes.restated[position]) if position in axes.restated else layer
+        query = ShapeQuery(asked, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs, net_types)
         try:
             result = spec.shape(query)
         except NeedsInput as need:
@@ -69,7 +75,11 @@ def infer_shapes(
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
         result = _with_stored_params(layer, result, stored_params, notes, graph.source)
         if batch is not None and spec.is_data:
-            result = LayerShapes(tuple(_with_batch(s, batch, 1 if top in time_major and len(s) >= 2 else 0) for top, s in zip(layer.tops, result.tops)), result.params)
+            fixed = spec.fixed_tops(layer.proto) if spec.fixed_tops is not None else None
+            if fixed is not None:
+                _check_fixed_batch(layer, result, fixed, batch, graph.source)
+            else:
+                result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
         _check_result(layer, result, graph.source)
         _check_in_place(layer, query.bottoms, result, graph.source)
         for top, shape in zip(layer.tops, result.tops):
@@ -93,9 +103,114 @@ def _time_major_blobs(graph: Graph, specs: SpecTable) -> set[str]:
     return blobs
 
 
-def _with_batch(shape: Shape, batch: int, axis: int) -> Shape:
-    """``shape`` with its batch axis set to ``batch`` (a scalar top stays as it is)."""
-    return shape[:axis] + (batch,) + shape[axis + 1 :] if len(shape) > axis else shape
+def _check_fixed_batch(layer: Layer, result: LayerShapes, fixed: tuple[str, bool], batch: int, file: str) -> None:
+    """A layer whose code fixes its tops keeps them under --batch; one that reads the
+    batch's images refuses another number of images (fit then stops below it)."""
+    why, images = fixed
+    held = result.tops[0][0] if images and result.tops and result.tops[0] else None
+    if held is not None and held != batch:
+        raise CaffememError(f"--batch {batch}: {why}, so this net runs {held} image(s) a batch whatever --batch says", _where(layer, file))
+
+
+def _with_batch(shape: Shape, batch: int, axis: int, per_sample: int = 1) -> Shape:
+    """``shape`` with its batch axis set to ``per_sample`` x ``batch`` (a scalar top stays
+    as it is)."""
+    return shape[:axis] + (per_sample * batch,) + shape[axis + 1 :] if len(shape) > axis else shape
+
+
+@dataclass(frozen=True)
+class BatchAxes:
+    """Where ``--batch`` puts the batch, read off the net at the file's own batch."""
+
+    # data top -> (axis, items per sample): (1, 1) time-major T x N x ..., (0, T) frames
+    # laid out T x N on axis 0; tops not listed: (0, 1), the batch on axis 0.
+    data: dict[str, tuple[int, int]] = field(default_factory=dict)
+    restated: dict[int, Any] = field(default_factory=dict)  # layer position -> LayerParameter for the batch
+    notes: tuple[str, ...] = ()
+
+
+def batch_axes(graph: Graph, specs: SpecTable, inputs: Mapping[str, Shape], stored_params, batch: int) -> BatchAxes:
+    """A recurrent layer reads its inputs T x N x ... (recurrent_layer.cpp), and LRCN-style
+    nets feed it frames computed T x N on axis 0 then reshaped to T x N x ... (e.g. LisaAnne/
+    lisa-caffe-public examples/LRCN_activity_recognition/train_test_lstm_RGB.prototxt:
+    384 frames, Reshape to 16 x 24 x 4096).  From the shapes at the file's batch, each
+    recurrent input (and each Reshape to the same T x N from T x N rows) tells T and N; the
+    data tops it is computed from then hold N (batch on axis 0), T x N (frames: T x batch
+    on axis 0) or start T, N (batch on axis 1); a Reshape that spells N out is restated.
+    A data top that fits none of these cannot be rescaled: the error says what to pass."""
+    time_major = _time_major_blobs(graph, specs)
+    if not time_major:
+        return BatchAxes()
+    shapes = infer_shapes(graph, specs, inputs, stored_params).blob_shapes
+    in_order = [top for layer in graph.layers for top in layer.tops]
+    sequences = {blob: shapes[blob][:2] for blob in dict.fromkeys(in_order) if blob in time_major and len(shapes[blob]) >= 2}
+    pairs = set(sequences.values())
+    rebatched = [(i, layer, specs.get(layer.type)) for i, layer in enumerate(graph.layers) if getattr(specs.get(layer.type), "rebatch", None) and layer.bottoms and layer.tops]
+    for _, layer, _ in rebatched:
+        top, bottom = shapes[layer.tops[0]], shapes[layer.bottoms[0]]
+        if top[:2] in pairs and bottom and bottom[0] == top[0] * top[1]:
+            sequences.setdefault(layer.tops[0], top[:2])
+    producers: dict[str, list[Layer]] = {}
+    for layer in graph.layers:
+        for top in layer.tops:
+            producers.setdefault(top, []).append(layer)
+    data: dict[str, tuple[int, int]] = {}
+    for blob, (steps, streams) in sequences.items():
+        for top, source in _data_ancestors(blob, producers, specs):
+            where = _batch_axis(shapes[top], steps, streams, top in time_major)
+            if where is None or data.setdefault(top, where) != where:
+                raise CaffememError(
+                    f"--batch {batch}: cannot tell where the batch is in '{top}' {list(shapes[top])}: the recurrent input '{blob}' {list(shapes[blob])} "
+                    f"is T={steps} time steps x N={streams} sequences, and '{top}' starts with neither N, T x N (frames) nor T, N; "
+                    f"leave out --batch and give the shapes of the batch you want with --input {top}=... (and the file's Reshape dims to match)",
+                    _where(source, graph.source),
+                )
+    restated = {}
+    for position, layer, spec in rebatched:
+        if layer.tops[0] in sequences:
+            proto = spec.rebatch(layer.proto, len(shapes[layer.bottoms[0]]), 1, batch)
+            if proto is not None:
+                restated[position] = proto
+    frames = {top: data[top][1] for top in dict.fromkeys(in_order) if data.get(top, (1, 1))[0] == 0 and data[top][1] > 1}
+    notes = ()
+    if frames:
+        spelled = ", ".join(f"'{graph.layers[p].name}'" for p in restated)
+        steps = "/".join(str(t) for t in sorted(set(frames.values())))
+        notes = (
+            f"--batch {batch}: {', '.join(repr(t) for t in frames)} hold T x N frames on axis 0 (T = {steps} time steps, read off the recurrent "
+            f"input's T x N shape), so N = {batch} makes them T x {batch}" + (f"; Reshape {spelled} restated for N = {batch}" if restated else ""),
+        )
+    return BatchAxes(data, restated, notes)
+
+
+def _batch_axis(shape: Shape, steps: int, streams: int, time_major: bool) -> tuple[int, int] | None:
+    """Where a data top computed into a T x N recurrent input keeps its batch, or None."""
+    if time_major or (len(shape) >= 2 and shape[1] == streams and shape[0] in (1, steps)):
+        return (1, 1)
+    if shape and shape[0] == steps * streams and steps > 1:
+        return (0, steps)
+    if shape and shape[0] == streams:
+        return (0, 1)
+    return None
+
+
+def _data_ancestors(blob: str, producers: Mapping[str, list[Layer]], specs: SpecTable) -> list[tuple[str, Layer]]:
+    """The data tops ``blob`` is computed from, with the layer giving each."""
+    found: list[tuple[str, Layer]] = []
+    seen: set[str] = set()
+    stack = [blob]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for layer in producers.get(name, ()):
+            spec = specs.get(layer.type)
+            if spec is not None and spec.is_data:
+                found.append((name, layer))
+            else:
+                stack.extend(layer.bottoms)
+    return found
 
 
 def _where(layer: Layer, file: str) -> Location:
