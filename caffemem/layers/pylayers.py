@@ -27,7 +27,8 @@ PythonRule = Callable[[ShapeQuery, dict], tuple[Shape, ...]]
 
 # py-faster-rcnn's config (fast_rcnn/config.py, faster_rcnn_end2end.yml).
 IMS_PER_BATCH = 1  # end2end training: one image per batch
-ROIS_PER_IMAGE = 128  # cfg.TRAIN.BATCH_SIZE: RoIs sampled per image
+FAST_RCNN_IMS_PER_BATCH = 2  # config.py's default, which Fast R-CNN training keeps
+ROIS_PER_IMAGE = 128  # cfg.TRAIN.BATCH_SIZE: RoIs sampled per batch (per image when IMS_PER_BATCH is 1)
 POST_NMS_TOP_N = {"TRAIN": 2000, "TEST": 300}  # cfg.{TRAIN,TEST}.RPN_POST_NMS_TOP_N: at most
 ANCHOR_RATIOS = 3  # generate_anchors: ratios [0.5, 1, 2]
 ANCHOR_SCALES = 3  # 2 ** arange(3, 6), unless param_str gives 'scales'
@@ -49,13 +50,35 @@ def param_dict(q: ShapeQuery) -> dict:
 
 def _roi_data(q: ShapeQuery, params: dict) -> tuple[Shape, ...]:
     """roi_data_layer/layer.py: data (IMS_PER_BATCH, 3, H, W) — the image size, which only
-    the user knows (--input data=...); im_info (1, 3); gt_boxes (boxes, 5)."""
+    the user knows (--input data=...); then, with an RPN (cfg.TRAIN.HAS_RPN), im_info
+    (1, 3) and gt_boxes (boxes, 5), else Fast R-CNN's sampled RoIs (_fast_rcnn_tops)."""
     data = q.layer.tops[0]
     given = q.inputs.get(data)
     if given is None:
         raise q.fail(f"the image size is what the file cannot tell: pass --input {data}=3,600,1000 (C,H,W of the scaled image; py-faster-rcnn scales to 600x1000 at most)")
+    if _fast_rcnn_layout(q.layer.tops):
+        return (with_batch(given, (FAST_RCNN_IMS_PER_BATCH, 3, "H", "W")),) + _fast_rcnn_tops(q, params)[: len(q.layer.tops) - 1]
     tops: list[Shape] = [with_batch(given, (IMS_PER_BATCH, 3, "H", "W")), (1, 3), (GT_BOXES, 5)]
     return tuple(tops[: len(q.layer.tops)]) + tuple((1,) for _ in q.layer.tops[3:])  # im_inds of later forks
+
+
+def _fast_rcnn_layout(tops: tuple[str, ...]) -> bool:
+    """The layer maps its tops by position, in the order setup() gives them: with
+    cfg.TRAIN.HAS_RPN data, im_info, gt_boxes; without (Fast R-CNN) data, rois, labels
+    and, with cfg.TRAIN.BBOX_REG, bbox_targets, bbox_inside_weights,
+    bbox_outside_weights.  The net shows which it was written for: six tops, or a
+    second top named 'rois'."""
+    return len(tops) == 6 or (len(tops) >= 2 and tops[1] == "rois")
+
+
+def _fast_rcnn_tops(q: ShapeQuery, params: dict) -> tuple[Shape, ...]:
+    """roi_data_layer/minibatch.py without an RPN: BATCH_SIZE / IMS_PER_BATCH RoIs sampled
+    per image, so at most ROIS_PER_IMAGE (128) in all: rois (128, 5), labels (128,), and
+    bbox_targets and both weights (128, 4 * num_classes)."""
+    classes = params.get("num_classes")
+    q.check(isinstance(classes, int) and classes > 0, "RoIDataLayer without an RPN needs 'num_classes' in param_str")
+    targets = (ROIS_PER_IMAGE, 4 * classes)
+    return ((ROIS_PER_IMAGE, 5), (ROIS_PER_IMAGE,), targets, targets, targets)
 
 
 def _anchors(params: dict) -> int:
@@ -90,7 +113,7 @@ def _proposal_target(q: ShapeQuery, params: dict) -> tuple[Shape, ...]:
 
 # (python_param.module, python_param.layer) -> rule; the note says which figures are bounds.
 KNOWN: dict[tuple[str, str], tuple[PythonRule, str]] = {
-    ("roi_data_layer.layer", "RoIDataLayer"): (_roi_data, "py-faster-rcnn's RoIDataLayer: gt_boxes counted for one box"),
+    ("roi_data_layer.layer", "RoIDataLayer"): (_roi_data, "py-faster-rcnn's RoIDataLayer: gt_boxes counted for one box; without an RPN 128 RoIs, the most a batch samples"),
     ("rpn.anchor_target_layer", "AnchorTargetLayer"): (_anchor_target, "py-faster-rcnn's AnchorTargetLayer: 9 anchors unless param_str gives 'scales'"),
     ("rpn.proposal_layer", "ProposalLayer"): (_proposal, "py-faster-rcnn's ProposalLayer: RPN_POST_NMS_TOP_N rois, the most a run holds"),
     ("rpn.proposal_target_layer", "ProposalTargetLayer"): (_proposal_target, "py-faster-rcnn's ProposalTargetLayer: 128 sampled RoIs (cfg.TRAIN.BATCH_SIZE)"),
