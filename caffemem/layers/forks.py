@@ -6,7 +6,7 @@ The nets of the corpus that need a fork use these types outside BVLC master:
 - alexgkendall/caffe-segnet (SegNet): ``BN`` (its own variant), ``DenseImageData``;
 - facebook/C3D C3D-v1.1: ``VideoData`` (its own variant, 5-D);
 - weiliu89/caffe ssd: ``AnnotatedData``, ``Normalize``, ``Permute``, ``PriorBox``,
-  ``DetectionOutput``, ``MultiBoxLoss``;
+  ``DetectionOutput``, ``DetectionEvaluate``, ``MultiBoxLoss``;
 - rbgirshick/caffe-fast-rcnn (py-faster-rcnn): ``SmoothL1Loss``;
 - hujie-frank/SENet: ``Axpy``;
 - s9xie/hed: ``ImageLabelmapData``.
@@ -39,6 +39,7 @@ from caffemem.layers.blob import (
     float32,
     format_shape,
     int32,
+    int32_wrapped,
     legacy4,
     legacy_dim,
     reshaped,
@@ -584,6 +585,40 @@ def _detection_output(q: ShapeQuery) -> LayerShapes:
         per_image = min(per_image, param.keep_top_k)
     images = legacy_dim(q, q.bottoms[0], 0)
     return LayerShapes(tops=(reshaped(q, (1, 1, images * max(per_image, 1), DETECTION_FIELDS)),))
+
+
+# DetectionEvaluate rows: [image_id, label, confidence, true_pos, false_pos].
+EVALUATION_FIELDS = 5
+
+
+def _detection_evaluate_memory(q: MemoryQuery) -> LayerMemory:
+    """detection_evaluate_layer.cpp: Reshape (so SetUp too) reads the detections'
+    cpu_data to count the valid ones; Forward_cpu (there is no GPU version) reads the
+    detections and the ground truth and writes the top; Backward is NOT_IMPLEMENTED."""
+    return LayerMemory(setup=(read(q.bottom(0)),), forward=_reads(q.bottom(0), q.bottom(1)) + (write(q.top(0)),))
+
+
+@layer("DetectionEvaluate", "forks", bottoms=TWO, tops=ONE, source=SSD + "detection_evaluate_layer.cpp", memory=_detection_evaluate_memory)
+def _detection_evaluate(q: ShapeQuery) -> LayerShapes:
+    """[1, 1, positive classes + valid detections, 5], an upper bound.
+
+    Reshape counts the detection rows whose label is not -1 (the "no detection" rows), a
+    data-dependent count; caffemem counts every row of the detections (DetectionOutput's
+    bound), so the top is the most Forward can need.  The positive classes are
+    num_classes, less one unless background_label_id is -1.
+    """
+    param = q.proto.detection_evaluate_param
+    q.check(param.HasField("num_classes"), "Must provide num_classes.")
+    q.check(param.overlap_threshold > 0, "overlap_threshold must be non negative.")
+    detections, truth = q.bottoms
+    for name, shape, width in (("detections", detections, DETECTION_FIELDS), ("ground truth", truth, BBOX_LABEL_FIELDS)):
+        q.check(
+            (legacy_dim(q, shape, 0), legacy_dim(q, shape, 1), legacy_dim(q, shape, 3)) == (1, 1, width),
+            f"the {name} must be [1, 1, rows, {width}], got {format_shape(shape)}",
+        )
+    classes = int32(param.num_classes)
+    positive = classes if int32_wrapped(param.background_label_id) == -1 else classes - 1  # an int member
+    return LayerShapes(tops=((1, 1, positive + legacy_dim(q, detections, 2), EVALUATION_FIELDS),))
 
 
 def _multibox_location(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId, elements: int) -> tuple[tuple[Action, ...], ...]:
