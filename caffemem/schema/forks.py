@@ -150,6 +150,9 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     # LossParameter: SegNet class balancing.
     _f("LossParameter", "weight_by_label_freqs", 1003, SEGNET, 3, "LossParameter.normalization"),
     _f("LossParameter", "class_weighting", 4, SEGNET),
+    # DropoutParameter: SegNet's Bayesian (Monte Carlo) dropout at TEST.
+    _f("DropoutParameter", "sample_weights_test", 1002, SEGNET, 2,
+       "DropoutParameter.scale_train (rbgirshick/caffe-fast-rcnn@faster-rcnn)"),
     # PoolingParameter
     _f("PoolingParameter", "ceil_mode", 1013, OPENCV, 13,
        "PoolingParameter.round_mode (BVLC PR #3057 also used 13)"),
