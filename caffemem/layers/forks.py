@@ -77,6 +77,9 @@ PRIOR_CHANNELS = 2
 DETECTION_FIELDS = 7
 # AnnotatedData BBOX label rows: [item_id, group_label, instance_id, xmin, ymin, xmax, ymax, diff].
 BBOX_LABEL_FIELDS = 8
+# eric612/MobileNet-YOLO's YOLO label (yolo_data_type 1): 300 rows of [label, x, y, w, h] an image.
+YOLO_LABEL_ROWS = 300
+YOLO_LABEL_FIELDS = 5
 # yjxiong ReadSegmentFlowToDatum stacks an x and a y flow image per frame.
 FLOW_CHANNELS = 2
 
@@ -380,11 +383,14 @@ def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
 
     The label is [1, 1, N, 8] with N the boxes of the batch (annotated datums) or [batch, 1, 1, 1]
-    (plain datums): both depend on the database, so it always comes from --input.
+    (plain datums): both depend on the database, so it comes from --input.  YOLO training
+    data of eric612/MobileNet-YOLO (``yolo_data_type: 1``, annotated_data_layer.cpp) has a
+    fixed box label instead: [batch, 1, 300, 5], for the box databases YOLO trains on.
     """
     batch = int32(q.proto.data_param.batch_size)
     data: Template = (batch, "C") + _ssd_image_size(q, batch)
-    label: Template = (1, 1, "N", BBOX_LABEL_FIELDS)
+    yolo = q.proto.annotated_data_param.yolo_data_type == 1
+    label: Template = (batch, 1, YOLO_LABEL_ROWS, YOLO_LABEL_FIELDS) if yolo else (1, 1, "N", BBOX_LABEL_FIELDS)
     return resolve_tops(
         q,
         [data, label],

@@ -34,6 +34,7 @@ C3D = "facebook/C3D@master:C3D-v1.1/src/caffe/proto/caffe.proto"
 OPENCV = "opencv/opencv:modules/dnn/src/caffe/opencv-caffe.proto"
 SHUFFLENET = "farmingyard/ShuffleNet@master:README.md"
 MOBILEYOLO = "eric612/MobileNet-YOLO@master"
+LRCN = "LisaAnne/lisa-caffe-public@lstm_video_deploy"
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -51,6 +52,7 @@ SOURCE_COMMITS: Dict[str, str] = {
     OPENCV: "036f7218fcc37e0801ced4006270a55f20610e0d",
     SHUFFLENET: "b9624442bd410bbd2aadc820122b138e63039d70",
     MOBILEYOLO: "69b4441cb3ec8d553fbdef788ad033e246f901bd",
+    LRCN: "49b8643ddef23a4f6120017968de30c45e693f59",
 }
 
 
@@ -150,6 +152,16 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     # LossParameter: SegNet class balancing.
     _f("LossParameter", "weight_by_label_freqs", 1003, SEGNET, 3, "LossParameter.normalization"),
     _f("LossParameter", "class_weighting", 4, SEGNET),
+    # TransformationParameter: LRCN's flow images (mirroring negates the x flow).
+    _f("TransformationParameter", "flow", 1006, LRCN, 6, "TransformationParameter.force_color"),
+    # AnnotatedDataParameter: eric612/MobileNet-YOLO's YOLO data options.
+    _f("AnnotatedDataParameter", "yolo_data_type", 4, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "yolo_data_jitter", 5, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "train_diffcult", 6, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "single_class", 7, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "seg_scales", 8, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "seg_resize_width", 9, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "seg_resize_height", 10, MOBILEYOLO),
     # DropoutParameter: SegNet's Bayesian (Monte Carlo) dropout at TEST.
     _f("DropoutParameter", "sample_weights_test", 1002, SEGNET, 2,
        "DropoutParameter.scale_train (rbgirshick/caffe-fast-rcnn@faster-rcnn)"),
