@@ -127,6 +127,7 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "box_annotator_ohem_param", 10000, RFCN),
     _f("LayerParameter", "psroi_pooling_param", 10001, RFCN),
     _f("LayerParameter", "shuffle_channel_param", 164, SHUFFLENET),
+    _f("LayerParameter", "yolov3_detection_output_param", 602, MOBILEYOLO),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
@@ -209,6 +210,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "PSROIPoolingParameter": RFCN,
     "BoxAnnotatorOHEMParameter": RFCN,
     "ShuffleChannelParameter": SHUFFLENET,
+    "Yolov3DetectionOutputParameter": MOBILEYOLO,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 

@@ -229,3 +229,54 @@ def test_optimize_plans_a_mobilenet_shufflenet_block(tmp_path):
     runner = CliRunner()
     assert runner.invoke(main, ["optimize", str(path), "--phase", "TRAIN", "--plan-json", str(plan)]).exit_code == 0
     assert runner.invoke(main, ["verify", str(path), str(plan)]).exit_code == 0
+
+
+# --- Yolov3DetectionOutput (eric612/MobileNet-YOLO yolov3_detection_output_layer.cpp) ------
+
+YOLO_OUT = 'type: "Yolov3DetectionOutput" bottom: "c19" bottom: "c20" top: "det" yolov3_detection_output_param {{ num_classes: 20 anchors_scale: 32 anchors_scale: 16 mask_group_num: 2 {extra} }}'
+
+
+def test_yolov3_detection_output_bound_is_every_candidate(shape_of):
+    # As models/yolov3/mobilenet_yolov3_lite_deploy.prototxt at 320x320: conv19 (1, 75, 10, 10),
+    # conv20 (1, 75, 20, 20); num_box 3, 20 classes: (100 + 400) x 3 x 20 = 30000 rows of 7.
+    assert shape_of(YOLO_OUT.format(extra=""), (1, 75, 10, 10), (1, 75, 20, 20)).tops == ((1, 1, 30000, 7),)
+
+
+def test_yolov3_detection_output_checks_num_classes_and_bottoms(shape_of):
+    # LayerSetUp: CHECK(has_num_classes()); CHECK_EQ(bottom.size(), mask_group_num_).
+    with pytest.raises(CaffememError, match="num_classes"):
+        shape_of('type: "Yolov3DetectionOutput" bottom: "a" yolov3_detection_output_param { mask_group_num: 1 }', (1, 75, 2, 2))
+    with pytest.raises(CaffememError, match="mask_group_num"):
+        shape_of(YOLO_OUT.format(extra="").replace("mask_group_num: 2", "mask_group_num: 3"), (1, 75, 10, 10), (1, 75, 20, 20))
+
+
+def test_yolov3_detection_output_memory(memory_of):
+    # SetUp: the top's shape buffer, 16.  Forward: swap_ like c19 (1,75,2,2): shape buffer 16
+    # and 300*4 = 1,200 bytes, regrown like c20 (1,75,4,4): 1200*4 = 4,800 bytes, the first
+    # 1,200 freed (net 4,800); the top (1,1,(4+16)*3*2,7) = (1,1,120,7): 3,360.  No Backward.
+    body = 'layer { name: "l" ' + YOLO_OUT.format(extra="num_box: 3").replace("num_classes: 20", "num_classes: 2") + " }"
+    layer = memory_of(body, {"c19": (1, 75, 2, 2), "c20": (1, 75, 4, 4)}, phase="TEST", force_backward=False)["l"]
+    assert (layer.init, layer.fwd_alloc, layer.bwd_alloc) == (16, 16 + 4800 + 3360, 0)
+
+
+YOLO_NET = """
+layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 32 dim: 32 } } }
+layer { name: "c1" type: "Convolution" bottom: "data" top: "c1" convolution_param { num_output: 8 kernel_size: 3 stride: 2 pad: 1 } }
+layer { name: "relu1" type: "ReLU6" bottom: "c1" top: "c1" }
+layer { name: "c19" type: "Convolution" bottom: "c1" top: "c19" convolution_param { num_output: 21 kernel_size: 1 stride: 2 } }
+layer { name: "c20" type: "Convolution" bottom: "c1" top: "c20" convolution_param { num_output: 21 kernel_size: 1 } }
+layer { name: "det" type: "Yolov3DetectionOutput" bottom: "c19" bottom: "c20" top: "det"
+  yolov3_detection_output_param { num_classes: 2 anchors_scale: 32 anchors_scale: 16 mask_group_num: 2 } }
+"""
+
+
+def test_optimize_plans_a_yolov3_head(tmp_path):
+    path = tmp_path / "yolo.prototxt"
+    path.write_text(YOLO_NET)
+    result = optimize(str(path), Options(phase="TEST"), OptimizeSettings())
+    assert result.phases
+    for phase in result.phases:
+        assert verify_plan(phase.schedule, phase.plan_data) == []
+        assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
+    # c19 (1,21,8,8), c20 (1,21,16,16): (64 + 256) x 3 x 2 = 1920 rows of 7 floats
+    assert result.phases[0].stock.layers[-1].fwd_alloc >= 1920 * 7 * 4
