@@ -20,6 +20,9 @@ first with no options.  A file is
   ``--input``) and the rerun with just the manifest's ``--input`` options exits 0;
 * ``FAIL`` otherwise, with caffemem's message (or the traceback's last line).
 
+A passing file shows the total caffemem gives (``--json``: the net's ``total_bytes``, or a
+solver's whole training process), so a figure that is plainly wrong stands out.
+
 Prints a Markdown table and the score "N of M", and writes it to RESULTS.md (or
 ``--results``).  Nothing here knows which file should pass: the figures come from the
 runs.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import shlex
@@ -64,6 +68,7 @@ class Run:
     code: int
     message: str  # the error caffemem printed, or the last line of a traceback; "" on success
     crashed: bool  # a Python traceback instead of caffemem's own message
+    total_bytes: int | None = None  # what a passing run reports
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class Outcome:
     status: str  # OK, OK+input or FAIL
     options: tuple[str, ...]  # what the passing (or last) run was given
     message: str  # why it failed (empty when it passed)
+    total_bytes: int | None = None
 
 
 def read_manifest(path: Path) -> list[Entry]:
@@ -112,14 +118,25 @@ def analyze(entry: Entry, root: Path, options: tuple[str, ...], python: str, tim
     tree's caffemem."""
     cwd = root / entry.repo.replace("/", "+")
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="100")
-    command = [python, "-m", "caffemem", "analyze", entry.path, "--top", "0", *options]
+    command = [python, "-m", "caffemem", "analyze", entry.path, "--json", *options]
     try:
         done = subprocess.run(command, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return Run(-1, f"no answer in {timeout:.0f} s", False)
     if done.returncode == 0:
-        return Run(0, "", False)
+        return Run(0, "", False, _total_bytes(done.stdout))
     return Run(done.returncode, *_message(done.stderr, str(cwd) + os.sep))
+
+
+def _total_bytes(stdout: str) -> int | None:
+    """A net's ``total_bytes``, or a solver's whole process's; None if the JSON lacks both."""
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        return None
+    process = report.get("process") if isinstance(report, dict) else None
+    total = report.get("total_bytes") if isinstance(report, dict) else None
+    return total if isinstance(total, int) else process.get("total_bytes") if isinstance(process, dict) else None
 
 
 def _message(stderr: str, prefix: str) -> tuple[str, bool]:
@@ -139,22 +156,23 @@ def classify(entry: Entry, root: Path, python: str, timeout: float) -> Outcome:
     the manifest says the file cannot know."""
     first = analyze(entry, root, (), python, timeout)
     if first.code == 0:
-        return Outcome(entry, "OK", (), "")
+        return Outcome(entry, "OK", (), "", first.total_bytes)
     if first.crashed or first.code != 2 or not ASKS.search(first.message):
         return Outcome(entry, "FAIL", (), first.message or f"exit code {first.code}")
     if not entry.options:
         return Outcome(entry, "FAIL", (), "asks for an input the manifest does not give: " + first.message)
     second = analyze(entry, root, entry.options, python, timeout)
     if second.code == 0:
-        return Outcome(entry, "OK+input", entry.options, "")
+        return Outcome(entry, "OK+input", entry.options, "", second.total_bytes)
     return Outcome(entry, "FAIL", entry.options, second.message or f"exit code {second.code}")
 
 
 def table(outcomes: list[Outcome]) -> str:
     """Markdown: one row per file, then the score."""
-    lines = ["| # | repository | file | kind | result | options given | message |", "|---|---|---|---|---|---|---|"]
+    lines = ["| # | repository | file | kind | result | options given | total | message |", "|---|---|---|---|---|---|---:|---|"]
     for number, o in enumerate(outcomes, start=1):
-        cells = (str(number), o.entry.repo, f"`{o.entry.path}`", o.entry.kind, o.status, f"`{shlex.join(o.options)}`" if o.options else "", o.message)
+        total = f"{o.total_bytes / 2**20:,.1f} MiB" if o.total_bytes is not None else ""
+        cells = (str(number), o.entry.repo, f"`{o.entry.path}`", o.entry.kind, o.status, f"`{shlex.join(o.options)}`" if o.options else "", total, o.message)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 
