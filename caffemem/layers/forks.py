@@ -18,6 +18,7 @@ both sets of fields, see proto/caffe.proto).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from caffemem.graph import LayerShapes, Shape, count
@@ -354,20 +355,38 @@ def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
 
 
 def _ssd_image_size(q: ShapeQuery, batch: int) -> tuple[Dim, Dim]:
-    """ssd DataTransformer::InferBlobShape: resize_param (InferNewSize), then crop_h/crop_w or crop_size."""
+    """ssd DataTransformer::InferBlobShape: resize_param (InferNewSize), then crop_h/crop_w or crop_size.
+
+    eric612/MobileNet-YOLO lists several resize_params (multi-scale training:
+    annotated_data_layer.cpp load_batch picks one by its prob every 10 iterations and
+    reshapes the batch to it); as blobs never shrink, a run ends up holding the largest,
+    which is the size used here (see _multi_scale_note)."""
     transform = q.proto.transform_param
     crop = int32(transform.crop_size)
     crop_h, crop_w = (crop, crop) if crop else (int32(transform.crop_h), int32(transform.crop_w))
-    height: Dim = "H"
-    width: Dim = "W"
-    if transform.HasField("resize_param"):
-        resize = transform.resize_param
+    sizes: list[tuple[Dim, Dim]] = []
+    for resize in transform.resize_param:
         if resize.resize_mode == resize.FIT_SMALL_SIZE:
             q.check(batch == 1, "Only support batch size of 1 for FIT_SMALL_SIZE.")
+            sizes.append(("H", "W"))
         else:  # WARP and FIT_LARGE_SIZE_AND_PAD produce exactly height x width (im_transforms.cpp)
             height, width = int32(resize.height), int32(resize.width)
             q.check(height >= crop_h and width >= crop_w, f"crop {crop_h}x{crop_w} exceeds the resized image {height}x{width}")
+            sizes.append((height, width))
+    known = [size for size in sizes if isinstance(size[0], int) and isinstance(size[1], int)]
+    height, width = max(known, key=lambda size: size[0] * size[1]) if known and len(known) == len(sizes) else ("H", "W")
     return (crop_h or height, crop_w or width)
+
+
+def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
+    """The prefetching copy of ssd's AnnotatedData, with a note when several resize_params
+    (eric612/MobileNet-YOLO's multi-scale training) make the figures those of the largest."""
+    memory = _copying_prefetch_memory(q)
+    sizes = [f"{r.height}x{r.width}" for r in q.proto.transform_param.resize_param]
+    if len(sizes) < 2:
+        return memory
+    note = f"layer '{q.layer.name}' (AnnotatedData): multi-scale training ({', '.join(sizes)}); the figures are for the largest, which a run ends up holding"
+    return replace(memory, notes=memory.notes + (note,))
 
 
 @layer(
@@ -377,7 +396,7 @@ def _ssd_image_size(q: ShapeQuery, batch: int) -> tuple[Dim, Dim]:
     tops=Arity(1, 2),
     is_data=True,
     source=SSD + "annotated_data_layer.cpp, base_data_layer.cpp, data_transformer.cpp",
-    memory=_copying_prefetch_memory,
+    memory=_annotated_data_memory,
 )
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
@@ -391,12 +410,12 @@ def _annotated_data(q: ShapeQuery) -> LayerShapes:
     data: Template = (batch, "C") + _ssd_image_size(q, batch)
     yolo = q.proto.annotated_data_param.yolo_data_type == 1
     label: Template = (batch, 1, YOLO_LABEL_ROWS, YOLO_LABEL_FIELDS) if yolo else (1, 1, "N", BBOX_LABEL_FIELDS)
-    return resolve_tops(
-        q,
-        [data, label],
-        "an AnnotatedData layer's channels and its label's box count N come from its database "
-        "(label is 1,1,N,8 for box annotations, batch,1,1,1 without)",
+    why = (
+        "an AnnotatedData layer's channels come from its database"
+        if yolo
+        else "an AnnotatedData layer's channels and its label's box count N come from its database (label is 1,1,N,8 for box annotations, batch,1,1,1 without)"
     )
+    return resolve_tops(q, [data, label], why)
 
 
 # --------------------------------------------------------------------------- SSD layers

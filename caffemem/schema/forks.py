@@ -128,11 +128,14 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "psroi_pooling_param", 10001, RFCN),
     _f("LayerParameter", "shuffle_channel_param", 164, SHUFFLENET),
     _f("LayerParameter", "yolov3_detection_output_param", 602, MOBILEYOLO),
+    _f("LayerParameter", "yolov3_param", 603, MOBILEYOLO),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
     # TransformationParameter: ssd keeps its numbers, TSN's clashing ones move.
-    _f("TransformationParameter", "resize_param", 8, SSD),
+    _f("TransformationParameter", "resize_param", 8, SSD, 8,
+       "repeated as in eric612/MobileNet-YOLO (multi-scale training lists several); "
+       "optional in ssd: one value has the same text and wire format"),
     _f("TransformationParameter", "noise_param", 9, SSD),
     _f("TransformationParameter", "emit_constraint", 10, SSD),
     _f("TransformationParameter", "crop_h", 11, SSD),
@@ -211,6 +214,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "BoxAnnotatorOHEMParameter": RFCN,
     "ShuffleChannelParameter": SHUFFLENET,
     "Yolov3DetectionOutputParameter": MOBILEYOLO,
+    "Yolov3Parameter": MOBILEYOLO,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 
