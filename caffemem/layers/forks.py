@@ -439,7 +439,21 @@ def _normalize_memory(q: MemoryQuery) -> LayerMemory:
     forward = _reads(q.bottom(0), q.param(0), channel_ones, spatial_ones) + _writes(q.top(0), buffer, norm)
     backward = _reads(q.top(0), q.bottom(0), q.param(0), norm) + (read(q.top(0), "diff"), write(q.bottom(0), "diff"))
     backward += _writes(buffer, by_channel, by_place) + ((write(q.param(0), "diff"),) if q.param_propagate_down[0] else ())
-    return LayerMemory(setup=setup, forward=forward, backward=backward)
+    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=_bare_normalize_note(q))
+
+
+def _bare_normalize_note(q: MemoryQuery) -> tuple[str, ...]:
+    """Two forks register "Normalize": ssd's (norm_param) and happynear/caffe-windows'
+    (normalize_param; NormFace and AM-Softmax nets use it bare).  A bare one is taken as
+    ssd's, and the report says so."""
+    if q.proto.HasField("norm_param"):
+        return ()
+    note = (
+        f"layer '{q.layer.name}' (Normalize) has no norm_param: figured as weiliu89 ssd's Normalize (a scale parameter, "
+        "buffers of one image); happynear/caffe-windows' Normalize, which NormFace/AM-Softmax nets use bare, has no parameter "
+        "and keeps squared_ like the bottom and norm_ [N, 1, H, W] instead"
+    )
+    return (note,)
 
 
 @layer("Normalize", "forks", bottoms=ONE, tops=ONE, source=SSD + "normalize_layer.cpp", memory=_normalize_memory)
@@ -787,6 +801,39 @@ def _smooth_l1_loss(q: ShapeQuery) -> LayerShapes:
             f"bottom[{i}] {format_shape(other)} must match bottom[0] {format_shape(q.bottoms[0])} in channels, height and width",
         )
     return LayerShapes(tops=((),))
+
+
+def _label_specific_add_memory(q: MemoryQuery) -> LayerMemory:
+    """label_specific_add.cpp and .cu: Forward reads the scores and the labels and, unless in
+    place, copies the scores to the top; in TRAIN (or with transform_test) it then adds
+    the margin to each sample's own-label score, and writes the bias to a second top.
+    Backward, unless in place, copies the top's diff to the scores' (propagate_down[0])."""
+    in_place = q.layer.tops[0] == q.layer.bottoms[0]
+    forward: tuple[Action, ...] = (read(q.bottom(0)), read(q.bottom(1))) + (() if in_place else (write(q.top(0)),))
+    param = q.proto.label_specific_add_param
+    if len(q.layer.tops) == 2 and (q.phase == "TRAIN" or param.transform_test):
+        forward += (write(q.top(1)),)
+    backward: tuple[Action, ...] = ()
+    if not in_place and q.propagate_down[0]:
+        backward = (read(q.top(0), "diff"), write(q.bottom(0), "diff"))
+    return LayerMemory(forward=forward, backward=backward)
+
+
+@layer(
+    "LabelSpecificAdd",
+    "forks",
+    bottoms=Arity(2),
+    tops=Arity(1, 2),
+    source="happynear/caffe-windows ms src/caffe/layers/label_specific_add.cpp, .cu, label_specific_add_layer.hpp @967eedf2",
+    memory=_label_specific_add_memory,
+)
+def _label_specific_add(q: ShapeQuery) -> LayerShapes:
+    """AM-Softmax's additive margin (happynear/AMSoftmax prototxt/face_train_test.prototxt):
+    Reshape shapes the top like the scores (unless in place) and a second top, the bias
+    used, as [1].  Forward indexes each sample's row by its label: one label a sample."""
+    scores, labels = q.bottoms[0], q.bottoms[1]
+    q.check(count(labels) == legacy4(q, scores)[0], f"one label a sample: {format_shape(labels)} for scores {format_shape(scores)}")
+    return LayerShapes(tops=(scores,) + (((1,),) if len(q.layer.tops) == 2 else ()))
 
 
 def _axpy_memory(q: MemoryQuery) -> LayerMemory:

@@ -35,6 +35,7 @@ OPENCV = "opencv/opencv:modules/dnn/src/caffe/opencv-caffe.proto"
 SHUFFLENET = "farmingyard/ShuffleNet@master:README.md"
 MOBILEYOLO = "eric612/MobileNet-YOLO@master"
 LRCN = "LisaAnne/lisa-caffe-public@lstm_video_deploy"
+HAPPYNEAR = "happynear/caffe-windows@ms"
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -53,6 +54,7 @@ SOURCE_COMMITS: Dict[str, str] = {
     SHUFFLENET: "b9624442bd410bbd2aadc820122b138e63039d70",
     MOBILEYOLO: "69b4441cb3ec8d553fbdef788ad033e246f901bd",
     LRCN: "49b8643ddef23a4f6120017968de30c45e693f59",
+    HAPPYNEAR: "967eedf25009e334b7f6f933bb5e17aaaff5bef6",
 }
 
 
@@ -129,6 +131,7 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "shuffle_channel_param", 164, SHUFFLENET),
     _f("LayerParameter", "yolov3_detection_output_param", 602, MOBILEYOLO),
     _f("LayerParameter", "yolov3_param", 603, MOBILEYOLO),
+    _f("LayerParameter", "label_specific_add_param", 241, HAPPYNEAR),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
@@ -156,6 +159,8 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     # LossParameter: SegNet class balancing.
     _f("LossParameter", "weight_by_label_freqs", 1003, SEGNET, 3, "LossParameter.normalization"),
     _f("LossParameter", "class_weighting", 4, SEGNET),
+    # InnerProductParameter: happynear's weight normalisation (NormFace, AM-Softmax).
+    _f("InnerProductParameter", "normalize", 7, HAPPYNEAR),
     # TransformationParameter: LRCN's flow images (mirroring negates the x flow).
     _f("TransformationParameter", "flow", 1006, LRCN, 6, "TransformationParameter.force_color"),
     # AnnotatedDataParameter: eric612/MobileNet-YOLO's YOLO data options.
@@ -215,6 +220,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "ShuffleChannelParameter": SHUFFLENET,
     "Yolov3DetectionOutputParameter": MOBILEYOLO,
     "Yolov3Parameter": MOBILEYOLO,
+    "LabelSpecificAddParameter": HAPPYNEAR,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 
