@@ -7,6 +7,8 @@ lists what the same file's CPU code touches (access.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from caffemem.graph import LayerShapes, Shape
 from caffemem.graph import count as elements
 from caffemem.layers.access import (
@@ -68,8 +70,18 @@ def _weights_memory(q: MemoryQuery, rows: int, bottom_grad: bool) -> LayerMemory
 
 def _inner_product_memory(q: MemoryQuery) -> LayerMemory:
     """inner_product_layer.cpp: M (the bias multiplier's length) is the top's leading dims;
-    unlike Convolution, the bottom's diff is touched only when propagate_down[0]."""
-    return _weights_memory(q, elements(q.tops[0][:-1]), q.propagate_down[0])
+    unlike Convolution, the bottom's diff is touched only when propagate_down[0].
+
+    happynear/caffe-windows' ``normalize`` (ms branch @967eedf2, inner_product_layer.cpp
+    and .cu): Reshape shapes ``weight_norm_`` [N] and zeroes it; every Forward rewrites the
+    weights as unit rows (the GPU code keeping the row norms in ``weight_norm_``)."""
+    memory = _weights_memory(q, elements(q.tops[0][:-1]), q.propagate_down[0])
+    if not q.proto.inner_product_param.normalize:
+        return memory
+    norms = q.buffer("weight_norm")
+    setup = memory.setup + buffer_setup(norms, (int32(q.proto.inner_product_param.num_output),), filled=True)
+    forward = (read(q.param(0)), write(norms), write(q.param(0))) + memory.forward
+    return replace(memory, setup=setup, forward=forward)
 
 
 @layer("InnerProduct", "common", bottoms=ONE, tops=ONE, source="caffe master layers/inner_product_layer.cpp", memory=_inner_product_memory)

@@ -6,7 +6,7 @@ The nets of the corpus that need a fork use these types outside BVLC master:
 - alexgkendall/caffe-segnet (SegNet): ``BN`` (its own variant), ``DenseImageData``;
 - facebook/C3D C3D-v1.1: ``VideoData`` (its own variant, 5-D);
 - weiliu89/caffe ssd: ``AnnotatedData``, ``Normalize``, ``Permute``, ``PriorBox``,
-  ``DetectionOutput``, ``MultiBoxLoss``;
+  ``DetectionOutput``, ``DetectionEvaluate``, ``MultiBoxLoss``;
 - rbgirshick/caffe-fast-rcnn (py-faster-rcnn): ``SmoothL1Loss``;
 - hujie-frank/SENet: ``Axpy``;
 - s9xie/hed: ``ImageLabelmapData``.
@@ -18,6 +18,7 @@ both sets of fields, see proto/caffe.proto).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from caffemem.graph import LayerShapes, Shape, count
@@ -39,6 +40,7 @@ from caffemem.layers.blob import (
     float32,
     format_shape,
     int32,
+    int32_wrapped,
     legacy4,
     legacy_dim,
     reshaped,
@@ -76,6 +78,9 @@ PRIOR_CHANNELS = 2
 DETECTION_FIELDS = 7
 # AnnotatedData BBOX label rows: [item_id, group_label, instance_id, xmin, ymin, xmax, ymax, diff].
 BBOX_LABEL_FIELDS = 8
+# eric612/MobileNet-YOLO's YOLO label (yolo_data_type 1): 300 rows of [label, x, y, w, h] an image.
+YOLO_LABEL_ROWS = 300
+YOLO_LABEL_FIELDS = 5
 # yjxiong ReadSegmentFlowToDatum stacks an x and a y flow image per frame.
 FLOW_CHANNELS = 2
 
@@ -363,20 +368,38 @@ def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
 
 
 def _ssd_image_size(q: ShapeQuery, batch: int) -> tuple[Dim, Dim]:
-    """ssd DataTransformer::InferBlobShape: resize_param (InferNewSize), then crop_h/crop_w or crop_size."""
+    """ssd DataTransformer::InferBlobShape: resize_param (InferNewSize), then crop_h/crop_w or crop_size.
+
+    eric612/MobileNet-YOLO lists several resize_params (multi-scale training:
+    annotated_data_layer.cpp load_batch picks one by its prob every 10 iterations and
+    reshapes the batch to it); as blobs never shrink, a run ends up holding the largest,
+    which is the size used here (see _multi_scale_note)."""
     transform = q.proto.transform_param
     crop = int32(transform.crop_size)
     crop_h, crop_w = (crop, crop) if crop else (int32(transform.crop_h), int32(transform.crop_w))
-    height: Dim = "H"
-    width: Dim = "W"
-    if transform.HasField("resize_param"):
-        resize = transform.resize_param
+    sizes: list[tuple[Dim, Dim]] = []
+    for resize in transform.resize_param:
         if resize.resize_mode == resize.FIT_SMALL_SIZE:
             q.check(batch == 1, "Only support batch size of 1 for FIT_SMALL_SIZE.")
+            sizes.append(("H", "W"))
         else:  # WARP and FIT_LARGE_SIZE_AND_PAD produce exactly height x width (im_transforms.cpp)
             height, width = int32(resize.height), int32(resize.width)
             q.check(height >= crop_h and width >= crop_w, f"crop {crop_h}x{crop_w} exceeds the resized image {height}x{width}")
+            sizes.append((height, width))
+    known = [size for size in sizes if isinstance(size[0], int) and isinstance(size[1], int)]
+    height, width = max(known, key=lambda size: size[0] * size[1]) if known and len(known) == len(sizes) else ("H", "W")
     return (crop_h or height, crop_w or width)
+
+
+def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
+    """The prefetching copy of ssd's AnnotatedData, with a note when several resize_params
+    (eric612/MobileNet-YOLO's multi-scale training) make the figures those of the largest."""
+    memory = _copying_prefetch_memory(q)
+    sizes = [f"{r.height}x{r.width}" for r in q.proto.transform_param.resize_param]
+    if len(sizes) < 2:
+        return memory
+    note = f"layer '{q.layer.name}' (AnnotatedData): multi-scale training ({', '.join(sizes)}); the figures are for the largest, which a run ends up holding"
+    return replace(memory, notes=memory.notes + (note,))
 
 
 @layer(
@@ -386,23 +409,26 @@ def _ssd_image_size(q: ShapeQuery, batch: int) -> tuple[Dim, Dim]:
     tops=Arity(1, 2),
     is_data=True,
     source=SSD + "annotated_data_layer.cpp, base_data_layer.cpp, data_transformer.cpp",
-    memory=_copying_prefetch_memory,
+    memory=_annotated_data_memory,
 )
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
 
     The label is [1, 1, N, 8] with N the boxes of the batch (annotated datums) or [batch, 1, 1, 1]
-    (plain datums): both depend on the database, so it always comes from --input.
+    (plain datums): both depend on the database, so it comes from --input.  YOLO training
+    data of eric612/MobileNet-YOLO (``yolo_data_type: 1``, annotated_data_layer.cpp) has a
+    fixed box label instead: [batch, 1, 300, 5], for the box databases YOLO trains on.
     """
     batch = int32(q.proto.data_param.batch_size)
     data: Template = (batch, "C") + _ssd_image_size(q, batch)
-    label: Template = (1, 1, "N", BBOX_LABEL_FIELDS)
-    return resolve_tops(
-        q,
-        [data, label],
-        "an AnnotatedData layer's channels and its label's box count N come from its database "
-        "(label is 1,1,N,8 for box annotations, batch,1,1,1 without)",
+    yolo = q.proto.annotated_data_param.yolo_data_type == 1
+    label: Template = (batch, 1, YOLO_LABEL_ROWS, YOLO_LABEL_FIELDS) if yolo else (1, 1, "N", BBOX_LABEL_FIELDS)
+    why = (
+        "an AnnotatedData layer's channels come from its database"
+        if yolo
+        else "an AnnotatedData layer's channels and its label's box count N come from its database (label is 1,1,N,8 for box annotations, batch,1,1,1 without)"
     )
+    return resolve_tops(q, [data, label], why)
 
 
 # --------------------------------------------------------------------------- SSD layers
@@ -426,7 +452,21 @@ def _normalize_memory(q: MemoryQuery) -> LayerMemory:
     forward = _reads(q.bottom(0), q.param(0), channel_ones, spatial_ones) + _writes(q.top(0), buffer, norm)
     backward = _reads(q.top(0), q.bottom(0), q.param(0), norm) + (read(q.top(0), "diff"), write(q.bottom(0), "diff"))
     backward += _writes(buffer, by_channel, by_place) + ((write(q.param(0), "diff"),) if q.param_propagate_down[0] else ())
-    return LayerMemory(setup=setup, forward=forward, backward=backward)
+    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=_bare_normalize_note(q))
+
+
+def _bare_normalize_note(q: MemoryQuery) -> tuple[str, ...]:
+    """Two forks register "Normalize": ssd's (norm_param) and happynear/caffe-windows'
+    (normalize_param; NormFace and AM-Softmax nets use it bare).  A bare one is taken as
+    ssd's, and the report says so."""
+    if q.proto.HasField("norm_param"):
+        return ()
+    note = (
+        f"layer '{q.layer.name}' (Normalize) has no norm_param: figured as weiliu89 ssd's Normalize (a scale parameter, "
+        "buffers of one image); happynear/caffe-windows' Normalize, which NormFace/AM-Softmax nets use bare, has no parameter "
+        "and keeps squared_ like the bottom and norm_ [N, 1, H, W] instead"
+    )
+    return (note,)
 
 
 @layer("Normalize", "forks", bottoms=ONE, tops=ONE, source=SSD + "normalize_layer.cpp", memory=_normalize_memory)
@@ -599,6 +639,40 @@ def _detection_output(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, (1, 1, images * max(per_image, 1), DETECTION_FIELDS)),))
 
 
+# DetectionEvaluate rows: [image_id, label, confidence, true_pos, false_pos].
+EVALUATION_FIELDS = 5
+
+
+def _detection_evaluate_memory(q: MemoryQuery) -> LayerMemory:
+    """detection_evaluate_layer.cpp: Reshape (so SetUp too) reads the detections'
+    cpu_data to count the valid ones; Forward_cpu (there is no GPU version) reads the
+    detections and the ground truth and writes the top; Backward is NOT_IMPLEMENTED."""
+    return LayerMemory(setup=(read(q.bottom(0)),), forward=_reads(q.bottom(0), q.bottom(1)) + (write(q.top(0)),))
+
+
+@layer("DetectionEvaluate", "forks", bottoms=TWO, tops=ONE, source=SSD + "detection_evaluate_layer.cpp", memory=_detection_evaluate_memory)
+def _detection_evaluate(q: ShapeQuery) -> LayerShapes:
+    """[1, 1, positive classes + valid detections, 5], an upper bound.
+
+    Reshape counts the detection rows whose label is not -1 (the "no detection" rows), a
+    data-dependent count; caffemem counts every row of the detections (DetectionOutput's
+    bound), so the top is the most Forward can need.  The positive classes are
+    num_classes, less one unless background_label_id is -1.
+    """
+    param = q.proto.detection_evaluate_param
+    q.check(param.HasField("num_classes"), "Must provide num_classes.")
+    q.check(param.overlap_threshold > 0, "overlap_threshold must be non negative.")
+    detections, truth = q.bottoms
+    for name, shape, width in (("detections", detections, DETECTION_FIELDS), ("ground truth", truth, BBOX_LABEL_FIELDS)):
+        q.check(
+            (legacy_dim(q, shape, 0), legacy_dim(q, shape, 1), legacy_dim(q, shape, 3)) == (1, 1, width),
+            f"the {name} must be [1, 1, rows, {width}], got {format_shape(shape)}",
+        )
+    classes = int32(param.num_classes)
+    positive = classes if int32_wrapped(param.background_label_id) == -1 else classes - 1  # an int member
+    return LayerShapes(tops=((1, 1, positive + legacy_dim(q, detections, 2), EVALUATION_FIELDS),))
+
+
 def _multibox_location(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId, elements: int) -> tuple[tuple[Action, ...], ...]:
     """(setup, forward, backward) of MultiBoxLoss's location part: ``loc_pred_``, ``loc_gt_``
     [1, 4] at SetUp, [1, 4 x matches] in Forward, into an inner SmoothL1Loss (ssd
@@ -740,6 +814,39 @@ def _smooth_l1_loss(q: ShapeQuery) -> LayerShapes:
             f"bottom[{i}] {format_shape(other)} must match bottom[0] {format_shape(q.bottoms[0])} in channels, height and width",
         )
     return LayerShapes(tops=((),))
+
+
+def _label_specific_add_memory(q: MemoryQuery) -> LayerMemory:
+    """label_specific_add.cpp and .cu: Forward reads the scores and the labels and, unless in
+    place, copies the scores to the top; in TRAIN (or with transform_test) it then adds
+    the margin to each sample's own-label score, and writes the bias to a second top.
+    Backward, unless in place, copies the top's diff to the scores' (propagate_down[0])."""
+    in_place = q.layer.tops[0] == q.layer.bottoms[0]
+    forward: tuple[Action, ...] = (read(q.bottom(0)), read(q.bottom(1))) + (() if in_place else (write(q.top(0)),))
+    param = q.proto.label_specific_add_param
+    if len(q.layer.tops) == 2 and (q.phase == "TRAIN" or param.transform_test):
+        forward += (write(q.top(1)),)
+    backward: tuple[Action, ...] = ()
+    if not in_place and q.propagate_down[0]:
+        backward = (read(q.top(0), "diff"), write(q.bottom(0), "diff"))
+    return LayerMemory(forward=forward, backward=backward)
+
+
+@layer(
+    "LabelSpecificAdd",
+    "forks",
+    bottoms=Arity(2),
+    tops=Arity(1, 2),
+    source="happynear/caffe-windows ms src/caffe/layers/label_specific_add.cpp, .cu, label_specific_add_layer.hpp @967eedf2",
+    memory=_label_specific_add_memory,
+)
+def _label_specific_add(q: ShapeQuery) -> LayerShapes:
+    """AM-Softmax's additive margin (happynear/AMSoftmax prototxt/face_train_test.prototxt):
+    Reshape shapes the top like the scores (unless in place) and a second top, the bias
+    used, as [1].  Forward indexes each sample's row by its label: one label a sample."""
+    scores, labels = q.bottoms[0], q.bottoms[1]
+    q.check(count(labels) == legacy4(q, scores)[0], f"one label a sample: {format_shape(labels)} for scores {format_shape(scores)}")
+    return LayerShapes(tops=(scores,) + (((1,),) if len(q.layer.tops) == 2 else ()))
 
 
 def _axpy_memory(q: MemoryQuery) -> LayerMemory:

@@ -12,6 +12,11 @@
   (``shuffle_channel_param { group }``, LayerParameter field 164 as in its README).
 - ReLU6: eric612/MobileNet-YOLO ``src/caffe/layers/relu6_layer.cpp`` (commit 69b4441c) (``relu6_param``, a
   ReLUParameter at 211 in that fork; negative_slope below 0 as in ReLU, top clipped at 6).
+- Yolov3: eric612/MobileNet-YOLO ``src/caffe/layers/yolov3_layer.cpp`` and ``.cu`` (commit
+  69b4441c) (``yolov3_param``, field 603 there): the YOLOv3 loss of one feature map.
+- Yolov3DetectionOutput: eric612/MobileNet-YOLO ``src/caffe/layers/yolov3_detection_output_layer.cpp``
+  and ``.cu`` (commit 69b4441c) (``yolov3_detection_output_param``, field 602 there): the boxes of
+  every feature map kept after NMS, a data-dependent count sized here by its upper bound.
 
 YOLO's one-bottom ``Upsample`` lives beside SegNet's in :mod:`caffemem.layers.fork_vision`
 (one type string, one spec).
@@ -32,7 +37,8 @@ from caffemem.layers.access import (
     read,
     write,
 )
-from caffemem.layers.blob import format_shape, legacy4, reshaped
+from caffemem.layers.blob import format_shape, int32, legacy4, legacy_dim, reshaped
+from caffemem.layers.loss import _loss as loss_layer_checks
 from caffemem.layers.neuron import neuron_memory
 from caffemem.layers.registry import Arity, ShapeQuery, layer
 from caffemem.layers.vision import (
@@ -52,6 +58,10 @@ CONV_DW = "farmingyard/caffe-mobilenet conv_dw_layer.cpp, conv_dw_layer.hpp @f7d
 DEPTHWISE = "yonghenglh6/DepthwiseConvolution caffe/src/caffe/layers/depthwise_conv_layer.cpp, caffe/include/caffe/layers/depthwise_conv_layer.hpp @2b9cf52a"
 SHUFFLE = "farmingyard/ShuffleNet shuffle_channel_layer.cpp @b9624442"
 RELU6 = "eric612/MobileNet-YOLO src/caffe/layers/relu6_layer.cpp @69b4441c"
+YOLOV3_LOSS = "eric612/MobileNet-YOLO src/caffe/layers/yolov3_layer.cpp, .cu, .hpp @69b4441c"
+YOLOV3_OUTPUT = "eric612/MobileNet-YOLO src/caffe/layers/yolov3_detection_output_layer.cpp, .cu, .hpp @69b4441c"
+# Its detection rows: [image_id, label, confidence, xmin, ymin, xmax, ymax].
+DETECTION_FIELDS = 7
 
 
 # ----------------------------------------------------------------------------------------
@@ -214,3 +224,82 @@ def _relu6(q: ShapeQuery) -> LayerShapes:
     writes min(max(x, 0) + negative_slope * min(x, 0), 6); Backward_cpu, when
     propagate_down[0], reads the bottom's data and the top's diff, writes the bottom's diff."""
     return LayerShapes(tops=(q.bottoms[0],))
+
+
+# ----------------------------------------------------------------------------------------
+# Yolov3DetectionOutput (yolov3_detection_output_layer.cpp)
+# ----------------------------------------------------------------------------------------
+
+
+def _yolov3_output_memory(q: MemoryQuery) -> LayerMemory:
+    """Forward_cpu (Forward_gpu runs the same steps with gpu_data, then calls it): for each
+    bottom, ``swap_`` ReshapeLike the bottom (so it grows to the largest), its data written
+    from the bottom's; then the top, reshaped to the boxes kept, is written.  Backward does
+    nothing."""
+    swap = q.buffer("swap")
+    forward: tuple[Action, ...] = ()
+    for index, shape in enumerate(q.bottoms):
+        forward += (Reshape(swap, shape), write(swap), read(q.bottom(index)))
+    return LayerMemory(forward=forward + (write(q.top(0)),))
+
+
+@layer("Yolov3DetectionOutput", FAMILY, bottoms=Arity(1, None), tops=ONE, source=YOLOV3_OUTPUT, memory=_yolov3_output_memory)
+def _yolov3_detection_output(q: ShapeQuery) -> LayerShapes:
+    """[1, 1, rows, 7], rows an upper bound of what Forward keeps.
+
+    LayerSetUp CHECKs num_classes is given and that there are mask_group_num bottoms;
+    Reshape sizes the top [1, 1, 1, 7].  Forward_cpu makes a candidate for every image,
+    cell, box (num_box) and class scoring above confidence_threshold, keeps those NMS
+    leaves, and reshapes the top to them, or to one "no detection" row per image of the
+    last bottom when none is kept.  As a blob never shrinks, caffemem uses the most:
+    every candidate, sum over the bottoms of N x H x W x num_box x num_classes.
+    """
+    param = q.proto.yolov3_detection_output_param
+    q.check(param.HasField("num_classes"), "Must specify num_classes")
+    groups = int32(param.mask_group_num)
+    q.check(len(q.bottoms) == groups, f"mask_group_num is {groups}: the layer takes that many bottoms, got {len(q.bottoms)}")
+    candidates = 0
+    for shape in q.bottoms:
+        num, _, height, width = legacy4(q, shape)
+        candidates += num * height * width * int32(param.num_box) * int32(param.num_classes)
+    rows = max(candidates, legacy_dim(q, q.bottoms[-1], 0))
+    return LayerShapes(tops=(reshaped(q, (1, 1, rows, DETECTION_FIELDS)),))
+
+
+# ----------------------------------------------------------------------------------------
+# Yolov3 (yolov3_layer.cpp), the loss
+# ----------------------------------------------------------------------------------------
+
+
+def _yolov3_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """Reshape shapes ``diff_`` and ``real_diff_`` like the predictions (real_diff_ is never
+    touched again).  Forward_cpu (Forward_gpu fills ``swap_`` on the GPU, then calls it)
+    reads the label, zeroes ``diff_``, reads the predictions, shapes ``swap_`` like them
+    and writes it, and writes the loss.  Backward, for the predictions: with
+    use_logic_gradient it reads ``swap_`` and rewrites ``diff_``; then the loss's diff and
+    ``diff_`` give the predictions' diff (it refuses to backpropagate to the label)."""
+    diff, real_diff, swap = q.buffer("diff"), q.buffer("real_diff"), q.buffer("swap")
+    setup = buffer_setup(diff, q.bottoms[0]) + buffer_setup(real_diff, q.bottoms[0])
+    forward = (read(q.bottom(1)), write(diff), read(q.bottom(0)), Reshape(swap, q.bottoms[0]), write(swap), write(q.top(0)))
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        logic = (read(swap), write(diff)) if q.proto.yolov3_param.use_logic_gradient else ()
+        backward = logic + (read(q.top(0), "diff"), read(diff), write(q.bottom(0), "diff"))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("Yolov3", FAMILY, bottoms=Arity.exactly(2), tops=ONE, auto_top=True, no_force_backward=(1,), source=YOLOV3_LOSS, memory=_yolov3_loss_memory)
+def _yolov3_loss(q: ShapeQuery) -> LayerShapes:
+    """A scalar loss.  LayerSetUp CHECKs that the predictions hold, per image, H x W x num
+    boxes of 4 coordinates, an objectness and num_class scores; LossLayer::Reshape that the
+    label (AnnotatedData's YOLO label, [N, 1, 300, 5]) has the predictions' first axis."""
+    param = q.proto.yolov3_param
+    loss = loss_layer_checks(q)
+    _, _, height, width = legacy4(q, q.bottoms[0])
+    expected = width * height * int32(param.num) * (4 + int32(param.num_class) + 1)
+    per_image = count(q.bottoms[0][1:])
+    q.check(
+        per_image == expected,
+        f"the predictions {format_shape(q.bottoms[0])} must hold {width}x{height}x{param.num} boxes x (4 + {param.num_class} classes + 1) = {expected} values an image, not {per_image}",
+    )
+    return LayerShapes(tops=(loss,))

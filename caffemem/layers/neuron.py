@@ -93,14 +93,17 @@ def forward_only_memory(q: MemoryQuery) -> LayerMemory:
 
 def _dropout_memory(q: MemoryQuery) -> LayerMemory:
     """dropout_layer.cpp: Reshape shapes the unsigned-int mask ``rand_vec_`` like the bottom;
-    Forward writes it in both phases, Backward reads it in TRAIN only.  rbgirshick/
-    caffe-fast-rcnn@4115385d's ``scale_train: false`` moves the 1/(1-p) scaling from the
-    TRAIN to the TEST pass (a caffe_scal of the top, and of the bottom's diff): the same
-    blobs are touched, so the rule is the same."""
+    Forward writes it in both phases, Backward reads it in TRAIN only, or in TEST as well
+    with Bayesian SegNet's ``sample_weights_test`` (alexgkendall/caffe-segnet
+    dropout_layer.cpp/.cu: ``phase_ == TRAIN || sample_weights_test()``).
+    rbgirshick/caffe-fast-rcnn@4115385d's ``scale_train: false`` moves the 1/(1-p) scaling
+    from the TRAIN to the TEST pass (a caffe_scal of the top, and of the bottom's diff): the
+    same blobs are touched, so the rule is the same."""
     mask = q.buffer("rand_vec")
+    dropping = q.phase == "TRAIN" or q.proto.dropout_param.sample_weights_test
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
-        backward = (read(q.top(0), "diff"), write(q.bottom(0), "diff")) + ((read(mask),) if q.phase == "TRAIN" else ())
+        backward = (read(q.top(0), "diff"), write(q.bottom(0), "diff")) + ((read(mask),) if dropping else ())
     return LayerMemory(
         setup=buffer_setup(mask, q.bottoms[0], "int"),
         forward=(read(q.bottom(0)), write(q.top(0)), write(mask)),

@@ -109,7 +109,7 @@ def _roi_data(q: ShapeQuery, params: dict) -> tuple[Shape, ...]:
     makes every top but im_info 4-D."""
     config = config_of(q)
     tops = len(q.layer.tops)
-    if tops != 6:
+    if not _fast_rcnn_layout(q.layer.tops):
         shapes: list[Shape] = [_image(q, IMS_PER_BATCH), (1, 3), config.tail((GT_BOXES, 5))]
         return tuple(shapes[:tops]) + tuple((1,) for _ in q.layer.tops[3:])  # im_inds of later forks
     classes = params.get("num_classes")
@@ -119,7 +119,16 @@ def _roi_data(q: ShapeQuery, params: dict) -> tuple[Shape, ...]:
     rois = config.rois_per_batch
     regressed = 2 if config.four_d else classes  # R-FCN's configs are class-agnostic (TRAIN.AGNOSTIC)
     targets = config.tail((rois, 4 * regressed))
-    return (_image(q, FAST_RCNN_IMS_PER_BATCH), config.tail((rois, 5)), config.tail((rois,)), targets, targets, targets)
+    return (_image(q, FAST_RCNN_IMS_PER_BATCH), config.tail((rois, 5)), config.tail((rois,)), targets, targets, targets)[:tops]
+
+
+def _fast_rcnn_layout(tops: tuple[str, ...]) -> bool:
+    """The layer maps its tops by position, in the order setup() gives them: with
+    cfg.TRAIN.HAS_RPN data, im_info, gt_boxes; without (Fast R-CNN) data, rois, labels
+    and, with cfg.TRAIN.BBOX_REG, bbox_targets, bbox_inside_weights,
+    bbox_outside_weights.  The net shows which it was written for: six tops, or a
+    second top named 'rois'."""
+    return len(tops) == 6 or (len(tops) >= 2 and tops[1] == "rois")
 
 
 def _anchors(params: dict) -> int:

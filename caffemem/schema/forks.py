@@ -46,6 +46,7 @@ TONGCHENG = "Tongcheng/caffe@master"
 DEEPLAB1 = "TheLegendAli/DeepLab-Context@master"
 DEEPLAB2 = "talent518/deeplab-public-ver2@master"  # a mirror of bitbucket deeplab/deeplab-public-ver2
 MSCAFFE = "Microsoft/caffe@master"  # py-R-FCN's Caffe (the OHEM layers)
+LRCN = "LisaAnne/lisa-caffe-public@lstm_video_deploy"
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -73,6 +74,7 @@ SOURCE_COMMITS: Dict[str, str] = {
     DEEPLAB1: "fb04e9e2fc2682490ad9f60533b9d6c4c0e0479c",
     DEEPLAB2: "51750fa92e9f9e6ccae78c2be5cf809a256e56d5",
     MSCAFFE: "ed05614cb020f782bad5cf31131c55a73697f374",
+    LRCN: "49b8643ddef23a4f6120017968de30c45e693f59",
 }
 
 
@@ -147,6 +149,9 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "box_annotator_ohem_param", 10000, RFCN),
     _f("LayerParameter", "psroi_pooling_param", 10001, RFCN),
     _f("LayerParameter", "shuffle_channel_param", 164, SHUFFLENET),
+    _f("LayerParameter", "yolov3_detection_output_param", 602, MOBILEYOLO),
+    _f("LayerParameter", "yolov3_param", 603, MOBILEYOLO),
+    _f("LayerParameter", "label_specific_add_param", 241, HAPPYNEAR),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
@@ -166,7 +171,9 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
        "LayerParameter.swish_param, and 1147 is center_loss_param's "
        "relocation (also 147 in ydwen/caffe-face)"),
     # TransformationParameter: ssd keeps its numbers, TSN's clashing ones move.
-    _f("TransformationParameter", "resize_param", 8, SSD),
+    _f("TransformationParameter", "resize_param", 8, SSD, 8,
+       "repeated as in eric612/MobileNet-YOLO (multi-scale training lists several); "
+       "optional in ssd: one value has the same text and wire format"),
     _f("TransformationParameter", "noise_param", 9, SSD),
     _f("TransformationParameter", "emit_constraint", 10, SSD),
     _f("TransformationParameter", "crop_h", 11, SSD),
@@ -187,6 +194,21 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     # LossParameter: SegNet class balancing.
     _f("LossParameter", "weight_by_label_freqs", 1003, SEGNET, 3, "LossParameter.normalization"),
     _f("LossParameter", "class_weighting", 4, SEGNET),
+    # InnerProductParameter: happynear's weight normalisation (NormFace, AM-Softmax).
+    _f("InnerProductParameter", "normalize", 7, HAPPYNEAR),
+    # TransformationParameter: LRCN's flow images (mirroring negates the x flow).
+    _f("TransformationParameter", "flow", 1006, LRCN, 6, "TransformationParameter.force_color"),
+    # AnnotatedDataParameter: eric612/MobileNet-YOLO's YOLO data options.
+    _f("AnnotatedDataParameter", "yolo_data_type", 4, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "yolo_data_jitter", 5, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "train_diffcult", 6, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "single_class", 7, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "seg_scales", 8, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "seg_resize_width", 9, MOBILEYOLO),
+    _f("AnnotatedDataParameter", "seg_resize_height", 10, MOBILEYOLO),
+    # DropoutParameter: SegNet's Bayesian (Monte Carlo) dropout at TEST.
+    _f("DropoutParameter", "sample_weights_test", 1002, SEGNET, 2,
+       "DropoutParameter.scale_train (rbgirshick/caffe-fast-rcnn@faster-rcnn)"),
     # PoolingParameter
     _f("PoolingParameter", "ceil_mode", 1013, OPENCV, 13,
        "PoolingParameter.round_mode (BVLC PR #3057 also used 13)"),
@@ -314,6 +336,9 @@ FORK_MESSAGES: Dict[str, str] = {
     "DenseBlockParameter": TONGCHENG,
     "SegAccuracyParameter": DEEPLAB2,  # v1: the same without reset
     "MatWriteParameter": DEEPLAB2,  # identical in v1
+    "Yolov3DetectionOutputParameter": MOBILEYOLO,
+    "Yolov3Parameter": MOBILEYOLO,
+    "LabelSpecificAddParameter": HAPPYNEAR,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 

@@ -204,3 +204,25 @@ def test_bias_in_place(memory_of):
     # shared diff (96, first touched here) into the bias's diff (12).
     layer = memory_of(_layer("Bias", top="x"), {"x": X4})["l"]
     assert _bytes(layer) == (36, 0, 108)
+
+
+# ---------------------------------------------------------------- Bayesian SegNet dropout
+
+
+def _dropout_backward_reads_mask(tmp_path, param: str) -> bool:
+    """Does Dropout's Backward, at TEST, read its mask rand_vec_?"""
+    from caffemem.api.analyze import Options, analyze
+
+    path = tmp_path / "drop.prototxt"
+    net = 'force_backward: true\nlayer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 } } }\n'
+    path.write_text(net + f'layer {{ name: "drop" type: "Dropout" bottom: "x" top: "y" {param} }}\n')
+    memory = analyze(str(path), Options(phase="TEST")).nets[0].memory
+    return any(getattr(touch, "blob", None) and touch.blob.name.endswith("drop/rand_vec") and not touch.write for touch in memory.rules[1].backward)
+
+
+def test_bayesian_segnet_dropout_keeps_its_mask_for_backward_at_test(tmp_path):
+    # alexgkendall/caffe-segnet dropout_layer.cpp (and .cu): Backward uses the mask when
+    # phase_ == TRAIN || sample_weights_test(); as in Models/bayesian_segnet_inference.prototxt
+    # (alexgkendall/SegNet-Tutorial), where every dropout samples at TEST.
+    assert _dropout_backward_reads_mask(tmp_path, "dropout_param { dropout_ratio: 0.5 sample_weights_test: true }")
+    assert not _dropout_backward_reads_mask(tmp_path, "dropout_param { dropout_ratio: 0.5 }")

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from caffemem.api.analyze import Options
+from caffemem.api.analyze import analyze as caffemem_analyze
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.errors import CaffememError
@@ -229,3 +230,106 @@ def test_optimize_plans_a_mobilenet_shufflenet_block(tmp_path):
     runner = CliRunner()
     assert runner.invoke(main, ["optimize", str(path), "--phase", "TRAIN", "--plan-json", str(plan)]).exit_code == 0
     assert runner.invoke(main, ["verify", str(path), str(plan)]).exit_code == 0
+
+
+# --- Yolov3DetectionOutput (eric612/MobileNet-YOLO yolov3_detection_output_layer.cpp) ------
+
+YOLO_OUT = 'type: "Yolov3DetectionOutput" bottom: "c19" bottom: "c20" top: "det" yolov3_detection_output_param {{ num_classes: 20 anchors_scale: 32 anchors_scale: 16 mask_group_num: 2 {extra} }}'
+
+
+def test_yolov3_detection_output_bound_is_every_candidate(shape_of):
+    # As models/yolov3/mobilenet_yolov3_lite_deploy.prototxt at 320x320: conv19 (1, 75, 10, 10),
+    # conv20 (1, 75, 20, 20); num_box 3, 20 classes: (100 + 400) x 3 x 20 = 30000 rows of 7.
+    assert shape_of(YOLO_OUT.format(extra=""), (1, 75, 10, 10), (1, 75, 20, 20)).tops == ((1, 1, 30000, 7),)
+
+
+def test_yolov3_detection_output_checks_num_classes_and_bottoms(shape_of):
+    # LayerSetUp: CHECK(has_num_classes()); CHECK_EQ(bottom.size(), mask_group_num_).
+    with pytest.raises(CaffememError, match="num_classes"):
+        shape_of('type: "Yolov3DetectionOutput" bottom: "a" yolov3_detection_output_param { mask_group_num: 1 }', (1, 75, 2, 2))
+    with pytest.raises(CaffememError, match="mask_group_num"):
+        shape_of(YOLO_OUT.format(extra="").replace("mask_group_num: 2", "mask_group_num: 3"), (1, 75, 10, 10), (1, 75, 20, 20))
+
+
+def test_yolov3_detection_output_memory(memory_of):
+    # SetUp: the top's shape buffer, 16.  Forward: swap_ like c19 (1,75,2,2): shape buffer 16
+    # and 300*4 = 1,200 bytes, regrown like c20 (1,75,4,4): 1200*4 = 4,800 bytes, the first
+    # 1,200 freed (net 4,800); the top (1,1,(4+16)*3*2,7) = (1,1,120,7): 3,360.  No Backward.
+    body = 'layer { name: "l" ' + YOLO_OUT.format(extra="num_box: 3").replace("num_classes: 20", "num_classes: 2") + " }"
+    layer = memory_of(body, {"c19": (1, 75, 2, 2), "c20": (1, 75, 4, 4)}, phase="TEST", force_backward=False)["l"]
+    assert (layer.init, layer.fwd_alloc, layer.bwd_alloc) == (16, 16 + 4800 + 3360, 0)
+
+
+YOLO_NET = """
+layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 32 dim: 32 } } }
+layer { name: "c1" type: "Convolution" bottom: "data" top: "c1" convolution_param { num_output: 8 kernel_size: 3 stride: 2 pad: 1 } }
+layer { name: "relu1" type: "ReLU6" bottom: "c1" top: "c1" }
+layer { name: "c19" type: "Convolution" bottom: "c1" top: "c19" convolution_param { num_output: 21 kernel_size: 1 stride: 2 } }
+layer { name: "c20" type: "Convolution" bottom: "c1" top: "c20" convolution_param { num_output: 21 kernel_size: 1 } }
+layer { name: "det" type: "Yolov3DetectionOutput" bottom: "c19" bottom: "c20" top: "det"
+  yolov3_detection_output_param { num_classes: 2 anchors_scale: 32 anchors_scale: 16 mask_group_num: 2 } }
+"""
+
+
+def test_optimize_plans_a_yolov3_head(tmp_path):
+    path = tmp_path / "yolo.prototxt"
+    path.write_text(YOLO_NET)
+    result = optimize(str(path), Options(phase="TEST"), OptimizeSettings())
+    assert result.phases
+    for phase in result.phases:
+        assert verify_plan(phase.schedule, phase.plan_data) == []
+        assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
+    # c19 (1,21,8,8), c20 (1,21,16,16): (64 + 256) x 3 x 2 = 1920 rows of 7 floats
+    assert result.phases[0].stock.layers[-1].fwd_alloc >= 1920 * 7 * 4
+
+
+# --- Yolov3 loss (eric612/MobileNet-YOLO yolov3_layer.cpp) ---------------------------------
+
+YOLO_LOSS = 'type: "Yolov3" bottom: "pred" bottom: "label" top: "loss" yolov3_param {{ num_class: 2 num: 3 {extra} }}'
+
+
+def test_yolov3_loss_is_a_scalar_over_matching_predictions(shape_of):
+    # LayerSetUp: CHECK_EQ(count(1), W*H*num*(4 + num_class + 1)) = 4*4*3*7 = 336 = 21*4*4;
+    # the label is AnnotatedData's YOLO label [N, 1, 300, 5].
+    assert shape_of(YOLO_LOSS.format(extra=""), (2, 21, 4, 4), (2, 1, 300, 5)).tops == ((),)
+    with pytest.raises(CaffememError, match="336"):
+        shape_of(YOLO_LOSS.format(extra=""), (2, 20, 4, 4), (2, 1, 300, 5))
+    with pytest.raises(CaffememError, match="first dimension"):
+        shape_of(YOLO_LOSS.format(extra=""), (2, 21, 4, 4), (1, 1, 300, 5))
+
+
+def test_yolov3_loss_memory(memory_of):
+    # Predictions (2,21,4,4): 672 values, 2,688 bytes.  SetUp: diff_ and real_diff_ shaped like
+    # them (16 + 16), the loss top (0 axes) and its diff (loss_weight 1): 4.  Forward: diff_
+    # 2,688, swap_ 16 + 2,688, the loss 4.  Backward (the predictions come from a trained
+    # Bias): their diff 2,688 (the label's never: LossLayer refuses it).
+    trained = 'layer { name: "b" type: "Bias" bottom: "p0" top: "pred" }\n'
+    body = trained + 'layer { name: "l" ' + YOLO_LOSS.format(extra="") + " }"
+    layer = memory_of(body, {"p0": (2, 21, 4, 4), "label": (2, 1, 300, 5)}, force_backward=False)["l"]
+    assert (layer.init, layer.fwd_alloc, layer.bwd_alloc) == (32 + 4, 2688 + 16 + 2688 + 4, 2688)
+
+
+YOLO_TRAIN = """
+layer { name: "data" type: "AnnotatedData" top: "data" top: "label" data_param { batch_size: 2 }
+  transform_param { resize_param { prob: 0.5 height: 64 width: 64 } resize_param { prob: 0.5 height: 96 width: 96 } }
+  annotated_data_param { yolo_data_type: 1 } }
+layer { name: "c1" type: "Convolution" bottom: "data" top: "c1" convolution_param { num_output: 8 kernel_size: 3 stride: 4 pad: 1 } }
+layer { name: "relu1" type: "ReLU6" bottom: "c1" top: "c1" }
+layer { name: "pred" type: "Convolution" bottom: "c1" top: "pred" convolution_param { num_output: 21 kernel_size: 1 stride: 2 } }
+layer { name: "loss" type: "Yolov3" bottom: "pred" bottom: "label" top: "loss" yolov3_param { num_class: 2 num: 3 } }
+"""
+
+
+def test_multi_scale_yolo_training_is_sized_at_its_largest_scale(tmp_path):
+    # Mirrors models/yolov3/mobilenet_yolov3_lite_train.prototxt: several resize_params (one
+    # picked every 10 iterations), so a run ends up holding the largest, 96x96: data
+    # (2,3,96,96), c1 (2,8,24,24), pred (2,21,12,12); the YOLO label (2,1,300,5).
+    path = tmp_path / "yolo_train.prototxt"
+    path.write_text(YOLO_TRAIN)
+    result = optimize(str(path), Options(phase="TRAIN", inputs={"data": (3, 96, 96)}), OptimizeSettings())
+    net = caffemem_analyze(str(path), Options(phase="TRAIN", inputs={"data": (3, 96, 96)})).nets[0]
+    assert net.blobs["data"] == (2, 3, 96, 96) and net.blobs["pred"] == (2, 21, 12, 12) and net.blobs["label"] == (2, 1, 300, 5)
+    assert any("multi-scale training (64x64, 96x96)" in note for note in net.memory.notes)
+    for phase in result.phases:
+        assert verify_plan(phase.schedule, phase.plan_data) == []
+        assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total

@@ -260,3 +260,23 @@ def test_fit_stops_at_the_one_image_the_code_allows(tmp_path):
     result = fit(str(path), Options(phase="TRAIN", inputs={"data": (3, 64, 48)}), FitRequest(gpu_memory=1 << 30, reserve=0))
     assert result.search.batch == 1
     assert "FCN's SBDDSegDataLayer loads one image a batch" in (result.following.error or "")
+
+
+def test_fast_rcnn_roi_data_gives_two_images_and_128_sampled_rois():
+    # Mirrors rbgirshick/py-faster-rcnn models/pascal_voc/VGG_CNN_M_1024/fast_rcnn/train.prototxt:
+    # without an RPN (config.py: HAS_RPN False, IMS_PER_BATCH 2, BATCH_SIZE 128, BBOX_REG True)
+    # setup() names the tops data, rois, labels, bbox_targets, bbox_inside/outside_weights;
+    # minibatch.py samples 128 / 2 = 64 RoIs per image, 128 in all.
+    tops = ["data", "rois", "labels", "bbox_targets", "bbox_inside_weights", "bbox_outside_weights"]
+    net = python_layer("roi_data_layer.layer", "RoIDataLayer", [], tops, "'num_classes': 21")
+    net += 'layer { name: "pool" type: "ROIPooling" bottom: "data" bottom: "rois" top: "pool" roi_pooling_param { pooled_w: 6 pooled_h: 6 spatial_scale: 0.0625 } }\n'
+    net += 'layer { name: "cls" type: "InnerProduct" bottom: "pool" top: "cls" inner_product_param { num_output: 21 } }\n'
+    net += 'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "cls" bottom: "labels" top: "loss" }\n'
+    net += 'layer { name: "silence" type: "Silence" bottom: "bbox_targets" bottom: "bbox_inside_weights" bottom: "bbox_outside_weights" }\n'
+    result = caffemem.analyze(net, inputs={"data": (3, 600, 1000)}).nets[0]
+    blobs = result.blobs
+    assert blobs["data"] == (2, 3, 600, 1000) and blobs["rois"] == (128, 5) and blobs["labels"] == (128,)
+    assert blobs["bbox_targets"] == blobs["bbox_outside_weights"] == (128, 84)  # 4 x 21 classes
+    assert blobs["cls"] == (128, 21)
+    cls = next(layer for layer in result.memory.layers if layer.name == "cls")
+    assert cls.fwd_alloc == 128 * 21 * 4  # its top's data on the first Forward: 10,752 bytes

@@ -386,3 +386,21 @@ def test_fork_data_layers_are_marked_data(type_):
 @pytest.mark.parametrize("type_", ["MultiBoxLoss", "SmoothL1Loss"])
 def test_fork_losses_create_their_top(type_):
     assert SpecTable().get(type_).auto_top
+
+
+# ---------------------------------------------------------------- eric612/MobileNet-YOLO AnnotatedData
+
+
+def test_yolo_annotated_data_has_a_fixed_label(shape_of):
+    # eric612/MobileNet-YOLO annotated_data_layer.cpp: yolo_data_type 1 makes the box label
+    # [batch, 1, 300, 5] (its models/yolov3/mobilenet_yolov3_lite_train.prototxt); only the
+    # channels of the data stay the database's.
+    text = (
+        'type: "AnnotatedData" top: "data" top: "label" data_param { batch_size: 6 } '
+        "transform_param { resize_param { height: 416 width: 416 } } "
+        "annotated_data_param { yolo_data_type: 1 yolo_data_jitter: 0.3 }"
+    )
+    with pytest.raises(NeedsInput) as asked:
+        shape_of(text)
+    assert asked.value.blobs == ["data"]
+    assert shape_of(text, inputs={"data": (6, 3, 416, 416)}).tops == ((6, 3, 416, 416), (6, 1, 300, 5))

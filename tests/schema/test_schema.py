@@ -189,6 +189,10 @@ FIELD_NUMBERS = [
     ("LayerParameter", "dense_image_data_param", 46),
     ("TransformationParameter", "resize_param", 8),
     ("TransformationParameter", "distort_param", 13),
+    ("TransformationParameter", "flow", 1006),  # LRCN's 6 is master's force_color
+    ("AnnotatedDataParameter", "yolo_data_type", 4),  # eric612/MobileNet-YOLO
+    ("AnnotatedDataParameter", "yolo_data_jitter", 5),
+    ("DropoutParameter", "sample_weights_test", 1002),  # SegNet's 2 is caffe-fast-rcnn's scale_train
     ("SolverParameter", "device_id", 18),
     # kept numbers of the fork fields added for issue 15
     ("DropoutParameter", "scale_train", 2),  # rbgirshick/caffe-fast-rcnn
