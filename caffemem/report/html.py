@@ -28,6 +28,7 @@ from caffemem._version import __version__
 from caffemem.api.analyze import Analysis, Options, spec_table
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
+from caffemem.passes.device import DeviceReport
 from caffemem.passes.liveness import Liveness, lifetimes
 from caffemem.passes.memory import CATEGORIES, MemoryReport
 from caffemem.passes.schedule import Schedule, StorageClass, build_schedule
@@ -337,9 +338,15 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
             ("by cause", ", ".join(f"{c.replace('_', ' ')} {mib(size)}" for c, size in memory.parts().items()) + f" (total {mib(memory.total_bytes)})"),
             _peak_fact(timeline),
         )
+        causes, largest = tuple(memory.parts().items()), top_layers(memory)
+        if net.device is not None:
+            facts = facts[:2] + device_facts(net.device) + (("a CPU run allocates", mib(memory.total_bytes) + " (the timeline below is the CPU run's heap)"),) + facts[3:]
+            causes = tuple((cause, size) for cause, size in net.device.device_by_cause.items() if size)
+            largest = tuple((index, layer.name, layer.type, layer.device_total) for index, layer in net.device.largest_layers(TOP_LAYERS) if layer.device_total)
         if analysis.process is not None and net.role == "train":
             process = analysis.process
-            facts += (("training process", f"{mib(process.total_bytes)}: this net, the {process.solver_type} solver's history and the test nets"),)
+            where = " on one card" if process.device == "gpu" else ""
+            facts += (("training process", f"{mib(process.total_bytes)}{where}: this net, the {process.solver_type} solver's history and the test nets"),)
         sections.append(
             Section(
                 anchor=f"net{i}",
@@ -349,14 +356,30 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
                 gantt=class_gantt(schedule, liveness),
                 table=layer_table(net.shaped, memory),
                 notes=tuple(dict.fromkeys(analysis.notes + net.notes + net.shaped.notes)),
-                causes=tuple(memory.parts().items()),
-                top_layers=top_layers(memory),
+                causes=causes,
+                top_layers=largest,
             )
         )
     return tuple(sections)
 
 
 TOP_LAYERS = 10
+
+
+def device_facts(device: DeviceReport) -> tuple[tuple[str, str], ...]:
+    """GPU mode: what one card and the host hold, each cause on both sides."""
+    low, high = device.device_bytes_min, device.device_bytes
+    span = f"{mib(low)} to {mib(high)} (cuDNN picks its workspace at run time)" if low != high else mib(high)
+    both = ", ".join(
+        f"{cause.replace('_', ' ')} {mib(size)} / {mib(device.host_by_cause[cause])}" for cause, size in device.device_by_cause.items() if size or device.host_by_cause[cause]
+    )
+    handles = device.handles
+    return (
+        ("on the card", span + (f", on each of {device.gpus} GPUs" if device.gpus > 1 else "")),
+        ("on the host", f"{mib(device.host_bytes)} (pinned copies of what host code touched)"),
+        ("by cause, card / host", both),
+        ("handles", f"{handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (counted, not sized); CUDA context: {device.context.source}"),
+    )
 
 
 def top_layers(memory: MemoryReport, count: int = TOP_LAYERS) -> tuple[tuple[int, str, str, int], ...]:

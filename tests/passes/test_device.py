@@ -176,3 +176,13 @@ def test_a_baseline_measured_on_the_cpu_is_not_compared_with_a_gpu_check(tmp_pat
     result = CliRunner().invoke(main, ["check", str(net), "--baseline", str(baseline)])
     assert result.exit_code == 2
     assert "measured with --device cpu" in result.output
+
+
+def test_the_html_page_shows_the_card_and_the_host():
+    from caffemem.report.html import html_report
+
+    options = Options(device="gpu", phase="TEST", inputs=DATA_INPUTS)
+    page = html_report(analyze(DATA, options), options)
+    assert "on the card" in page and "on the host" in page
+    assert "cuda context" in page and "prefetch" in page  # the causes' bars, by their device bytes
+    assert "--device gpu --engine cudnn" in page
