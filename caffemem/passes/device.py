@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from caffemem.graph import count
 from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
-from caffemem.passes.memory import GRADIENT_OF, Run, SlotAssignment, owned_params
+from caffemem.passes.memory import GRADIENT_OF, Heap, Run, SlotAssignment, owned_params
 from caffemem.units import DTYPE_BYTES, INT_BYTES
 
 SIDES = ("device", "host")
@@ -243,15 +243,7 @@ class _TwoSidedHeap:
                 category = blob.category if part == "data" else GRADIENT_OF[blob.category]
                 setattr(blob, part, _Copies(elements * blob.elem_bytes, category))
 
-    def share(self, dst: BlobId, src: BlobId, part: str) -> None:
-        target, source = self.blob(dst), self.blob(src)
-        copies = getattr(source, part)
-        if copies is getattr(target, part):
-            return
-        self._drop(dst, target, part)
-        if copies is not None:
-            copies.refs += 1
-        setattr(target, part, copies)
+    share = Heap.share  # ShareData/ShareDiff: the same pointer swap as in a CPU run
 
     def _drop(self, blob_id: BlobId, blob: _Blob, part: str) -> None:
         copies = getattr(blob, part)

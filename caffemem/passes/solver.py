@@ -95,12 +95,7 @@ def solver_footprint(
     if isinstance(train_memory, DeviceReport):
         return _device_footprint(solver, train_shaped, train_memory, tests, dtype_bytes)
     solver_type = solver.type or "SGD"
-    notes: list[str] = []
-    if solver_type not in SOLVER_BUFFERS:
-        notes.append(f"solver type '{solver_type}' is not Caffe's; its history is counted as SGD's")
-        solver_type_counted = "SGD"
-    else:
-        solver_type_counted = solver_type
+    solver_type_counted, notes = _counted_type(solver)
     l1 = solver.regularization_type == "L1" and solver.weight_decay != 0
     train_bytes = train_memory.total_bytes + train_memory.untouched_param_diff_bytes
     history = history_bytes([shape for _, shape in owned_params(train_shaped).values()], solver_type_counted, dtype_bytes, l1)
@@ -115,10 +110,14 @@ def solver_footprint(
                 f"its parameters ({shared} bytes) are the train net's once the first test shares them",
             )
         )
-    if solver.iter_size > 1:
-        notes.append(f"iter_size {solver.iter_size}: gradients accumulate over {solver.iter_size} passes of the same batch; memory is that of one pass")
     total = train_bytes + history + sum(s.bytes for s in shares)
-    return ProcessFootprint(solver_type, solver.iter_size, train_bytes, history, tuple(shares), total, tuple(notes))
+    return ProcessFootprint(solver_type, solver.iter_size, train_bytes, history, tuple(shares), total, tuple(notes + _iter_size_notes(solver)))
+
+
+def _iter_size_notes(solver) -> list[str]:
+    if solver.iter_size > 1:
+        return [f"iter_size {solver.iter_size}: gradients accumulate over {solver.iter_size} passes of the same batch; memory is that of one pass"]
+    return []
 
 
 def _counted_type(solver) -> tuple[str, list[str]]:
@@ -142,7 +141,5 @@ def _device_footprint(solver, train_shaped: ShapedGraph, train: DeviceReport, te
         shared = shared_test_param_bytes(shaped, train_shaped, dtype_bytes)
         note = f"its parameters ({shared} bytes) are the train net's once the first test shares them; one CUDA context for the process"
         shares.append(NetShare("test", index, report.device_bytes - report.context.bytes - shared, note))
-    if solver.iter_size > 1:
-        notes.append(f"iter_size {solver.iter_size}: gradients accumulate over {solver.iter_size} passes of the same batch; memory is that of one pass")
     total = train_bytes + history + sum(s.bytes for s in shares)
-    return ProcessFootprint(solver.type or "SGD", solver.iter_size, train_bytes, history, tuple(shares), total, tuple(notes), device="gpu")
+    return ProcessFootprint(solver.type or "SGD", solver.iter_size, train_bytes, history, tuple(shares), total, tuple(notes + _iter_size_notes(solver)), device="gpu")
