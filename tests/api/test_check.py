@@ -486,7 +486,8 @@ def test_the_action_installs_itself_and_runs_caffemem_check_with_its_inputs(repo
     assert re.fullmatch(r"actions/setup-python@v\d+\.\d+\.\d+", setup["uses"]) and re.fullmatch(r"actions/cache@v\d+\.\d+\.\d+", cache["uses"])  # pinned versions
     assert install["run"] == 'python -m pip install --quiet "$GITHUB_ACTION_PATH"'
     inputs = {name: spec.get("default", "") for name, spec in action["inputs"].items()}
-    inputs |= {"paths": "models/lenet.prototxt bad/*.prototxt", "budget": "13MiB", "args": "--input pixels=64,1,28,28 --jobs 1"}
+    assert inputs["device"] == "gpu"  # as the command's own default; this test checks the CPU figures
+    inputs |= {"paths": "models/lenet.prototxt bad/*.prototxt", "budget": "13MiB", "device": "cpu", "args": "--input pixels=64,1,28,28 --jobs 1"}
     env = {name: re.sub(r"\$\{\{ inputs\.([\w-]+) \}\}", lambda m: inputs[m.group(1)], value) for name, value in check["env"].items()}
     bin_dir = str(Path(sys.executable).parent)
     assert shutil.which("caffemem", path=bin_dir), "the caffemem command is installed beside the test's Python"
