@@ -5,7 +5,8 @@ whose two towers share every parameter by name.
 - `--strategy fork` predicts what the memory-multiloading fork (yjxiong/caffe action_recog
   9831a2b) allocated on it with its optimizer on, as benchmarks/fork_groundtruth.py measured
   it (fixtures/siamese/mnist_siamese_train_test.yjx.json; re-measured by the slow test
-  tests/runtime/test_fork_groundtruth.py)."""
+  tests/runtime/test_fork_groundtruth.py).
+- caffemem's own plan reaches the lower bound there."""
 
 from __future__ import annotations
 
@@ -68,3 +69,22 @@ def test_fork_run_is_the_run_itself_without_shared_parameters():
     specs = spec_table(Options())
     run = prepare(build_net(source, upgraded, make_state("TRAIN"), Options(phase="TRAIN"), specs), specs)
     assert fork_run(run) is run
+
+
+@pytest.mark.parametrize("phase_name", ["TRAIN", "TEST"])
+def test_the_plan_reaches_the_lower_bound_on_the_siamese_net(phase_name):
+    phase = optimize(str(SIAMESE), Options(phase=phase_name)).phases[0]
+    assert phase.strategy == "packed"
+    assert phase.planned.heap_total == phase.lower_bound
+    assert phase.totals()["planned"] == phase.totals()["lower_bound"]
+
+
+def test_the_siamese_lower_bound_is_the_bytes_alive_at_pool1_p():
+    # TRAIN peak, at pool1_p's Forward: pair_data's halves data and data_p (64x1x28x28: 200,704
+    # each), pool1 (64x20x12x12: 737,280), pool2 (64x50x4x4: 204,800), ip1 (64x500: 128,000),
+    # ip2 (64x10: 2,560), feat (64x2: 512), conv1_p (64x20x24x24: 2,949,120), pool1_p
+    # (737,280): 5,160,960 bytes.  Greedy packing stacks the four conv1-sized classes at one
+    # offset and ended at 2 x 2,949,120 = 5,898,240 bytes (6.5% of the whole run over the bound).
+    phase = optimize(str(SIAMESE), Options(phase="TRAIN")).phases[0]
+    assert phase.liveness.lower_bound_peak == 5_160_960
+    assert phase.plan_data.slot_bytes == {0: 5_160_960}
