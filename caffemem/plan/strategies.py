@@ -6,7 +6,9 @@ fork can express; packing members at offsets gets close to the lower bound.
 
 Entry point: :func:`make_plan`.  Strategies:
 - ``packed``: one slot; largest class first, at the lowest offset where it overlaps no
-  class alive at the same time (greedy by size, as TFLite's arena planner);
+  class alive at the same time (greedy by size, as TFLite's arena planner), and other
+  greedy orders; when none reaches the lower bound on a small net, a bounded search for
+  a packing at the bound (:func:`packing_within`);
 - ``best-fit``: largest class first, into the slot it grows least (ties: least waste);
 - ``first-fit``: in order of first use, into the first slot that is free (lowest index);
 - ``exact``: branch and bound over slot assignments for small nets, within a time limit;
