@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -217,19 +218,24 @@ def packing_work_budget(classes: int) -> int:
     return HOLES_PER_CLASS_LOG * classes * math.ceil(math.log2(max(classes, 2)))
 
 
-SEARCH_WORK = 200_000  # packing_within's budget: placed classes looked at (about a second)
+class _OverBudget(Exception):
+    """packing_within's search has done its work: it gives up at once."""
+
+
+SEARCH_WORK = 200_000  # packing_within's budget: classes and positions looked at (about a second)
 
 
 def search_work(classes: int) -> int:
-    """What the search's first descent costs at most: each of n placements looks at the
-    classes placed so far for each class still to place (n³/6).  A net whose first descent
-    alone is over the budget (some 100 classes: deep nets in training) is not searched."""
-    return classes**3 // 6
+    """The least work to leave the search of a net of n classes: twice what its first
+    descent costs at least (each of n placements looks at every class still to place,
+    n(n+1)/2).  A larger net (some 450 classes) is not searched."""
+    return classes * (classes + 1)
 
 
 def packing_within(lives: tuple[Lifetime, ...], capacity: int, work: int = SEARCH_WORK) -> list[tuple[Lifetime, int]] | None:
     """A packing of every class into ``capacity`` bytes, or None when there is none or it
-    was not found within ``work`` (a depth-first search; the placed classes it looked at).
+    was not found within ``work`` (a depth-first search; the classes and positions it
+    looked at).
 
     Every packing can be pushed down until each class rests on the floor or on a class
     alive at one of its steps; taken in order of offset, each class is then at 0 or at the
@@ -248,11 +254,19 @@ def packing_within(lives: tuple[Lifetime, ...], capacity: int, work: int = SEARC
     sizes = np.array([life.bytes for life in order], dtype=np.int64)
     if n == 0 or int(sizes.max()) > capacity:
         return [(life, 0) for life in lives] if n == 0 else None
-    overlapping = [[j for j in range(n) if j != i and order[i].overlaps(order[j])] for i in range(n)]
-    starts = sorted({start for life in order for start, _ in life.spans})  # the most alive is at a start
-    alive = np.array([[any(s <= t <= e for s, e in life.spans) for life in order] for t in starts], dtype=np.int64)
+    owner = np.array([i for i, life in enumerate(order) for _ in life.spans])
+    first, last = (np.array([span[k] for life in order for span in life.spans]) for k in (0, 1))
+    spans_of = np.zeros((n, len(owner)), dtype=np.int64)
+    spans_of[owner, np.arange(len(owner))] = 1
+    meet = (first[:, None] <= last[None, :]) & (first[None, :] <= last[:, None])  # spans alive at one step
+    together = (spans_of @ meet.astype(np.int64) @ spans_of.T) > 0
+    np.fill_diagonal(together, False)
+    overlapping = [np.flatnonzero(row).tolist() for row in together]
+    starts = np.unique(first)  # the most alive is at a start
+    alive = ((starts[:, None] >= first[None, :]) & (starts[:, None] <= last[None, :])).astype(np.int64) @ spans_of.T
     offsets = np.zeros(n, dtype=np.int64)
     placed = np.zeros(n, dtype=bool)
+    busy = [Runs() for _ in range(n)]  # per class still to place: the bytes taken beside it
     spent = 0
 
     def fits_above(floor: int) -> bool:
@@ -261,20 +275,34 @@ def packing_within(lives: tuple[Lifetime, ...], capacity: int, work: int = SEARC
         return bool((alive @ (sizes * ~placed) <= capacity - floor - alive @ above).all())
 
     def candidates(floor: int, last: int) -> list[tuple[int, int]]:
-        """(offset, class) after (floor, last) where a class may rest, free of what is placed."""
+        """(offset, class) after (floor, last) where a class may rest, free of what is placed:
+        at the floor (0) or at the top of a busy range, from ``floor`` up."""
         nonlocal spent
         found = []
         for i in range(n):
             if placed[i]:
                 continue
-            below = [j for j in overlapping[i] if placed[j]]
-            spent += len(below)
-            busy = Runs((int(offsets[j]), int(offsets[j] + sizes[j])) for j in below)
-            size = int(sizes[i])
-            for offset in (0, *busy.ends):  # the floor, or the top of a busy range
-                if (offset, i) > (floor, last) and offset + size <= capacity and not (size and busy.overlaps(offset, offset + size)):
+            taken, size = busy[i], int(sizes[i])
+            first = bisect_left(taken.ends, floor)
+            spent += 1 + len(taken.ends) - first
+            for offset in ([0] if floor <= 0 else []) + taken.ends[first:]:
+                if (offset, i) > (floor, last) and offset + size <= capacity and not taken.overlaps(offset, offset + size):
                     found.append((offset, i))
         return sorted(found)
+
+    def place(i: int, offset: int) -> None:
+        offsets[i], placed[i] = offset, True
+        for j in overlapping[i]:
+            if not placed[j]:
+                busy[j].add(offset, offset + int(sizes[i]))
+
+    def unplace(i: int) -> None:
+        nonlocal spent
+        placed[i] = False
+        for j in (i, *overlapping[i]):
+            if not placed[j]:
+                spent += len(overlapping[j])
+                busy[j] = Runs((int(offsets[k]), int(offsets[k] + sizes[k])) for k in overlapping[j] if placed[k])
 
     def search(floor: int, last: int, left: int) -> bool:
         if left == 0:
@@ -283,14 +311,17 @@ def packing_within(lives: tuple[Lifetime, ...], capacity: int, work: int = SEARC
             return False
         for offset, i in candidates(floor, last):
             if spent > work:
-                return False
-            offsets[i], placed[i] = offset, True
+                raise _OverBudget
+            place(i, offset)
             if search(offset, i, left - 1):
                 return True
-            placed[i] = False
+            unplace(i)
         return False
 
-    if not search(-1, -1, n):
+    try:
+        if not search(-1, -1, n):
+            return None
+    except _OverBudget:
         return None
     at = {life.storage: int(offset) for life, offset in zip(order, offsets)}
     return [(life, at.get(life.storage, 0)) for life in lives]

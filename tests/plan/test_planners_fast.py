@@ -139,19 +139,20 @@ def test_the_search_finds_nothing_when_the_bound_cannot_be_reached():
 
 def test_the_search_gives_up_once_over_its_work():
     lives = (Lifetime(0, 4, ((7, 7),)), Lifetime(1, 4, ((3, 4),)), Lifetime(2, 1, ((2, 6),)), Lifetime(3, 1, ((5, 7),)))
-    # Without backtracking, it places C (earliest), A (at 0 too), B, D, looking each time at
-    # the placed classes alive beside each class still to place: after C, B's C and D's C
-    # (2); after A, B's C, D's C and A (3); after B, D's C and A (2): 7 in all.
-    assert packing_within(lives, 5, work=6) is None
-    assert packing_within(lives, 5, work=7) is not None
+    # Without backtracking, it places C (earliest), A (at 0 too), B, D; its work is each
+    # class still to place, and each top of a busy range from the floor up it tries there:
+    # 4 classes; then B, D and A and the top of C for B and D (5); then B and D with one
+    # top each, C's and A's merged (4); then D and A's top (2): 15 in all.
+    assert packing_within(lives, 5, work=14) is None
+    assert packing_within(lives, 5, work=15) is not None
 
 
 def test_only_nets_whose_first_descent_fits_the_budget_are_searched(monkeypatch):
     lives = (Lifetime(0, 4, ((7, 7),)), Lifetime(1, 4, ((3, 4),)), Lifetime(2, 1, ((2, 6),)), Lifetime(3, 1, ((5, 7),)))
-    assert plan_module.search_work(4) == 10  # 4³ / 6
-    monkeypatch.setattr(plan_module, "SEARCH_WORK", 9)
+    assert plan_module.search_work(4) == 20  # twice 4 + 3 + 2 + 1 classes to look at
+    monkeypatch.setattr(plan_module, "SEARCH_WORK", 19)
     assert packed(lives, 5).slot_bytes == 6
-    monkeypatch.setattr(plan_module, "SEARCH_WORK", 10)
+    monkeypatch.setattr(plan_module, "SEARCH_WORK", 20)
     assert packed(lives, 5).slot_bytes == 5
 
 
