@@ -226,9 +226,9 @@ SEARCH_WORK = 200_000  # packing_within's budget: classes and positions looked a
 
 
 def search_work(classes: int) -> int:
-    """The least work to leave the search of a net of n classes: twice what its first
-    descent costs at least (each of n placements looks at every class still to place,
-    n(n+1)/2).  A larger net (some 450 classes) is not searched."""
+    """The work a net of n classes must leave the search for it to be tried: twice what its
+    first descent costs at least (each of n placements looks at every class still to
+    place, n(n+1)/2).  A larger net (over some 450 classes) is not searched."""
     return classes * (classes + 1)
 
 
@@ -283,9 +283,9 @@ def packing_within(lives: tuple[Lifetime, ...], capacity: int, work: int = SEARC
             if placed[i]:
                 continue
             taken, size = busy[i], int(sizes[i])
-            first = bisect_left(taken.ends, floor)
-            spent += 1 + len(taken.ends) - first
-            for offset in ([0] if floor <= 0 else []) + taken.ends[first:]:
+            lowest = bisect_left(taken.ends, floor)
+            spent += 1 + len(taken.ends) - lowest
+            for offset in ([0] if floor <= 0 else []) + taken.ends[lowest:]:
                 if (offset, i) > (floor, last) and offset + size <= capacity and not taken.overlaps(offset, offset + size):
                     found.append((offset, i))
         return sorted(found)
