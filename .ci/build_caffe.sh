@@ -6,9 +6,11 @@
 # Prints the path of the built tree on its last line of stdout; it holds build/lib/libcaffe.so
 # (and, for BVLC, build/tools/caffe; `build` is Caffe's link to .build_release).
 #
-# usage: .ci/build_caffe.sh stock|patched|fork|fork-patched [--pycaffe]
+# usage: .ci/build_caffe.sh stock|patched|fork|fork-patched|fork-probe [--pycaffe]
 #   stock, patched:         BVLC Caffe master 9b89154, `make lib tools`
 #   fork, fork-patched:     yjxiong/caffe action_recog 9831a2b, libcaffe.so only
+#   fork-probe:             the fork unchanged but for a byte counter in SyncedMemory
+#                           (apply_probe below; read by benchmarks/fork_groundtruth.py)
 #   --pycaffe (BVLC only):  also python/caffe/_caffe.so for the system python3 (Debian's
 #                           python3-dev, libboost-python-dev, python3-numpy, python3-protobuf),
 #                           built once into the cached tree (only _caffe.cpp compiles)
@@ -17,7 +19,7 @@
 #        CAFFEMEM_PYTHON (default: python3 from PATH; must import caffemem)
 #        CAFFEMEM_NO_APT=1 to skip installing the Debian packages
 set -euo pipefail
-kind="${1:?usage: build_caffe.sh stock|patched|fork|fork-patched [--pycaffe]}"
+kind="${1:?usage: build_caffe.sh stock|patched|fork|fork-patched|fork-probe [--pycaffe]}"
 pycaffe=0; [ "${2:-}" = --pycaffe ] && pycaffe=1
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 shared="$repo/../shared/caffe"
@@ -35,13 +37,13 @@ case "$kind" in
 USE_LEVELDB := 0
 USE_LMDB := 0'
     ;;
-  fork|fork-patched)
+  fork|fork-patched|fork-probe)
     tarball="$shared/yjxiong-caffe-action_recog-9831a2b.tar.xz"; name=fork
     targets=(.build_release/lib/libcaffe.so)   # the fork's Makefile has no `lib` target
     config=''                                   # the fork always uses OpenCV, LevelDB, LMDB
     need_pkgs+=(libopencv-dev libleveldb-dev liblmdb-dev libsnappy-dev)
     ;;
-  *) echo "usage: build_caffe.sh stock|patched|fork|fork-patched" >&2; exit 2;;
+  *) echo "usage: build_caffe.sh stock|patched|fork|fork-patched|fork-probe" >&2; exit 2;;
 esac
 [ -f "$tarball" ] || { echo "missing $tarball" >&2; exit 2; }
 
@@ -57,6 +59,37 @@ if [ "${kind#*-}" = patched ] || [ "$kind" = patched ]; then
   while IFS= read -r f; do key_inputs+=("$f"); done < <(find "$repo/caffemem/runtime/cpp" -type f \
     -not -name '*.pyc' | LC_ALL=C sort)
 fi
+# The probe: SyncedMemory's host allocations (CaffeMallocHost / CaffeFreeHost, inline in
+# syncedmem.hpp and called only from syncedmem.cpp) go through wrappers that keep
+# caffe::caffemem_probe_allocated, the bytes SyncedMemory holds (allocated less freed), which
+# the measuring program reads around each step. Only syncedmem.cpp changes; its text is part
+# of the cache key.
+apply_probe() {
+  local cpp="$1/src/caffe/syncedmem.cpp"
+  cat > "$cpp.probe" <<'PROBE'
+#include <map>
+namespace caffe {
+long long caffemem_probe_allocated = 0;
+static std::map<void*, size_t>& ProbeSizes() { static std::map<void*, size_t> sizes; return sizes; }
+static void ProbeMallocHost(void** ptr, size_t size) {
+  CaffeMallocHost(ptr, size);
+  caffemem_probe_allocated += size;
+  ProbeSizes()[*ptr] = size;
+}
+static void ProbeFreeHost(void* ptr) {
+  std::map<void*, size_t>::iterator it = ProbeSizes().find(ptr);
+  if (it != ProbeSizes().end()) { caffemem_probe_allocated -= it->second; ProbeSizes().erase(it); }
+  CaffeFreeHost(ptr);
+}
+}  // namespace caffe
+#define CaffeMallocHost ProbeMallocHost
+#define CaffeFreeHost ProbeFreeHost
+PROBE
+  sed -i '/^#include "caffe\/util\/math_functions.hpp"$/r '"$cpp.probe" "$cpp"
+  rm "$cpp.probe"
+  grep -q '^#define CaffeFreeHost ProbeFreeHost' "$cpp"
+}
+[ "$kind" = fork-probe ] && RECIPE="$RECIPE $(declare -f apply_probe)"
 key="$({ cat "${key_inputs[@]}"; echo "$RECIPE"; } | sha256sum | cut -c1-16)"
 label="$kind"; [ "$kind" = stock ] && label=bvlc-stock; [ "$kind" = patched ] && label=bvlc-patched
 dest="$cache/$label-$key"
@@ -96,6 +129,7 @@ rm -rf "$work"; mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 tar -xJf "$tarball" -C "$work"
 bash "$fix" "$work" >&2
+if [ "$kind" = fork-probe ]; then apply_probe "$work" >&2; fi
 if [ "$kind" = patched ] || [ "$kind" = fork-patched ]; then
   (cd "$repo" && "$py" -c 'import sys; from caffemem.runtime import apply_patch; print(apply_patch(sys.argv[1]).describe())' "$work") >&2
 fi

@@ -32,7 +32,7 @@ from caffemem.passes.memory import (
 )
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
-from caffemem.plan.fork import fork_assignment
+from caffemem.plan.fork import fork_assignment, fork_run
 from caffemem.plan.strategies import Plan, make_plan
 from caffemem.plan.verify import PlanData, verify_plan
 from caffemem.prototxt.write import read_exact
@@ -156,7 +156,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers)
 
     fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
-    fork = replay(run, fork_slots)
+    fork = replay(fork_run(run), fork_slots)  # the fork running its own plan
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan(schedule, fork_data)
 

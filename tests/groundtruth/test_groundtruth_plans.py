@@ -1,6 +1,6 @@
 """The planner on every real net of the ground truth (../shared/groundtruth), in the phase
-and with the inputs real Caffe ran it: `auto` is never worse than the fork's plan, within
-2% of the lower bound and never below it, safe, and costs what the optimizer's ranking
+and with the inputs real Caffe ran it: `auto` is never worse than the fork's plan, at the
+lower bound, safe, and costs what the optimizer's ranking
 formula says; `optimize -o` writes a file that still parses and analyses as the original."""
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ def test_plan_is_no_larger_than_the_forks(source, phase, inputs):
 
 @needs_shared
 @pytest.mark.parametrize("source, phase, inputs", RUNS)
-def test_plan_is_within_two_percent_of_the_lower_bound_and_never_below(source, phase, inputs):
+def test_plan_reaches_the_lower_bound(source, phase, inputs):
+    # (GoogLeNet's TRAIN net was 0.18% above it before packed searched for a packing at the
+    # bound when its greedy orders miss it.)
     plan = planned(source, phase, inputs)
-    assert plan.lower_bound <= plan.planned.heap_total
-    assert (plan.planned.heap_total - plan.lower_bound) / plan.lower_bound <= 0.02
+    assert plan.planned.heap_total == plan.lower_bound
 
 
 @needs_shared

@@ -5,6 +5,7 @@ real nets."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import pytest
@@ -32,6 +33,7 @@ from caffemem.plan.strategies import (
     first_fit,
     make_plan,
     packed,
+    packing_within,
 )
 from caffemem.plan.verify import Placement, replay_violations
 
@@ -78,12 +80,80 @@ def test_packing_that_merges_many_holes_at_once_places_as_the_reference(lives, o
     assert (size, [(life.storage, offset) for life, offset in placed]) == (expected_size, [(life.storage, offset) for life, offset in expected])
 
 
+def _most_alive(lives) -> int:
+    steps = range(max((life.end for life in lives), default=0) + 1)
+    return max((sum(l.bytes for l in lives if any(s <= t <= e for s, e in l.spans)) for t in steps), default=0)
+
+
 @EXAMPLES
 @given(LIFETIMES)
 def test_packed_plan_is_the_smallest_reference_packing_even_when_it_stops_early(lives):
-    steps = range(max((life.end for life in lives), default=0) + 1)
-    most_alive = max((sum(l.bytes for l in lives if any(s <= t <= e for s, e in l.spans)) for t in steps), default=0)
-    assert packed(lives, most_alive) == reference.packed(lives)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plan_module, "SEARCH_WORK", -1)  # the greedy packings only
+        assert packed(lives, _most_alive(lives)) == reference.packed(lives)
+
+
+def _overlapping_bytes(placed) -> list:
+    """Pairs of classes alive at one step whose byte ranges meet (a valid packing has none)."""
+    return [
+        (a.storage, b.storage)
+        for (a, offset_a), (b, offset_b) in itertools.combinations(placed, 2)
+        if a.bytes and b.bytes and a.overlaps(b) and offset_a < offset_b + b.bytes and offset_b < offset_a + a.bytes
+    ]
+
+
+@EXAMPLES
+@given(LIFETIMES)
+def test_a_packing_the_search_finds_is_valid_and_within_the_capacity(lives):
+    most_alive = _most_alive(lives)
+    found = packing_within(lives, most_alive)
+    if found is not None:
+        assert sorted(life.storage for life, _ in found) == sorted(life.storage for life in lives)
+        assert max((offset + life.bytes for life, offset in found), default=0) <= most_alive
+        assert _overlapping_bytes(found) == []
+    plan = packed(lives, most_alive)
+    assert most_alive <= plan.slot_bytes <= reference.packed(lives).slot_bytes
+
+
+def test_the_search_reaches_a_bound_every_greedy_packing_misses():
+    # A and B (4 bytes) are never alive together, nor C and D (1 byte); C lives beside B
+    # (steps 3-4), D beside A (step 7), C beside D (5-6): at most 5 bytes alive at once.
+    lives = (Lifetime(0, 4, ((7, 7),)), Lifetime(1, 4, ((3, 4),)), Lifetime(2, 1, ((2, 6),)), Lifetime(3, 1, ((5, 7),)))
+    # Every greedy order puts A and B at 0 (the largest first, or whichever comes first),
+    # then C above B and D above A and C: 6 bytes.
+    assert packed(lives).slot_bytes == 6
+    # The search: C at 0, B above it (1..5), D at 4 (beside C and A, above both), A at 0.
+    assert [(life.storage, offset) for life, offset in packing_within(lives, 5)] == [(0, 0), (1, 1), (2, 0), (3, 4)]
+    assert packed(lives, 5) == Plan("packed", (Slot(0, 5, (0, 1, 2, 3), (0, 1, 0, 4)),))
+
+
+def test_the_search_finds_nothing_when_the_bound_cannot_be_reached():
+    # Three 1-byte scratch buffers, each pair alive together at one step, never all three:
+    # 2 bytes alive at most, but each needs a byte of its own.
+    lives = (Lifetime(0, 1, ((0, 0), (2, 2))), Lifetime(1, 1, ((0, 0), (1, 1))), Lifetime(2, 1, ((1, 1), (2, 2))))
+    assert _most_alive(lives) == 2
+    assert packing_within(lives, 2) is None
+    assert sorted(offset for _, offset in packing_within(lives, 3)) == [0, 1, 2]
+    assert packed(lives, 2).slot_bytes == 3
+
+
+def test_the_search_gives_up_once_over_its_work():
+    lives = (Lifetime(0, 4, ((7, 7),)), Lifetime(1, 4, ((3, 4),)), Lifetime(2, 1, ((2, 6),)), Lifetime(3, 1, ((5, 7),)))
+    # Without backtracking, it places C (earliest), A (at 0 too), B, D; its work is each
+    # class still to place, and each top of a busy range from the floor up it tries there:
+    # 4 classes; then B, D and A and the top of C for B and D (5); then B and D with one
+    # top each, C's and A's merged (4); then D and A's top (2): 15 in all.
+    assert packing_within(lives, 5, work=14) is None
+    assert packing_within(lives, 5, work=15) is not None
+
+
+def test_only_nets_whose_first_descent_fits_the_budget_are_searched(monkeypatch):
+    lives = (Lifetime(0, 4, ((7, 7),)), Lifetime(1, 4, ((3, 4),)), Lifetime(2, 1, ((2, 6),)), Lifetime(3, 1, ((5, 7),)))
+    assert plan_module.search_work(4) == 20  # twice 4 + 3 + 2 + 1 classes to look at
+    monkeypatch.setattr(plan_module, "SEARCH_WORK", 19)
+    assert packed(lives, 5).slot_bytes == 6
+    monkeypatch.setattr(plan_module, "SEARCH_WORK", 20)
+    assert packed(lives, 5).slot_bytes == 5
 
 
 def test_a_packing_gives_up_once_its_searches_cross_more_holes_than_its_budget(monkeypatch):
