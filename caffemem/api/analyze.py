@@ -17,7 +17,7 @@ from caffemem.layers.registry import SpecTable
 from caffemem.passes.filter import filter_net, make_state, phase_name
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.device import DeviceReport, device_footprint
-from caffemem.passes.memory import MemoryReport, Run, prepare, simulate
+from caffemem.passes.memory import MemoryReport, Run, merged_run, prepare, simulate
 from caffemem.passes.shapes import INT_MAX, infer_shapes
 from caffemem.passes.solver import ProcessFootprint, solver_footprint
 from caffemem.passes.splits import insert_splits
@@ -200,11 +200,22 @@ def analyze(
 
 
 def prepare_run(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Run:
-    """The run that plans and verifies storage in the mode asked for: in GPU mode each
-    layer's rule as its GPU code touches memory, with the build's engine."""
+    """The run in the mode asked for: in GPU mode each layer's rule as its GPU code
+    touches memory, with the build's engine (what the device figures replay)."""
     if options.device == "gpu":
         return prepare(shaped, specs, options.dtype, options.build_engine, "gpu")
     return prepare(shaped, specs, options.dtype, options.heap_engine)
+
+
+def planning_run(shaped: ShapedGraph, specs: SpecTable, options: Options, run: Run | None = None) -> Run:
+    """The run that plans and verifies storage: in GPU mode every step touches what it
+    touches on the GPU (with the build's engine) or in a CPU run with Caffe's engine, so a
+    table planned for a card stays right when the same file runs on the CPU.  ``run``:
+    :func:`prepare_run`'s, when the caller has it."""
+    run = run or prepare_run(shaped, specs, options)
+    if options.device != "gpu":
+        return run
+    return merged_run(run, prepare(shaped, specs, options.dtype, options.heap_engine), specs)
 
 
 def measure(shaped: ShapedGraph, specs: SpecTable, options: Options) -> tuple[MemoryReport, DeviceReport | None]:

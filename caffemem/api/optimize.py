@@ -11,7 +11,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, measure, prepare_run, net_phases, spec_table, with_overrides
+from caffemem.api.analyze import Options, build_net, measure, planning_run, prepare_run, net_phases, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -150,7 +150,8 @@ def fork_plan_data(assignment: SlotAssignment) -> PlanData:
 
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, replayed and verified."""
-    run = prepare_run(shaped, specs, options)
+    on_card_run = prepare_run(shaped, specs, options)
+    run = planning_run(shaped, specs, options, on_card_run)  # in CPU mode the same run
     stock = replay(run)
     schedule = build_schedule(shaped, specs, options.dtype, run=run)
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers)
@@ -187,8 +188,8 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     planned = fork if name == "fork" else replay(run, assignment)
     devices = None
     if options.device == "gpu":
-        on_card = functools.partial(device_footprint, run, specs, options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
-        devices = DeviceFigures(on_card(), on_card(slots=fork_slots), on_card(slots=assignment))
+        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
+        devices = DeviceFigures(on_card(on_card_run), on_card(fork_run(on_card_run), slots=fork_slots), on_card(on_card_run, slots=assignment))
 
     shareable = sum(life.bytes for life in liveness.shareable)
     return PhasePlan(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from caffemem.errors import CaffememError, Location
@@ -510,6 +510,26 @@ def prepare(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32", engin
     flags = backward_flags(shaped, specs)
     rules = layer_rules(shaped, specs, flags, engine, device)
     return Run(shaped, dtype, flags, rules, tuple(run_groups(shaped, specs, flags, rules)), device)
+
+
+def merged_run(run: Run, other: Run, specs: SpecTable) -> Run:
+    """A run each of whose steps touches what that step touches in ``run`` or in ``other``
+    (the same net prepared for another mode or engine).  A plan that the verifier passes on
+    it is safe in both: a GPU run with cuDNN and a CPU run with Caffe's own layers read and
+    write different storage (the losses' device scratch, cuDNN's backward that skips the
+    bottom when the weights are frozen).  ``run``'s prefetch, notes and mode are kept."""
+    rules = tuple(
+        replace(
+            mine,
+            setup=mine.setup + theirs.setup,
+            forward=mine.forward + theirs.forward,
+            backward=mine.backward + theirs.backward,
+            pointer_only=tuple(dict.fromkeys(mine.pointer_only + theirs.pointer_only)),
+            verified=mine.verified and theirs.verified,
+        )
+        for mine, theirs in zip(run.rules, other.rules)
+    )
+    return Run(run.shaped, run.dtype, run.flags, rules, tuple(run_groups(run.shaped, specs, run.flags, rules)), run.device)
 
 
 def simulate(

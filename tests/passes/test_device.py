@@ -186,3 +186,25 @@ def test_the_html_page_shows_the_card_and_the_host():
     assert "on the card" in page and "on the host" in page
     assert "cuda context" in page and "prefetch" in page  # the causes' bars, by their device bytes
     assert "--device gpu --engine cudnn" in page
+
+
+@pytest.mark.parametrize("source", ["models/fcn_voc-fcn8s/train.prototxt", "models/hed/train_val.prototxt"])
+def test_a_plan_made_for_the_card_is_safe_in_a_cpu_run(source):
+    """FCN's and HED's frozen deconvolutions (lr_mult 0): cuDNN's Backward skips their
+    bottom, Caffe's engine takes it, so a plan for the cuDNN run alone would share a
+    storage the CPU run still reads; the GPU plan is verified against both runs."""
+    from conftest import SHARED, groundtruth_runs, run_inputs
+
+    from caffemem.api.analyze import spec_table
+    from caffemem.passes.memory import prepare
+    from caffemem.passes.schedule import build_schedule
+
+    runs = [param.values[1] for param in groundtruth_runs() if param.values[0] == source and param.values[1]["phase"] == "TRAIN"]
+    if not runs:
+        pytest.skip("../shared is not beside the repo")
+    options = Options(device="gpu", phase="TRAIN", inputs=run_inputs(runs[0]))
+    phase = optimize(str(SHARED / source), options, OptimizeSettings()).phases[0]
+    specs = spec_table(options)
+    on_cpu = build_schedule(phase.shaped, specs, run=prepare(phase.shaped, specs, "float32", "caffe", "cpu"))
+    assert verify_plan(on_cpu, phase.plan_data) == []
+    assert verify_plan(phase.schedule, phase.plan_data) == []
