@@ -127,24 +127,58 @@ def _softmax_loss_memory(
 def _softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
     """softmax_loss_layer.cpp: the inner Softmax is built from a copy of this layer's param
     after LossLayer::LayerSetUp added the default loss_weight 1, so prob_'s diff is allocated
-    at SetUp unless the file says loss_weight: 0."""
+    at SetUp unless the file says loss_weight: 0.  A third top is R-FCN's (below)."""
+    if len(q.tops) == RFCN_TOPS:
+        return _rfcn_softmax_with_loss_memory(q)
     return _softmax_loss_memory(q, q.proto.softmax_param.axis, list(q.proto.loss_weight) or [1.0])
+
+
+# daijifeng001/caffe-rfcn@a7641303 src/caffe/layers/softmax_loss_layer.cpp, .cu: R-FCN's
+# SoftmaxWithLoss (same type string, MaxTopBlobs 3) outputs the loss of each prediction as a
+# third top for its OHEM nets (models/rfcn_prototxts/*_OHEM_*/train_val.prototxt).  Stock
+# Caffe refuses a third top, so three tops can only mean this fork; one or two tops keep
+# master's rule (the figures checked against real Caffe).
+RFCN_TOPS = 3
+RFCN_SOFTMAX = "daijifeng001/caffe-rfcn@a7641303 src/caffe/layers/softmax_loss_layer.cpp, .cu"
+
+
+def _rfcn_softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """R-FCN's three-top SoftmaxWithLoss (its Forward_cpu/Backward_cpu are NOT_IMPLEMENTED:
+    this follows the .cu file on either device).  LayerSetUp clears the loss weights of the
+    inner Softmax's param, so prob_'s diff is not allocated at SetUp.  Forward_gpu: the
+    softmax, the per-prediction losses into bottom 0's diff and counts into prob_'s diff,
+    the loss through top 0's mutable_cpu_data; top 1 shares prob_'s data; top 2 is a copy
+    of bottom 0's diff; bottom 0's diff is then zeroed.  Backward_gpu, when
+    propagate_down[0]: prob_ copied into bottom 0's diff, top 0's device data taken, the
+    labels read, counts into prob_'s diff, then scaled by top 0's host diff."""
+    prob = q.buffer("prob")
+    softmax = softmax_memory(q, q.bottom(0), prob, q.bottoms[0], q.proto.softmax_param.axis, "softmax/")
+    forward = softmax.forward + (read(prob), read(q.bottom(1)), write(q.bottom(0), "diff"), write(prob, "diff"), host_output(q))
+    forward += (Share(q.top(1), prob, "data"), read(q.bottom(0), "diff"), write(q.top(2)), write(q.bottom(0), "diff"))
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(prob), write(q.bottom(0), "diff"), read(q.top(0)), read(q.bottom(1)), write(prob, "diff"), read(q.top(0), "diff", "host"))
+    return LayerMemory(setup=buffer_setup(prob, q.bottoms[0]) + softmax.setup, forward=forward, backward=backward)
 
 
 @layer(
     "SoftmaxWithLoss",
     "loss",
     bottoms=TWO,
-    tops=ONE_OR_TWO,
+    tops=Arity(1, RFCN_TOPS),
     auto_top=True,
-    source="caffe master layers/softmax_loss_layer.cpp",
+    source="caffe master layers/softmax_loss_layer.cpp; three tops: " + RFCN_SOFTMAX,
     memory=_softmax_with_loss_memory,
     no_force_backward=LABEL,
 )
 def _softmax_with_loss(q: ShapeQuery) -> LayerShapes:
-    """Softmax along softmax_param.axis then log loss; the optional second top is the softmax output."""
+    """Softmax along softmax_param.axis then log loss; the optional second top is the softmax
+    output; R-FCN's third top, each prediction's loss, is shaped like the labels (its Reshape:
+    ReshapeLike(*bottom[1]))."""
     loss = _loss(q)
     _class_axis(q, q.proto.softmax_param.axis, "softmax")
+    if _top_count(q) == RFCN_TOPS:
+        return LayerShapes(tops=(loss, q.bottoms[0], q.bottoms[1]))
     return _with_prob(q, loss)
 
 
