@@ -265,6 +265,17 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("DenseImageDataParameter", "label_divide_factor", 13, ENET),
     # PSPNet / DeepLab v2 ImageSegData augmentation.
     _f("TransformationParameter", "scale_factors", 1008, PSP, 8, "TransformationParameter.resize_param (ssd)"),
+    # Tongcheng/caffe's BatchNorm options (parsed only: its cuDNN BatchNorm is never created).
+    _f("BatchNormParameter", "use_log", 4, TONGCHENG),
+    _f("BatchNormParameter", "scale_filler", 5, TONGCHENG),
+    _f("BatchNormParameter", "bias_filler", 6, TONGCHENG),
+    _f("BatchNormParameter", "engine", 15, TONGCHENG),
+    # Tongcheng/caffe's debug-print switch (prints only).
+    _f("AccuracyParameter", "use_log", 4, TONGCHENG),
+    _f("ConcatParameter", "use_log", 3, TONGCHENG),
+    _f("ConvolutionParameter", "use_log", 20, TONGCHENG),
+    _f("ReLUParameter", "use_log", 3, TONGCHENG),
+    _f("ScaleParameter", "use_log", 6, TONGCHENG),
 )
 
 
@@ -300,6 +311,7 @@ FORK_ENUM_VALUES: tuple[ForkEnumValue, ...] = (
 # Enums a fork nests in a master message, with their source.
 FORK_ENUMS: Dict[str, str] = {
     "ImageDataParameter.LabelType": DEEPLAB2,
+    "BatchNormParameter.Engine": TONGCHENG,
 }
 
 # Messages that master does not define, with the source of their contents.
