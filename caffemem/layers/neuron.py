@@ -404,10 +404,11 @@ def _cudnn_batch_norm_note(q: MemoryQuery) -> tuple[str, ...]:
     param = q.proto.batch_norm_param
     if not any(param.HasField(name) for name in ("engine", "scale_filler", "bias_filler")):
         return ()
-    return (
+    note = (
         f"layer '{q.layer.name}' ({q.layer.type}): engine/scale_filler/bias_filler (Tongcheng/caffe) are ignored as that fork "
-        "ignores them: its BatchNorm type always builds the plain BatchNormLayer (3 statistics blobs, no scale or bias)",
+        "ignores them: its BatchNorm type always builds the plain BatchNormLayer (3 statistics blobs, no scale or bias)"
     )
+    return (note,)
 
 
 # In place: Forward computes the mean from bottom_data before it edits top_data, Backward
