@@ -228,6 +228,10 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("V1LayerParameter", "interp_param", 43, DEEPLAB1),
     _f("V1LayerParameter", "seg_accuracy_param", 1042, DEEPLAB1, 42, "V1LayerParameter.loss_param"),
     _f("V1LayerParameter", "mat_write_param", 46, DEEPLAB1),
+    _f("V1LayerParameter", "strict_dim", 1003, DEEPLAB1),
+    _f("V1LayerParameter", "softmaxloss_param", 44, DEEPLAB1),
+    _f("LayerParameter", "softmaxloss_param", 44, DEEPLAB1, 44,
+       "DeepLab v1's own LayerParameter (the V1 layout); here so the upgrade can carry it"),
     _f("LayerParameter", "seg_accuracy_param", 1144, DEEPLAB2, 144, "LayerParameter.crop_param"),
     _f("LayerParameter", "mat_write_param", 1145, DEEPLAB2, 145, "LayerParameter.parameter_param"),
     _f("ImageDataParameter", "ignore_label", 15, DEEPLAB2, 15, "the same number in DeepLab v1"),
@@ -348,6 +352,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "DenseBlockParameter": TONGCHENG,
     "SegAccuracyParameter": DEEPLAB2,  # v1: the same without reset
     "MatWriteParameter": DEEPLAB2,  # identical in v1
+    "SoftmaxLossParameter": DEEPLAB1,
     "Yolov3DetectionOutputParameter": MOBILEYOLO,
     "Yolov3Parameter": MOBILEYOLO,
     "LabelSpecificAddParameter": HAPPYNEAR,
