@@ -7,7 +7,8 @@ The nets of the corpus that need a fork use these types outside BVLC master:
 - facebook/C3D C3D-v1.1: ``VideoData`` (its own variant, 5-D);
 - weiliu89/caffe ssd: ``AnnotatedData``, ``Normalize``, ``Permute``, ``PriorBox``,
   ``DetectionOutput``, ``DetectionEvaluate``, ``MultiBoxLoss``;
-- rbgirshick/caffe-fast-rcnn (py-faster-rcnn): ``SmoothL1Loss``;
+- rbgirshick/caffe-fast-rcnn (py-faster-rcnn): ``SmoothL1Loss``; daijifeng001/caffe-rfcn's
+  ``SmoothL1Loss`` (one weight blob, a per-RoI loss top) under the same name;
 - hujie-frank/SENet: ``Axpy``;
 - s9xie/hed: ``ImageLabelmapData``.
 

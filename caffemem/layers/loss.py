@@ -14,6 +14,10 @@ Every loss layer is a Caffe ``LossLayer`` (loss_layer.hpp, loss_layer.cpp):
 - ``LossLayer::AllowForceBackward`` refuses bottom 1 (the label) to force_backward, except
   where a layer overrides it (``no_force_backward`` below).
 
+Two forks reuse the name SoftmaxWithLoss for other code, told apart by what master lacks:
+a third top is daijifeng001/caffe-rfcn's (per-prediction losses for OHEM), a
+``softmaxloss_param`` DeepLab v1's (a class-weighted loss run on the host).
+
 Each memory rule lists what the same file's CPU code touches (access.py).  Every loss
 layer's Backward reads the loss top's diff (the loss weight).
 """
