@@ -9,7 +9,8 @@
 - BoxAnnotatorOHEM: daijifeng001/caffe-rfcn (commit 543f8f6a) and Microsoft/caffe (commit
   ed05614c, py-R-FCN's Caffe), identical.  SoftmaxWithLossOHEM and SmoothL1LossOHEM, the
   per-RoI losses the OHEM nets (py-R-FCN ``train_agnostic_ohem.prototxt``) feed it, are
-  Microsoft/caffe's only.  Their Forward_cpu/Backward_cpu are NOT_IMPLEMENTED: the rules
+  Microsoft/caffe's only (caffe-rfcn puts the same code under the stock names: its
+  SmoothL1Loss shares the rule below, its three-top SoftmaxWithLoss is in loss.py).  Their Forward_cpu/Backward_cpu are NOT_IMPLEMENTED: the rules
   follow the .cu files.  ``loss_param { normalization: PRE_FIXED pre_fixed_normalizer }``
   only changes the loss value (SmoothL1LossOHEM's divisor), not memory.
 - AutoCrop: yun-liu/rcf (commit ce460ff6) ``auto_crop_layer.cpp``: crops bottom 0 to bottom

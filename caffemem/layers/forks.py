@@ -7,7 +7,8 @@ The nets of the corpus that need a fork use these types outside BVLC master:
 - facebook/C3D C3D-v1.1: ``VideoData`` (its own variant, 5-D);
 - weiliu89/caffe ssd: ``AnnotatedData``, ``Normalize``, ``Permute``, ``PriorBox``,
   ``DetectionOutput``, ``DetectionEvaluate``, ``MultiBoxLoss``;
-- rbgirshick/caffe-fast-rcnn (py-faster-rcnn): ``SmoothL1Loss``;
+- rbgirshick/caffe-fast-rcnn (py-faster-rcnn): ``SmoothL1Loss``; daijifeng001/caffe-rfcn's
+  ``SmoothL1Loss`` (one weight blob, a per-RoI loss top) under the same name;
 - hujie-frank/SENet: ``Axpy``;
 - s9xie/hed: ``ImageLabelmapData``.
 
@@ -58,6 +59,8 @@ from caffemem.layers.data import (
     prefetch_memory,
     resolve_tops,
 )
+from caffemem.layers.fork_segdet import _smooth_l1_loss_ohem as smooth_l1_loss_ohem_shapes
+from caffemem.layers.fork_segdet import _smooth_l1_ohem_memory as smooth_l1_ohem_memory
 from caffemem.layers.loss import _loss as loss_layer_checks
 from caffemem.layers.neuron import softmax_memory
 from caffemem.layers.registry import Arity, ShapeQuery, layer
@@ -793,18 +796,45 @@ def _smooth_l1_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
+# daijifeng001/caffe-rfcn@4bcfcd10 src/caffe/layers/smooth_L1_loss_layer.cpp, .cu and
+# include/caffe/fast_rcnn_layers.hpp@a7641303: R-FCN's SmoothL1Loss (same type string) takes
+# 2 or 3 bottoms (one weight blob, no sigma, no ones_) and 1 or 2 tops (the second: each
+# RoI's loss), used by models/rfcn_prototxts/*_OHEM_*/train_val.prototxt.  It is the code of
+# Microsoft/caffe's SmoothL1LossOHEM (fork_segdet.py), whose rule it shares.  py-faster-rcnn
+# refuses three bottoms and a second top, so those can only mean this fork; two or four
+# bottoms and one top keep py-faster-rcnn's rule.
+RFCN_SMOOTH_L1 = "daijifeng001/caffe-rfcn@4bcfcd10 src/caffe/layers/smooth_L1_loss_layer.cpp, .cu"
+
+
+def _is_rfcn_smooth_l1(bottoms: int, tops: int) -> bool:
+    """R-FCN's variant: three bottoms (one weight blob) or the per-RoI second top."""
+    return bottoms == 3 or tops == 2
+
+
+def _smooth_l1_loss_dispatch(q: MemoryQuery) -> LayerMemory:
+    """py-faster-rcnn's rule, or R-FCN's (= SmoothL1LossOHEM's) for its bottoms and tops."""
+    if _is_rfcn_smooth_l1(len(q.bottoms), len(q.tops)):
+        return smooth_l1_ohem_memory(q)
+    return _smooth_l1_loss_memory(q)
+
+
 @layer(
     "SmoothL1Loss",
     "forks",
     bottoms=Arity(2, 4),
-    tops=ONE,
+    tops=Arity(1, 2),
     auto_top=True,
-    source="rbgirshick/caffe-fast-rcnn faster-rcnn src/caffe/layers/smooth_L1_loss_layer.cpp, smooth_L1_loss_layer.cu",
-    memory=_smooth_l1_loss_memory,
+    source="rbgirshick/caffe-fast-rcnn faster-rcnn src/caffe/layers/smooth_L1_loss_layer.cpp, smooth_L1_loss_layer.cu; "
+    "three bottoms or two tops: " + RFCN_SMOOTH_L1,
+    memory=_smooth_l1_loss_dispatch,
 )
 def _smooth_l1_loss(q: ShapeQuery) -> LayerShapes:
-    """py-faster-rcnn's loss: prediction, target (+ inside and outside weights), all alike."""
-    q.check(len(q.bottoms) != 3, "If weights are used, must specify both inside and outside weights")
+    """py-faster-rcnn's loss: prediction, target (+ inside and outside weights), all alike.
+    R-FCN's: prediction, target (+ one weight blob), and optionally each RoI's loss."""
+    if _is_rfcn_smooth_l1(len(q.bottoms), len(q.layer.tops)):
+        q.check(len(q.bottoms) <= 3, "R-FCN's SmoothL1Loss (a per-RoI loss top) takes 2 or 3 bottoms")
+        shapes = smooth_l1_loss_ohem_shapes(q)
+        return shapes if q.layer.tops else LayerShapes(tops=((),))  # AutoTopBlobs: the anonymous loss
     # That fork's LossLayer::Reshape compares num(), then the other legacy axes are compared.
     first = legacy4(q, q.bottoms[0])
     q.check(first[0] == legacy_dim(q, q.bottoms[1], 0), "The data and label should have the same number.")

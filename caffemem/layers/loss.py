@@ -14,6 +14,10 @@ Every loss layer is a Caffe ``LossLayer`` (loss_layer.hpp, loss_layer.cpp):
 - ``LossLayer::AllowForceBackward`` refuses bottom 1 (the label) to force_backward, except
   where a layer overrides it (``no_force_backward`` below).
 
+Two forks reuse the name SoftmaxWithLoss for other code, told apart by what master lacks:
+a third top is daijifeng001/caffe-rfcn's (per-prediction losses for OHEM), a
+``softmaxloss_param`` DeepLab v1's (a class-weighted loss run on the host).
+
 Each memory rule lists what the same file's CPU code touches (access.py).  Every loss
 layer's Backward reads the loss top's diff (the loss weight).
 """
@@ -127,24 +131,106 @@ def _softmax_loss_memory(
 def _softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
     """softmax_loss_layer.cpp: the inner Softmax is built from a copy of this layer's param
     after LossLayer::LayerSetUp added the default loss_weight 1, so prob_'s diff is allocated
-    at SetUp unless the file says loss_weight: 0."""
+    at SetUp unless the file says loss_weight: 0.  A third top is R-FCN's (below)."""
+    if len(q.tops) == RFCN_TOPS:
+        return _rfcn_softmax_with_loss_memory(q)
+    if q.proto.HasField("softmaxloss_param"):
+        return _deeplab_v1_softmax_loss_memory(q)
     return _softmax_loss_memory(q, q.proto.softmax_param.axis, list(q.proto.loss_weight) or [1.0])
+
+
+# daijifeng001/caffe-rfcn@a7641303 src/caffe/layers/softmax_loss_layer.cpp, .cu: R-FCN's
+# SoftmaxWithLoss (same type string, MaxTopBlobs 3) outputs the loss of each prediction as a
+# third top for its OHEM nets (models/rfcn_prototxts/*_OHEM_*/train_val.prototxt).  Stock
+# Caffe refuses a third top, so three tops can only mean this fork; one or two tops keep
+# master's rule (the figures checked against real Caffe).
+RFCN_TOPS = 3
+RFCN_SOFTMAX = "daijifeng001/caffe-rfcn@a7641303 src/caffe/layers/softmax_loss_layer.cpp, .cu"
+
+
+def _rfcn_softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """R-FCN's three-top SoftmaxWithLoss (its Forward_cpu/Backward_cpu are NOT_IMPLEMENTED:
+    this follows the .cu file on either device).  LayerSetUp clears the loss weights of the
+    inner Softmax's param, so prob_'s diff is not allocated at SetUp.  Forward_gpu: the
+    softmax, the per-prediction losses into bottom 0's diff and counts into prob_'s diff,
+    the loss through top 0's mutable_cpu_data; top 1 shares prob_'s data; top 2 is a copy
+    of bottom 0's diff; bottom 0's diff is then zeroed.  Backward_gpu, when
+    propagate_down[0]: prob_ copied into bottom 0's diff, top 0's device data taken, the
+    labels read, counts into prob_'s diff, then scaled by top 0's host diff."""
+    prob = q.buffer("prob")
+    softmax = softmax_memory(q, q.bottom(0), prob, q.bottoms[0], q.proto.softmax_param.axis, "softmax/")
+    forward = softmax.forward + (read(prob), read(q.bottom(1)), write(q.bottom(0), "diff"), write(prob, "diff"), host_output(q))
+    forward += (Share(q.top(1), prob, "data"), read(q.bottom(0), "diff"), write(q.top(2)), write(q.bottom(0), "diff"))
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (read(prob), write(q.bottom(0), "diff"), read(q.top(0)), read(q.bottom(1)), write(prob, "diff"), read(q.top(0), "diff", "host"))
+    return LayerMemory(setup=buffer_setup(prob, q.bottoms[0]) + softmax.setup, forward=forward, backward=backward)
+
+
+# TheLegendAli/DeepLab-Context@fb04e9e2 (DeepLab v1, deeplab-public) src/caffe/layers/
+# softmax_loss_layer.cpp, .cu, softmax_layer.cpp, loss_layer.cpp: DeepLab v1's SOFTMAX_LOSS,
+# a class-weighted loss whose options (softmaxloss_param) master lacks.  The V1 upgrade gives
+# every SoftmaxWithLoss of a DeepLab v1 net that field (caffemem/passes/upgrade.py), so its
+# presence means this code.
+DEEPLAB_V1_SOFTMAX = "TheLegendAli/DeepLab-Context@fb04e9e2 src/caffe/layers/softmax_loss_layer.cpp, .cu"
+LEGACY_SCALAR: Shape = (1, 1, 1, 1)  # old LossLayer::Reshape: top[0]->Reshape(1, 1, 1, 1)
+
+
+def _deeplab_v1_softmax_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """DeepLab v1's SoftmaxWithLoss.  Its SoftmaxLayer is built in the constructor from the
+    param as written (before LossLayer's default weight), so only a loss_weight in the file
+    gives prob_ a diff at SetUp; that SoftmaxLayer's Reshape shapes prob_ (N, C, H, W), fills
+    ``sum_multiplier_`` (1, C, 1, 1) with ones and shapes ``scale_`` (N, 1, H, W).  Its
+    Forward (on the device in a GPU run; the CPU code also reads the ones) writes prob_ and
+    scale_.  Forward_gpu and Backward_gpu call the CPU code: prob_ and the labels are read
+    on the host and the loss written there; Backward (propagate_down[0]) writes bottom 0's
+    diff on the host from prob_, the labels and the loss top's diff.  The class weights
+    (weight_source) are a host std::vector, not a Blob."""
+    num, channels, height, width = (q.bottoms[0] + (1, 1, 1, 1))[:4] if len(q.bottoms[0]) < 4 else q.bottoms[0][:4]
+    prob, multiplier, scale = q.buffer("prob"), q.buffer("softmax/sum_multiplier"), q.buffer("softmax/scale")
+    loss_setup, loss_forward = inner_loss(prob, list(q.proto.loss_weight))
+    setup = buffer_setup(prob, (num, channels, height, width)) + buffer_setup(multiplier, (1, channels, 1, 1), filled=True)
+    setup += buffer_setup(scale, (num, 1, height, width)) + loss_setup
+    softmax: tuple[Action, ...] = (read(q.bottom(0)), write(prob), write(scale)) + ((read(multiplier),) if q.device == "cpu" else ())
+    forward = softmax + loss_forward + (read(prob, side="host"), read(q.bottom(1), side="host"), write(q.top(0), side="host"))
+    forward += (Share(q.top(1), prob, "data"),) if len(q.tops) > 1 else ()
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down[0]:
+        backward = (write(q.bottom(0), "diff", "host"), read(prob, side="host"), read(q.bottom(1), side="host"), read(q.top(0), "diff", "host"))
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+def _deeplab_v1_softmax_with_loss(q: ShapeQuery) -> LayerShapes:
+    """DeepLab v1: at most two tops (its MaxTopBlobs), the loss shaped (1, 1, 1, 1); the
+    softmax runs over the channels (v1's SoftmaxLayer has no axis).  Its Forward indexes one
+    label per (image, pixel) of bottom 0, which is checked here (v1 CHECKs only the nums)."""
+    q.check(len(q.layer.tops) <= 2, f"DeepLab v1's SoftmaxWithLoss gives 1 to 2 top blob(s), this layer names {len(q.layer.tops)}")
+    _loss(q)
+    q.check(len(q.bottoms[0]) <= 4, f"DeepLab v1's blobs have at most 4 axes, not {format_shape(q.bottoms[0])}")
+    _class_axis(q, 1, "softmax")
+    return _with_prob(q, LEGACY_SCALAR)
 
 
 @layer(
     "SoftmaxWithLoss",
     "loss",
     bottoms=TWO,
-    tops=ONE_OR_TWO,
+    tops=Arity(1, RFCN_TOPS),
     auto_top=True,
-    source="caffe master layers/softmax_loss_layer.cpp",
+    source="caffe master layers/softmax_loss_layer.cpp; three tops: " + RFCN_SOFTMAX + "; softmaxloss_param: " + DEEPLAB_V1_SOFTMAX,
     memory=_softmax_with_loss_memory,
     no_force_backward=LABEL,
 )
 def _softmax_with_loss(q: ShapeQuery) -> LayerShapes:
-    """Softmax along softmax_param.axis then log loss; the optional second top is the softmax output."""
+    """Softmax along softmax_param.axis then log loss; the optional second top is the softmax
+    output; R-FCN's third top, each prediction's loss, is shaped like the labels (its Reshape:
+    ReshapeLike(*bottom[1]))."""
+    if q.proto.HasField("softmaxloss_param"):
+        return _deeplab_v1_softmax_with_loss(q)
     loss = _loss(q)
     _class_axis(q, q.proto.softmax_param.axis, "softmax")
+    if _top_count(q) == RFCN_TOPS:
+        return LayerShapes(tops=(loss, q.bottoms[0], q.bottoms[1]))
     return _with_prob(q, loss)
 
 

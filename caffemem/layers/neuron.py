@@ -391,7 +391,24 @@ def _batch_norm_memory(q: MemoryQuery) -> LayerMemory:
     backward += (write(q.bottom(0), "diff"), read(temp))
     if not global_stats:
         backward += (read(x_norm), write(by_chans), write(mean), read(spatial_ones), read(batch_ones))
-    return LayerMemory(setup=setup, forward=forward, backward=backward)
+    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=_cudnn_batch_norm_note(q))
+
+
+def _cudnn_batch_norm_note(q: MemoryQuery) -> tuple[str, ...]:
+    """Tongcheng/caffe@1625bb3b (Tongcheng/DN_CaffeScript's Caffe) adds ``engine``,
+    ``scale_filler`` and ``bias_filler`` for its CuDNNBatchNormLayer (cudnn_batch_norm_layer.cpp:
+    four (1, C, 1, 1) blobs, scale and bias learnt), but batch_norm_layer.cpp registers the
+    BatchNorm type with REGISTER_LAYER_CLASS and no factory picks the cuDNN class: the
+    layer built is always the plain BatchNormLayer counted here.  Said, since the file
+    asks for cuDNN."""
+    param = q.proto.batch_norm_param
+    if not any(param.HasField(name) for name in ("engine", "scale_filler", "bias_filler")):
+        return ()
+    note = (
+        f"layer '{q.layer.name}' ({q.layer.type}): engine/scale_filler/bias_filler (Tongcheng/caffe) are ignored as that fork "
+        "ignores them: its BatchNorm type always builds the plain BatchNormLayer (3 statistics blobs, no scale or bias)"
+    )
+    return (note,)
 
 
 # In place: Forward computes the mean from bottom_data before it edits top_data, Backward

@@ -173,6 +173,7 @@ _V1_PARAM_MESSAGES: tuple[str, ...] = (
     "interp_param",
     "seg_accuracy_param",
     "mat_write_param",
+    "softmaxloss_param",
 )
 
 # Old data layers that kept transformation fields in their own parameter message.
@@ -724,7 +725,57 @@ def _upgrade_v1_net(net: Any, file: str | None, notes: list[str]) -> Any:
     del upgraded.layer[:]
     for v1 in net.layers:
         upgraded.layer.add().CopyFrom(_upgrade_v1_layer(v1, file, notes))
+    _note_strict_dim(net, notes)
+    _mark_deeplab_v1_softmax_loss(net, upgraded, notes)
     return upgraded
+
+
+# What only DeepLab v1's V1 nets hold: its layer types and its fields (caffe.proto of
+# TheLegendAli/DeepLab-Context@fb04e9e2).
+_DEEPLAB_V1_TYPES = frozenset({"IMAGE_SEG_DATA", "SEG_ACCURACY", "INTERP", "MAT_WRITE"})
+_DEEPLAB_V1_FIELDS = ("strict_dim", "softmaxloss_param", "interp_param", "seg_accuracy_param", "mat_write_param")
+
+
+def _is_deeplab_v1(net: Any) -> bool:
+    """A V1 net written for DeepLab v1: one of its layer types or fields, or a hole."""
+    for v1 in net.layers:
+        if _v1_type_name(v1) in _DEEPLAB_V1_TYPES or any(v1.HasField(name) for name in _DEEPLAB_V1_FIELDS):
+            return True
+        if v1.HasField("convolution_param") and any(v1.convolution_param.HasField(name) for name in _HOLE_FIELDS):
+            return True
+    return False
+
+
+def _mark_deeplab_v1_softmax_loss(net: Any, upgraded: Any, notes: list[str]) -> None:
+    """DeepLab v1's SOFTMAX_LOSS is its own SoftmaxWithLossLayer (softmax_loss_layer.cpp
+    and .cu at fb04e9e2: class-weighted, run on the host), whatever options it is given:
+    in a DeepLab v1 net each one gets ``softmaxloss_param`` (empty when the file gives
+    none), which is how the SoftmaxWithLoss spec (caffemem/layers/loss.py) knows it."""
+    if not _is_deeplab_v1(net):
+        return
+    marked = []
+    for layer in upgraded.layer:
+        if layer.type == "SoftmaxWithLoss":
+            layer.softmaxloss_param.SetInParent()
+            marked.append(f"'{layer.name}'")
+    if marked:
+        notes.append(f"SoftmaxWithLoss layer(s) {', '.join(marked)} are DeepLab v1's (this V1 net is DeepLab v1's): its layer code is counted")
+
+
+def _note_strict_dim(net: Any, notes: list[str]) -> None:
+    """DeepLab v1's ``strict_dim: false`` (TheLegendAli/DeepLab-Context@fb04e9e2
+    src/caffe/net.cpp, Net::CopyTrainedLayersFrom) only relaxes the check made when
+    pretrained weights are copied in: the counts must match, not num/channels/height/width
+    (VGG's fully connected fc6/fc7 loaded into convolutions).  The layer's blobs keep the
+    shapes its own SetUp gives, so nothing changes here; the current LayerParameter has no
+    such field, and the upgrade says it dropped it."""
+    relaxed = [v1.name for v1 in net.layers if v1.HasField("strict_dim") and not v1.strict_dim]
+    if relaxed:
+        names = ", ".join(f"'{name}'" for name in relaxed)
+        notes.append(
+            f"dropped DeepLab's strict_dim: false of layer(s) {names}: it only lets pretrained weights of the same count "
+            "but another shape be loaded (net.cpp CopyTrainedLayersFrom); the parameter blobs and bytes are the layer's own"
+        )
 
 
 # --------------------------------------------------------------------------- DeepLab's holes

@@ -228,6 +228,10 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("V1LayerParameter", "interp_param", 43, DEEPLAB1),
     _f("V1LayerParameter", "seg_accuracy_param", 1042, DEEPLAB1, 42, "V1LayerParameter.loss_param"),
     _f("V1LayerParameter", "mat_write_param", 46, DEEPLAB1),
+    _f("V1LayerParameter", "strict_dim", 1003, DEEPLAB1),
+    _f("V1LayerParameter", "softmaxloss_param", 44, DEEPLAB1),
+    _f("LayerParameter", "softmaxloss_param", 44, DEEPLAB1, 44,
+       "DeepLab v1's own LayerParameter (the V1 layout); here so the upgrade can carry it"),
     _f("LayerParameter", "seg_accuracy_param", 1144, DEEPLAB2, 144, "LayerParameter.crop_param"),
     _f("LayerParameter", "mat_write_param", 1145, DEEPLAB2, 145, "LayerParameter.parameter_param"),
     _f("ImageDataParameter", "ignore_label", 15, DEEPLAB2, 15, "the same number in DeepLab v1"),
@@ -265,6 +269,17 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("DenseImageDataParameter", "label_divide_factor", 13, ENET),
     # PSPNet / DeepLab v2 ImageSegData augmentation.
     _f("TransformationParameter", "scale_factors", 1008, PSP, 8, "TransformationParameter.resize_param (ssd)"),
+    # Tongcheng/caffe's BatchNorm options (parsed only: its cuDNN BatchNorm is never created).
+    _f("BatchNormParameter", "use_log", 4, TONGCHENG),
+    _f("BatchNormParameter", "scale_filler", 5, TONGCHENG),
+    _f("BatchNormParameter", "bias_filler", 6, TONGCHENG),
+    _f("BatchNormParameter", "engine", 15, TONGCHENG),
+    # Tongcheng/caffe's debug-print switch (prints only).
+    _f("AccuracyParameter", "use_log", 4, TONGCHENG),
+    _f("ConcatParameter", "use_log", 3, TONGCHENG),
+    _f("ConvolutionParameter", "use_log", 20, TONGCHENG),
+    _f("ReLUParameter", "use_log", 3, TONGCHENG),
+    _f("ScaleParameter", "use_log", 6, TONGCHENG),
 )
 
 
@@ -300,6 +315,7 @@ FORK_ENUM_VALUES: tuple[ForkEnumValue, ...] = (
 # Enums a fork nests in a master message, with their source.
 FORK_ENUMS: Dict[str, str] = {
     "ImageDataParameter.LabelType": DEEPLAB2,
+    "BatchNormParameter.Engine": TONGCHENG,
 }
 
 # Messages that master does not define, with the source of their contents.
@@ -336,6 +352,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "DenseBlockParameter": TONGCHENG,
     "SegAccuracyParameter": DEEPLAB2,  # v1: the same without reset
     "MatWriteParameter": DEEPLAB2,  # identical in v1
+    "SoftmaxLossParameter": DEEPLAB1,
     "Yolov3DetectionOutputParameter": MOBILEYOLO,
     "Yolov3Parameter": MOBILEYOLO,
     "LabelSpecificAddParameter": HAPPYNEAR,
