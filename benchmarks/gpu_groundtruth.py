@@ -64,7 +64,8 @@ CHECK_OBJECTS = [
     ".build_release/cuda/src/caffe/layers/softmax_loss_layer.o",  # softmax(_loss)_layer.hpp
     ".build_release/cuda/src/caffe/layers/batch_norm_layer.o",
 ]
-#: Layer types whose tops the ground truth fed through Input layers (they read files).
+#: Layer types whose tops the ground truth fed through Input layers (they read files); so is
+#: any other layer without bottoms whose tops are all inputs of the run (fork data layers).
 DATA_LAYERS = {"Data", "ImageData", "WindowData", "HDF5Data", "MemoryData", "Python", "DummyData", "VideoData"}
 
 
@@ -336,7 +337,8 @@ def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], tree: Pa
     del net.layer[:]
     done = False
     for layer in layers:
-        if layer.type in DATA_LAYERS and inputs:
+        feeds = not layer.bottom and layer.type != "Input" and set(layer.top) <= set(inputs)
+        if inputs and (layer.type in DATA_LAYERS or feeds):
             rules = [r for r in layer.include if r.HasField("phase")]
             if (rules and not any(r.phase == phase_value for r in rules)) or done:
                 continue
