@@ -59,6 +59,7 @@ CHECK_OBJECTS = [
     ".build_release/src/caffe/syncedmem.o",
     ".build_release/src/caffe/layers/cudnn_conv_layer.o",  # cuDNN 9 fix: algorithm choice
     ".build_release/src/caffe/layers/cudnn_deconv_layer.o",
+    ".build_release/src/caffe/layers/cudnn_softmax_layer.o",  # g++ with thrust (CCCL path)
     ".build_release/cuda/src/caffe/layers/cudnn_conv_layer.o",
     ".build_release/cuda/src/caffe/layers/conv_layer.o",  # base_conv_layer.hpp
     ".build_release/cuda/src/caffe/layers/softmax_loss_layer.o",  # softmax(_loss)_layer.hpp
@@ -168,8 +169,9 @@ def toolkit() -> Path:
 
 def makefile_config(cuda: Path) -> str:
     """Caffe's Makefile.config for the CUDA build (the CPU one of .ci/build_caffe.sh with
-    CPU_ONLY off, cuDNN on, our CUDA_DIR and CUDA_ARCH). Changing it: bump the "v1" of the
-    keys in check() and build()."""
+    CPU_ONLY off, cuDNN on, our CUDA_DIR and CUDA_ARCH). CCCL 3 keeps thrust and cub in
+    include/cccl, which nvcc finds by itself (nvcc.profile) but g++ does not: some .cpp
+    include thrust. Changing it: bump the "v2" of the keys in check() and build()."""
     return f"""USE_CUDNN := 1
 CUDA_DIR := {cuda}
 CUDA_ARCH := {CUDA_ARCH}
@@ -177,7 +179,7 @@ USE_OPENCV := 0
 USE_LEVELDB := 0
 USE_LMDB := 0
 BLAS := open
-INCLUDE_DIRS := /usr/local/include /usr/include/hdf5/serial
+INCLUDE_DIRS := /usr/local/include /usr/include/hdf5/serial {cuda}/include/cccl
 LIBRARY_DIRS := /usr/local/lib /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/hdf5/serial
 BUILD_DIR := build
 """
@@ -245,15 +247,19 @@ def check() -> Path:
     Cached on every input; returns the tree."""
     cuda = toolkit()
     variant = Variant("patched")
-    dest = cache_root() / f"cuda-check-{digest(*variant.key_inputs(), *CHECK_OBJECTS, 'check v1')}"
+    dest = cache_root() / f"cuda-check-{digest(*variant.key_inputs(), *CHECK_OBJECTS, 'check v2')}"
     if (dest / ".caffemem-ok").is_file():
         log(f"CUDA compile check: cached ({dest})")
         return dest
     work = dest.with_name(dest.name + f".tmp.{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    unpack(variant, work, cuda)
-    seconds = make(work, CHECK_OBJECTS, "check.log")
+    try:
+        unpack(variant, work, cuda)
+        seconds = make(work, CHECK_OBJECTS, "check.log")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)  # nothing to resume: it is small
+        raise
     log(f"CUDA compile check: {len(CHECK_OBJECTS)} objects compiled in {seconds:.0f} s")
     (work / "check-seconds.txt").write_text(f"{seconds:.0f}\n")
     return _publish(work, dest)
@@ -262,13 +268,17 @@ def check() -> Path:
 def build(variant: Variant) -> Path:
     """The full CUDA build (`make lib tools`), cached; returns the tree."""
     cuda = toolkit()
-    dest = cache_root() / f"bvlc-cuda-{variant.name}-{digest(*variant.key_inputs(), 'build v1')}"
+    dest = cache_root() / f"bvlc-cuda-{variant.name}-{digest(*variant.key_inputs(), 'build v2')}"
     if (dest / ".caffemem-ok").is_file():
         return dest
-    work = dest.with_name(dest.name + f".tmp.{os.getpid()}")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    unpack(variant, work, cuda)
+    # An interrupted or failed build resumes in its .partial tree (make is incremental).
+    work = dest.with_name(dest.name + ".partial")
+    if not (work / ".caffemem-unpacked").is_file():
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        unpack(variant, work, cuda)
+        (work / ".caffemem-unpacked").touch()
+    (work / "Makefile.config").write_text(makefile_config(cuda))
     seconds = make(work, ["lib", "tools"], "build.log")
     log(f"{variant.name}: Caffe built with CUDA in {seconds / 60:.1f} min")
     (work / "build-seconds.txt").write_text(f"{seconds:.0f}\n")
@@ -330,7 +340,8 @@ def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], tree: Pa
     net = text_format.Parse(text, pb.NetParameter(), allow_unknown_field=True)
     if net.layers:  # V1: Caffe's upgrade_net_proto_text
         upgraded = out.with_suffix(".upgraded.prototxt")
-        subprocess.run([str(tree / "build" / "tools" / "upgrade_net_proto_text"), str(source), str(upgraded)], check=True, capture_output=True)
+        tool = tree / "build" / "tools" / "upgrade_net_proto_text"
+        subprocess.run([str(tool), str(source), str(upgraded)], check=True, capture_output=True, env=cuda_env(toolkit_path()[0]))
         net = text_format.Parse(upgraded.read_text(), pb.NetParameter(), allow_unknown_field=True)
     phase_value = getattr(pb, phase)
     layers = list(net.layer)

@@ -21,7 +21,10 @@
 // filling the Input layers' tops on the host, then each layer's Forward in order and (TRAIN)
 // each layer's Backward in reverse order, as ../shared/groundtruth was made on the CPU.
 // The per-process constant is measured before the net exists: the CUDA context (cudaFree(0)),
-// then Caffe's cuBLAS handle and cuRAND generator (Caffe::SetDevice creates them).
+// then Caffe's cuBLAS handle and cuRAND generator (the thread's Caffe object creates them on
+// first use, src/caffe/common.cpp 107-123; cuBLAS may take more at its first GEMM, which then
+// shows in that layer's meminfo_delta). Call sites are named by the nearest exported symbol:
+// a function local to its file shows as the exported one before it.
 #include <cuda_runtime.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
