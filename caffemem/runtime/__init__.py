@@ -34,6 +34,7 @@ __all__ = [
     "PATCH_VERSION",
     "Flavour",
     "PatchStatus",
+    "apply_edits_file",
     "apply_patch",
     "detect_flavour",
     "patch_files",
@@ -91,9 +92,14 @@ class _Edit:
 
 
 def _read_edits(flavour: Flavour) -> list[_Edit]:
-    """Parse ``cpp/<flavour>/edits.txt`` (``@@@ FILE``, ``@@@ FIND``, ``@@@ REPLACE``,
-    ``@@@ END`` blocks; the text between the markers is taken verbatim)."""
-    text = (_CPP / flavour.value / "edits.txt").read_text(encoding="utf-8")
+    """Parse ``cpp/<flavour>/edits.txt``."""
+    return _read_edits_file(_CPP / flavour.value / "edits.txt")
+
+
+def _read_edits_file(path: Path) -> list[_Edit]:
+    """Parse an edits file (``@@@ FILE``, ``@@@ FIND``, ``@@@ REPLACE``, ``@@@ END``
+    blocks; the text between the markers is taken verbatim)."""
+    text = path.read_text(encoding="utf-8")
     edits: list[_Edit] = []
     path, part, buf = None, None, {"find": [], "replace": []}
     for line in text.splitlines(keepends=True):
@@ -340,3 +346,35 @@ def revert_patch(caffe_dir: str | os.PathLike) -> PatchStatus:
     _check_writable(root, list(writes))
     _write_all(root, writes, originals)
     return patch_status(root)
+
+
+def apply_edits_file(caffe_dir: str | os.PathLike, edits: str | os.PathLike) -> list[str]:
+    """Apply another edits file in the format of ``cpp/<flavour>/edits.txt`` to a tree (the
+    build fixes of benchmarks/gpu/, e.g. for CUDA 13 and cuDNN 9): all or nothing, an edit
+    already applied is skipped. Returns the files written."""
+    root = _tree(caffe_dir)
+    texts: dict[str, str] = {}
+    originals: dict[str, bytes | None] = {}
+    conflicts: list[str] = []
+    changed: set[str] = set()
+    for edit in _read_edits_file(Path(edits)):
+        if edit.path not in texts:
+            p = root / edit.path
+            if not p.is_file():
+                conflicts.append(f"{edit.path}: missing")
+                continue
+            originals[edit.path] = _read(p)
+            texts[edit.path] = originals[edit.path].decode("utf-8", "replace")
+        text = texts[edit.path]
+        if text.count(edit.replace) == 1 and edit.replace.count(edit.find) == text.count(edit.find):
+            continue
+        if text.count(edit.find) != 1:
+            conflicts.append(f"{edit.path}: the text {Path(edits).name} edits there was changed or occurs {text.count(edit.find)} times")
+            continue
+        texts[edit.path] = text.replace(edit.find, edit.replace, 1)
+        changed.add(edit.path)
+    if conflicts:
+        raise CaffememError(f"{root}: cannot apply {edits}, nothing was written:\n  " + "\n  ".join(conflicts))
+    _check_writable(root, sorted(changed))
+    _write_all(root, {rel: texts[rel].encode("utf-8") for rel in sorted(changed)}, originals)
+    return sorted(changed)

@@ -34,6 +34,13 @@ template <typename Dtype> class Net;
  *      already hold values (parameters, loss weights, multipliers written in
  *      SetUp) are copied into the slot first; their old memory is freed.
  *
+ * GPU mode is Caffe::mode() of the thread that constructs the net: then each
+ * slot is one cudaMalloc on the current device (a failure names the slot, the
+ * bytes the table needs and the card's free memory), and the members' device
+ * copies live in it. Host copies that CPU code makes of a member later (layers
+ * without GPU code, loss outputs) stay private, as in stock Caffe. A net bound
+ * in one mode and run in the other works, unshared; CheckBindings says so once.
+ *
  * A later Reshape that outgrows a member's storage never writes past the slot:
  * Blob::Reshape then gives the blob a fresh SyncedMemory of its own, exactly as
  * stock Caffe does. CheckBindings() (after every Forward) notices it and logs
@@ -48,7 +55,8 @@ class MemorySlots {
   static shared_ptr<MemorySlots<Dtype> > Bind(const NetParameter& param,
       Net<Dtype>* net);
   ~MemorySlots();
-  /// One LOG(WARNING) naming the bound storages that left their slots since.
+  /// One LOG(WARNING) naming the bound storages that left their slots since
+  /// (and one, once, if the net runs in the other mode than it was bound in).
   void CheckBindings();
   /// Bytes of all slots.
   size_t bytes() const { return bytes_; }
@@ -60,13 +68,14 @@ class MemorySlots {
     bool diff;
     SyncedMemory* bound;
   };
-  MemorySlots() : bytes_(0), gpu_(false) {}
+  MemorySlots() : bytes_(0), gpu_(false), mode_warned_(false) {}
   void Free();
 
   vector<void*> slots_;
   vector<Binding> bindings_;
   size_t bytes_;
-  bool gpu_;
+  bool gpu_;          // bound with set_gpu_data (one cudaMalloc per slot)
+  bool mode_warned_;  // CheckBindings saw the net run in the other mode
 
   DISABLE_COPY_AND_ASSIGN(MemorySlots);
 };

@@ -43,6 +43,31 @@ void SetGpuData(M* memory, void* data, ...) {
   LOG(FATAL) << "mem_param: this Caffe cannot bind GPU memory";
 }
 
+#ifndef CPU_ONLY
+// One cudaMalloc per slot on the current device; when it fails, say what the
+// plan needs against what the card has, and what to do.
+void* DeviceSlot(const MemorySlot& slot, size_t planned, size_t done,
+    const string& where) {
+  void* base = NULL;
+  const cudaError_t error = cudaMalloc(&base, slot.bytes());
+  if (error == cudaSuccess) { return base; }
+  cudaGetLastError();  // clear it, so the next CUDA call does not report it
+  int device = -1;
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaGetDevice(&device);
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  LOG(FATAL) << "mem_param slot " << slot.id() << " of " << where
+      << ": cudaMalloc of " << slot.bytes() << " bytes on GPU " << device
+      << " failed (" << cudaGetErrorString(error) << "); the slot table "
+      << "needs " << planned << " bytes in all (" << done << " allocated so "
+      << "far), the card has " << free_bytes << " of " << total_bytes
+      << " bytes free. Use a smaller batch or a card with more memory and "
+      << "rerun `caffemem optimize` for it, or free the GPU of other "
+      << "processes (nvidia-smi)";
+  return NULL;
+}
+#endif
+
 }  // namespace
 
 template <typename Dtype>
@@ -143,6 +168,8 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
 
   // 2. Allocate the slots and bind their members.
   bound->gpu_ = Caffe::mode() == Caffe::GPU;
+  size_t planned = 0;
+  for (int s = 0; s < slots.size(); ++s) { planned += slots[s]->bytes(); }
   CHECK(!bound->gpu_ || HasSetGpuData<SyncedMemory>::value)
       << "mem_param slot tables run in CPU mode only in this Caffe (its "
       << "SyncedMemory has no set_gpu_data); run in CPU mode, or remove the "
@@ -155,7 +182,7 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
     void* base = NULL;
     if (bound->gpu_) {
 #ifndef CPU_ONLY
-      CUDA_CHECK(cudaMalloc(&base, slot.bytes()));
+      base = DeviceSlot(slot, planned, bound->bytes_, where);
       caffe_gpu_memset(slot.bytes(), 0, base);
 #else
       NO_GPU;
@@ -188,7 +215,11 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
             bound->bindings_[b].name));
         if (bound->gpu_) {
 #ifndef CPU_ONLY
-          caffe_gpu_memcpy(size, memory->gpu_data(), at);
+          // From where the values are: a storage whose head is on the host
+          // (parameters filled in SetUp, loss weights) is copied from there,
+          // so no device copy of it is made just to be freed again.
+          caffe_gpu_memcpy(size, memory->head() == SyncedMemory::HEAD_AT_CPU ?
+              memory->cpu_data() : memory->gpu_data(), at);
 #endif
         } else {
           memcpy(at, memory->cpu_data(), size);  // NOLINT(caffe/alt_fn): bytes
@@ -209,6 +240,15 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
 
 template <typename Dtype>
 void MemorySlots<Dtype>::CheckBindings() {
+  if (!mode_warned_ && (Caffe::mode() == Caffe::GPU) != gpu_) {
+    mode_warned_ = true;
+    LOG(WARNING) << "mem_param: the slot table was bound in "
+        << (gpu_ ? "GPU" : "CPU") << " mode, but the net now runs in "
+        << (gpu_ ? "CPU" : "GPU") << " mode: its " << (gpu_ ? "host" : "device")
+        << " memory is not shared (each storage gets its own, as in stock "
+        << "Caffe). Set the mode before constructing the net (C++: "
+        << "Caffe::set_mode; pycaffe: caffe.set_mode_gpu() before caffe.Net)";
+  }
   string left;
   int n = 0;
   for (int b = 0; b < bindings_.size(); ++b) {

@@ -1,0 +1,493 @@
+"""GPU ground truth (issue 18): build BVLC Caffe with CUDA from ../shared/caffe, stock and
+caffemem-patched, and measure what each net of ../shared/groundtruth takes on the card and in
+pinned host memory, per layer, in forward and backward, plus the per-process constant.
+docs/gpu.md says how to run it and what the JSON holds.
+
+    python benchmarks/gpu_groundtruth.py toolkit      # install the CUDA wheels; print CUDA_DIR
+    python benchmarks/gpu_groundtruth.py check        # CI: compile the GPU code of the patch
+    python benchmarks/gpu_groundtruth.py build        # full CUDA builds, stock and patched
+    python benchmarks/gpu_groundtruth.py run [--out DIR] [--nets NAME ...] [--device N]
+
+The toolkit is PyPI's CUDA 13 wheels, pinned in benchmarks/gpu/requirements.txt (why 13, not
+12: see there), installed into /var/cache/caffemem/cuda-<key> (or ~/.cache/caffemem) and laid
+out as a CUDA_DIR for Caffe's Makefile. Builds are cached beside it, keyed on everything they
+depend on, as .ci/build_caffe.sh does for the CPU builds. Heavy steps run one at a time,
+`make -j2` (CAFFEMEM_JOBS).
+
+Exit codes: 0 done; 2 bad usage or missing input; 3 (``run`` only) everything built, but this
+machine has no usable GPU: rerun on one with an NVIDIA driver for CUDA 13 (>= 580); 1 a
+build or a measurement failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from caffemem.runtime import Flavour, apply_edits_file, apply_patch, patch_files
+
+GPU = REPO / "benchmarks" / "gpu"
+REQUIREMENTS = GPU / "requirements.txt"
+CUDA_FIX = GPU / "fix-for-cuda13.edits"
+PROBE = GPU / "probe.cpp"
+SHARED = REPO.parent / "shared"
+TARBALL = SHARED / "caffe" / "bvlc-caffe-9b89154.tar.xz"
+DEBIAN_FIX = SHARED / "caffe" / "fix-for-debian12.sh"
+GROUNDTRUTH = SHARED / "groundtruth"
+
+EXIT_NO_GPU = 3
+#: SASS for Ampere (sm_80; also runs on sm_86/sm_89) and Hopper (sm_90), and compute_75 PTX
+#: that the driver compiles at load time for Turing (T4) and for cards newer than sm_90.
+CUDA_ARCH = "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75"
+#: What `check` compiles (CI): the translation units the runtime patch and the CUDA 13 fix
+#: add or edit, in GPU mode with cuDNN, and the CUDA files that include the layer headers the
+#: patch edits (nvcc's front end parses those headers too). Paths are Makefile object targets.
+CHECK_OBJECTS = [
+    ".build_release/src/caffe/util/mem_slots.o",  # the runtime: GPU slots (set_gpu_data)
+    ".build_release/src/caffe/net.o",  # Net::Init binds the slots
+    ".build_release/src/caffe/common.o",  # CUDA 13 fix: Caffe::DeviceQuery
+    ".build_release/src/caffe/syncedmem.o",
+    ".build_release/src/caffe/layers/cudnn_conv_layer.o",  # cuDNN 9 fix: algorithm choice
+    ".build_release/src/caffe/layers/cudnn_deconv_layer.o",
+    ".build_release/src/caffe/layers/cudnn_softmax_layer.o",  # g++ with thrust (CCCL path)
+    ".build_release/cuda/src/caffe/layers/cudnn_conv_layer.o",
+    ".build_release/cuda/src/caffe/layers/conv_layer.o",  # base_conv_layer.hpp
+    ".build_release/cuda/src/caffe/layers/softmax_loss_layer.o",  # softmax(_loss)_layer.hpp
+    ".build_release/cuda/src/caffe/layers/batch_norm_layer.o",
+]
+#: Layer types whose tops the ground truth fed through Input layers (they read files); so is
+#: any other layer without bottoms whose tops are all inputs of the run (fork data layers).
+DATA_LAYERS = {"Data", "ImageData", "WindowData", "HDF5Data", "MemoryData", "Python", "DummyData", "VideoData"}
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_groundtruth] {msg}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get("CAFFEMEM_CACHE", "/var/cache/caffemem"))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if os.access(root, os.W_OK):
+            return root
+    except OSError:
+        pass
+    root = Path.home() / ".cache" / "caffemem"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def digest(*parts: Path | str) -> str:
+    """Key of a cached directory: the bytes of the files and the strings given."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.read_bytes() if isinstance(p, Path) else p.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _publish(work: Path, dest: Path) -> Path:
+    (work / ".caffemem-ok").touch()
+    shutil.rmtree(dest, ignore_errors=True)
+    work.rename(dest)
+    return dest
+
+
+def _run(cmd: list[str], cwd: Path | None = None, env: dict | None = None, log_to: Path | None = None) -> None:
+    log(" ".join(cmd) + (f"  (in {cwd})" if cwd else ""))
+    if log_to is None:
+        subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=sys.stderr)
+        return
+    with open(log_to, "w") as out:
+        proc = subprocess.run(cmd, check=False, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log_to.read_text(errors="replace").splitlines()[-60:]
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed (exit {proc.returncode}); the end of {log_to}:\n" + "\n".join(tail))
+
+
+# ----------------------------------------------------------------------------- toolkit
+
+
+def toolkit_path() -> tuple[Path, bool]:
+    """(the CUDA_DIR of the pinned toolkit in the cache, whether it is installed)."""
+    dest = cache_root() / f"cuda-{digest(REQUIREMENTS, 'layout v1')}"
+    return dest / "toolkit", (dest / ".caffemem-ok").is_file()
+
+
+def toolkit() -> Path:
+    """The pinned CUDA wheels, installed once into the cache, laid out as a CUDA_DIR
+    (bin/nvcc, nvvm/, include/ with cuDNN's headers, lib64/ with unversioned .so links,
+    which the wheels lack and `-lcudart` needs). Returns that CUDA_DIR."""
+    cuda, installed = toolkit_path()
+    if installed:
+        return cuda
+    dest = cuda.parent
+    work = dest.with_name(dest.name + f".tmp.{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    wheels = work / "wheels"
+    t0 = time.monotonic()
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", "--target", str(wheels), "-r", str(REQUIREMENTS)])
+    nvidia = wheels / "nvidia"
+    cu13 = nvidia / "cu13"
+    kit = work / "toolkit"
+    (kit / "include").mkdir(parents=True)
+    (kit / "lib64").mkdir()
+    # Relative links, so the directory can be moved (it is, from .tmp to its name).
+    (kit / "bin").symlink_to(os.path.relpath(cu13 / "bin", kit))
+    (kit / "nvvm").symlink_to(os.path.relpath(cu13 / "nvvm", kit))
+    for inc in (cu13 / "include", nvidia / "cudnn" / "include"):
+        for f in sorted(inc.iterdir()):
+            (kit / "include" / f.name).symlink_to(os.path.relpath(f, kit / "include"))
+    for lib in (cu13 / "lib", nvidia / "cudnn" / "lib"):
+        for f in sorted(lib.glob("*.so.*")):
+            rel = os.path.relpath(f, kit / "lib64")
+            (kit / "lib64" / f.name).symlink_to(rel)
+            plain = kit / "lib64" / (f.name.split(".so.")[0] + ".so")
+            if not plain.exists():
+                plain.symlink_to(rel)
+    nvcc = kit / "bin" / "nvcc"
+    if not nvcc.is_file():
+        raise RuntimeError(f"{REQUIREMENTS}: the wheels have no bin/nvcc")
+    version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    log(f"CUDA toolkit installed in {time.monotonic() - t0:.0f} s: {version}")
+    _publish(work, dest)
+    return cuda
+
+
+# ----------------------------------------------------------------------------- trees
+
+
+def makefile_config(cuda: Path) -> str:
+    """Caffe's Makefile.config for the CUDA build (the CPU one of .ci/build_caffe.sh with
+    CPU_ONLY off, cuDNN on, our CUDA_DIR and CUDA_ARCH). CCCL 3 keeps thrust and cub in
+    include/cccl, which nvcc finds by itself (nvcc.profile) but g++ does not: some .cpp
+    include thrust. Changing it: bump the "v2" of the keys in check() and build()."""
+    return f"""USE_CUDNN := 1
+CUDA_DIR := {cuda}
+CUDA_ARCH := {CUDA_ARCH}
+USE_OPENCV := 0
+USE_LEVELDB := 0
+USE_LMDB := 0
+BLAS := open
+INCLUDE_DIRS := /usr/local/include /usr/include/hdf5/serial {cuda}/include/cccl
+LIBRARY_DIRS := /usr/local/lib /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/hdf5/serial
+BUILD_DIR := build
+"""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """stock or patched BVLC master, built with CUDA."""
+
+    name: str
+
+    @property
+    def patched(self) -> bool:
+        return self.name == "patched"
+
+    def key_inputs(self) -> list[Path | str]:
+        parts: list[Path | str] = [TARBALL, DEBIAN_FIX, CUDA_FIX, REQUIREMENTS, CUDA_ARCH]
+        if self.patched:
+            parts += patch_files(Flavour.BVLC)
+        return parts
+
+
+#: Debian packages a BVLC build needs (the list of .ci/build_caffe.sh).
+DEBIAN_PACKAGES = [
+    "build-essential", "libboost-system-dev", "libboost-thread-dev", "libboost-filesystem-dev", "libboost-regex-dev",
+    "libgoogle-glog-dev", "libgflags-dev", "libprotobuf-dev", "protobuf-compiler", "libhdf5-dev", "libopenblas-dev",
+]
+
+
+def ensure_packages() -> None:
+    """apt-get install what is missing of DEBIAN_PACKAGES (not with CAFFEMEM_NO_APT=1)."""
+    if os.environ.get("CAFFEMEM_NO_APT") == "1":
+        return
+    missing = [p for p in DEBIAN_PACKAGES if subprocess.run(["dpkg", "-s", p], check=False, capture_output=True).returncode != 0]
+    if missing:
+        _run(["apt-get", "update", "-qq"])
+        _run(["apt-get", "install", "-y", "-qq", *missing], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def unpack(variant: Variant, work: Path, cuda: Path) -> Path:
+    """A fresh tree: the tarball, the Debian 12 fix, the CUDA 13 fix, (patched) the caffemem
+    runtime patch, and the CUDA Makefile.config."""
+    ensure_packages()
+    _run(["tar", "-xJf", str(TARBALL), "-C", str(work)])
+    _run(["bash", str(DEBIAN_FIX), str(work)])
+    log(f"CUDA 13 fix: {', '.join(apply_edits_file(work, CUDA_FIX)) or 'already applied'}")
+    if variant.patched:
+        log(apply_patch(work).describe())
+    (work / "Makefile.config").write_text(makefile_config(cuda))
+    return work
+
+
+def jobs() -> str:
+    return os.environ.get("CAFFEMEM_JOBS", "2")
+
+
+def make(tree: Path, targets: list[str], log_name: str) -> float:
+    t0 = time.monotonic()
+    _run(["make", f"-j{jobs()}", "CUSTOM_CXX=g++", *targets], cwd=tree, log_to=tree / log_name)
+    return time.monotonic() - t0
+
+
+def check() -> Path:
+    """CI: compile CHECK_OBJECTS of the patched tree with the CUDA toolkit (no GPU needed).
+    Cached on every input; returns the tree."""
+    cuda = toolkit()
+    variant = Variant("patched")
+    dest = cache_root() / f"cuda-check-{digest(*variant.key_inputs(), *CHECK_OBJECTS, 'check v2')}"
+    if (dest / ".caffemem-ok").is_file():
+        log(f"CUDA compile check: cached ({dest})")
+        return dest
+    work = dest.with_name(dest.name + f".tmp.{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        unpack(variant, work, cuda)
+        seconds = make(work, CHECK_OBJECTS, "check.log")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)  # nothing to resume: it is small
+        raise
+    log(f"CUDA compile check: {len(CHECK_OBJECTS)} objects compiled in {seconds:.0f} s")
+    (work / "check-seconds.txt").write_text(f"{seconds:.0f}\n")
+    return _publish(work, dest)
+
+
+def build(variant: Variant) -> Path:
+    """The full CUDA build (`make lib tools`), cached; returns the tree."""
+    cuda = toolkit()
+    dest = cache_root() / f"bvlc-cuda-{variant.name}-{digest(*variant.key_inputs(), 'build v2')}"
+    if (dest / ".caffemem-ok").is_file():
+        return dest
+    # An interrupted or failed build resumes in its .partial tree (make is incremental).
+    work = dest.with_name(dest.name + ".partial")
+    if not (work / ".caffemem-unpacked").is_file():
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        unpack(variant, work, cuda)
+        (work / ".caffemem-unpacked").touch()
+    (work / "Makefile.config").write_text(makefile_config(cuda))
+    seconds = make(work, ["lib", "tools"], "build.log")
+    log(f"{variant.name}: Caffe built with CUDA in {seconds / 60:.1f} min")
+    (work / "build-seconds.txt").write_text(f"{seconds:.0f}\n")
+    return _publish(work, dest)
+
+
+def compile_probe(tree: Path, cuda: Path) -> Path:
+    """benchmarks/gpu/probe.cpp against the built libcaffe (same defines as the library),
+    into the built tree, named by the probe's digest."""
+    out = tree / "build" / "tools" / f"caffemem_gpu_probe-{digest(PROBE)}"
+    if out.is_file():
+        return out
+    cmd = [
+        "g++", "-std=gnu++17", "-O2", "-rdynamic", str(PROBE), "-o", str(out),
+        "-DUSE_CUDNN", "-DUSE_HDF5", f"-I{tree / 'include'}", f"-I{tree / '.build_release' / 'src'}",
+        f"-I{cuda / 'include'}", "-I/usr/include/hdf5/serial",
+        f"-L{tree / 'build' / 'lib'}", f"-L{cuda / 'lib64'}",
+        f"-Wl,-rpath,{tree / 'build' / 'lib'}:{cuda / 'lib64'}",
+        "-lcaffe", "-lcudart", "-lglog", "-lgflags", "-lprotobuf", "-lboost_system", "-ldl", "-lpthread",
+    ]
+    _run(cmd, log_to=tree / "probe-build.log")
+    return out
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def cuda_env(cuda: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = f"{cuda / 'lib64'}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+    env.setdefault("GLOG_minloglevel", "0")
+    return env
+
+
+def gpu_devices(probe: Path, cuda: Path) -> tuple[int, str]:
+    """(number of devices, the probe's reason when none)."""
+    proc = subprocess.run([str(probe), "--devices"], check=False, capture_output=True, text=True, env=cuda_env(cuda))
+    count = 0
+    for line in proc.stdout.splitlines():
+        if line.startswith("devices "):
+            count = int(line.split()[1])
+    return count, proc.stderr.strip()
+
+
+def caffe_pb2():
+    from caffemem.schema import caffe_pb2 as pb
+
+    return pb
+
+
+def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], tree: Path, out: Path) -> Path:
+    """The net as the ground truth ran it: upgraded by Caffe's own tool when it is in an old
+    format, its data layers for `phase` replaced by one Input layer with the ground truth's
+    shapes (tests/runtime/runtime_nets.make_net does the same for the CPU runtime tests)."""
+    from google.protobuf import text_format
+
+    pb = caffe_pb2()
+    text = source.read_text()
+    net = text_format.Parse(text, pb.NetParameter(), allow_unknown_field=True)
+    if net.layers:  # V1: Caffe's upgrade_net_proto_text
+        upgraded = out.with_suffix(".upgraded.prototxt")
+        tool = tree / "build" / "tools" / "upgrade_net_proto_text"
+        subprocess.run([str(tool), str(source), str(upgraded)], check=True, capture_output=True, env=cuda_env(toolkit_path()[0]))
+        net = text_format.Parse(upgraded.read_text(), pb.NetParameter(), allow_unknown_field=True)
+    phase_value = getattr(pb, phase)
+    layers = list(net.layer)
+    del net.layer[:]
+    done = False
+    for layer in layers:
+        feeds = not layer.bottom and layer.type != "Input" and set(layer.top) <= set(inputs)
+        if inputs and (layer.type in DATA_LAYERS or feeds):
+            rules = [r for r in layer.include if r.HasField("phase")]
+            if (rules and not any(r.phase == phase_value for r in rules)) or done:
+                continue
+            new = pb.LayerParameter(name=layer.name, type="Input")
+            for top, shape in inputs.items():
+                new.top.append(top)
+                new.input_param.shape.add().dim.extend(shape)
+            net.layer.append(new)
+            done = True
+        else:
+            net.layer.add().CopyFrom(layer)
+    out.write_text(text_format.MessageToString(net))
+    return out
+
+
+def optimize(net: Path, phase: str, out: Path) -> Path:
+    """`caffemem optimize` for the patched run (the slot table for this phase)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "caffemem", "optimize", str(net), "--phase", phase.lower(), "-o", str(out)],
+        check=False, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"caffemem optimize {net.name}: {proc.stderr.strip()}")
+    return out
+
+
+def probe_run(probe: Path, cuda: Path, net: Path, phase: str, out: Path, device: int) -> dict:
+    proc = subprocess.run([str(probe), str(net), phase.lower(), str(out), str(device)], check=False, capture_output=True, text=True, env=cuda_env(cuda))
+    (out.with_suffix(".log")).write_text(proc.stderr)
+    if proc.returncode != 0:
+        last = [line for line in proc.stderr.splitlines() if line.strip()][-3:]
+        raise RuntimeError(f"probe exit {proc.returncode}: " + " | ".join(last))
+    return json.loads(out.read_text())
+
+
+def merge(gt_run: dict, measured: dict) -> dict:
+    """The ground truth's run (CPU figures) with the GPU figures added: per layer `gpu`
+    (setup, forward, backward), per run `gpu` (construction, inputs, end state)."""
+    run = dict(gt_run)
+    by_name = {layer["name"]: layer for layer in measured["layers"]}
+    layers = []
+    for layer in gt_run.get("layers", []):
+        entry = dict(layer)
+        got = by_name.get(layer["name"])
+        if got is not None:
+            entry["gpu"] = {k: got[k] for k in ("setup", "forward", "backward") if k in got}
+        layers.append(entry)
+    run["layers"] = layers
+    run["gpu"] = {k: measured[k] for k in ("construct", "fill_inputs", "end")}
+    run["gpu"]["layers_not_in_groundtruth"] = sorted(set(by_name) - {layer["name"] for layer in gt_run.get("layers", [])})
+    return run
+
+
+def measure(variants: list[Variant], names: list[str] | None, out_dir: Path, device: int) -> int:
+    cuda = toolkit()
+    trees = {v.name: build(v) for v in variants}
+    probes = {name: compile_probe(tree, cuda) for name, tree in trees.items()}
+    count, reason = gpu_devices(next(iter(probes.values())), cuda)
+    if count == 0:
+        log(f"everything is built ({', '.join(str(t) for t in trees.values())}), but there is no GPU here: {reason}")
+        log(f"rerun `python benchmarks/gpu_groundtruth.py run` on a machine with an NVIDIA GPU (exit {EXIT_NO_GPU})")
+        return EXIT_NO_GPU
+    files = sorted(GROUNDTRUTH.glob("*.json"))
+    if names:
+        files = [f for f in files if any(n in f.stem for n in names)]
+    failures = 0
+    for variant in variants:
+        (out_dir / variant.name).mkdir(parents=True, exist_ok=True)
+        work = out_dir / variant.name / "nets"
+        work.mkdir(exist_ok=True)
+        for gt_file in files:
+            gt = json.loads(gt_file.read_text())
+            if gt.get("caffe") != "bvlc":
+                continue
+            doc = {"source": gt["source"], "caffe": f"bvlc 9b89154, CUDA build ({variant.name})", "toolkit": REQUIREMENTS.read_text().split("\n# ")[0], "runs": []}
+            for gt_run in gt["runs"]:
+                phase = gt_run["phase"]
+                stem = f"{gt_file.stem}.{phase}"
+                if not gt_run.get("ok"):
+                    doc["runs"].append({"phase": phase, "ok": False, "error": "the CPU ground truth has no run: " + gt_run.get("error", "")})
+                    continue
+                try:
+                    net = prepare_net(SHARED / gt["source"], phase, gt_run.get("inputs", {}), trees[variant.name], work / f"{stem}.prototxt")
+                    if variant.patched:
+                        net = optimize(net, phase, work / f"{stem}.optimized.prototxt")
+                    measured = probe_run(probes[variant.name], cuda, net, phase, work / f"{stem}.probe.json", device)
+                except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
+                    failures += 1
+                    log(f"{variant.name} {stem}: {e}")
+                    doc["runs"].append({"phase": phase, "ok": False, "error": str(e)})
+                    continue
+                doc.setdefault("device", measured["device"])
+                doc.setdefault("process_constant", measured["process"])
+                doc["runs"].append(merge(gt_run, measured))
+                log(f"{variant.name} {stem}: device peak {measured['end']['device_peak']} B counted, {measured['end']['device_used']} B used on the card")
+            (out_dir / variant.name / gt_file.name).write_text(json.dumps(doc, indent=1) + "\n")
+    log(f"wrote {out_dir}; {failures} run(s) failed")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("toolkit", help="install the pinned CUDA wheels into the cache; print CUDA_DIR")
+    sub.add_parser("check", help="compile the GPU code of the runtime patch (CI)")
+    b = sub.add_parser("build", help="full CUDA builds of Caffe and the probe")
+    b.add_argument("--variant", choices=["stock", "patched", "both"], default="both")
+    r = sub.add_parser("run", help="build, then measure every net of ../shared/groundtruth on the GPU")
+    r.add_argument("--variant", choices=["stock", "patched", "both"], default="both")
+    r.add_argument("--nets", nargs="*", help="only ground-truth files whose name contains one of these")
+    r.add_argument("--out", type=Path, default=REPO / "benchmarks" / "gpu-groundtruth-out")
+    r.add_argument("--device", type=int, default=0)
+    args = parser.parse_args(argv)
+    if not TARBALL.is_file():
+        log(f"missing {TARBALL}")
+        return 2
+    try:
+        if args.command == "toolkit":
+            print(toolkit())
+        elif args.command == "check":
+            print(check())
+        elif args.command in ("build", "run", None):
+            chosen = getattr(args, "variant", "both")
+            variants = [Variant(v) for v in (("stock", "patched") if chosen == "both" else (chosen,))]
+            if args.command == "build":
+                cuda = toolkit()
+                for v in variants:
+                    tree = build(v)
+                    log(f"probe: {compile_probe(tree, cuda)}")
+                    print(tree)
+            else:
+                out = getattr(args, "out", REPO / "benchmarks" / "gpu-groundtruth-out")
+                return measure(variants, getattr(args, "nets", None), out, getattr(args, "device", 0))
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        log(str(e))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

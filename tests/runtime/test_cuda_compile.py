@@ -1,0 +1,107 @@
+"""The GPU code of the runtime patch compiles (issue 18): `benchmarks/gpu_groundtruth.py
+check` builds, with nvcc and g++ against PyPI's CUDA 13 wheels (benchmarks/gpu/
+requirements.txt), the translation units the patch and the CUDA 13 / cuDNN 9 build fix touch,
+in GPU mode with cuDNN; no GPU is needed. Cached outside the checkout, so a rerun with the same
+inputs is instant.
+
+The toolkit is installed by the script (pip, ~1.4 GB, once per version set). These tests skip
+only when it is not installed AND CAFFEMEM_SKIP_CUDA=1; CI installs it (.ci/run)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu_groundtruth.py"
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_groundtruth as gg
+
+
+def _need_toolkit() -> None:
+    if not gg.TARBALL.is_file():
+        pytest.skip(f"{gg.TARBALL} missing")
+    if os.environ.get("CAFFEMEM_SKIP_CUDA") == "1" and not gg.toolkit_path()[1]:
+        pytest.skip("CAFFEMEM_SKIP_CUDA=1 and the CUDA toolkit is not installed (python benchmarks/gpu_groundtruth.py toolkit)")
+
+
+@pytest.fixture(scope="module")
+def checked_tree() -> Path:
+    """The tree `check` compiled (runs the compile unless cached)."""
+    _need_toolkit()
+    proc = subprocess.run([sys.executable, str(SCRIPT), "check"], check=False, capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, f"CUDA compile check failed:\n{proc.stderr[-8000:]}"
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _symbols(obj: Path, undefined: bool) -> str:
+    return subprocess.run(["nm", "-C", *(["-u"] if undefined else []), str(obj)], capture_output=True, text=True, check=True).stdout
+
+
+def test_the_runtime_binds_slots_with_cudaMalloc(checked_tree):
+    """mem_slots.o was compiled with the GPU path (not CPU_ONLY): it calls cudaMalloc for the
+    slots and SyncedMemory::set_gpu_data to bind them."""
+    undefined = _symbols(checked_tree / ".build_release/src/caffe/util/mem_slots.o", undefined=True)
+    assert "cudaMalloc" in undefined
+    assert "caffe::SyncedMemory::set_gpu_data(void*)" in undefined
+
+
+def test_cudnn_convolution_uses_the_v7_queries(checked_tree):
+    """The cuDNN 9 fix: the convolution layer asks cudnnGet*Algorithm_v7 (the calls of
+    cuDNN <= 7 do not exist in cuDNN 9)."""
+    undefined = _symbols(checked_tree / ".build_release/src/caffe/layers/cudnn_conv_layer.o", undefined=True)
+    for query in ("Forward", "BackwardFilter", "BackwardData"):
+        assert f"cudnnGetConvolution{query}Algorithm_v7" in undefined
+
+
+def test_cuda_objects_hold_code_for_ampere_and_hopper(checked_tree):
+    """A .cu that includes a header the patch edits was compiled by nvcc into a fat binary
+    (SASS sm_80, sm_90 and compute_75 PTX, CUDA_ARCH)."""
+    obj = checked_tree / ".build_release/cuda/src/caffe/layers/conv_layer.o"
+    sections = subprocess.run(["readelf", "-S", "-W", str(obj)], capture_output=True, text=True, check=True).stdout
+    assert ".nv_fatbin" in sections
+    data = obj.read_bytes()
+    for arch in (b"sm_80", b"sm_90", b"compute_75"):
+        assert arch in data, arch
+
+
+PICK_TEST = r"""
+#include <cstdio>
+#include "caffe/util/cudnn.hpp"
+struct Perf { int algo; cudnnStatus_t status; size_t memory; };
+int main() {
+  const size_t MiB = 1 << 20;
+  // cuDNN's ranking, fastest first: 16 MiB, then a failed one of 1 MiB, then 4 MiB, then 0.
+  const Perf perf[4] = {{7, CUDNN_STATUS_SUCCESS, 16 * MiB},
+      {6, CUDNN_STATUS_NOT_SUPPORTED, 1 * MiB}, {5, CUDNN_STATUS_SUCCESS, 4 * MiB},
+      {1, CUDNN_STATUS_SUCCESS, 0}};
+  int limited = -1, fastest = -1, none = -1, fallback = -1;
+  caffe::cudnn::pickAlgorithm(CUDNN_STATUS_SUCCESS, perf, 4, 2, 8 * MiB, 0, &limited);
+  caffe::cudnn::pickAlgorithm(CUDNN_STATUS_SUCCESS, perf, 4, 1, 0, 0, &fastest);
+  caffe::cudnn::pickAlgorithm(CUDNN_STATUS_SUCCESS, perf, 4, 0, 8 * MiB, 0, &none);
+  caffe::cudnn::pickAlgorithm(CUDNN_STATUS_SUCCESS, perf, 1, 2, 8 * MiB, 9, &fallback);
+  printf("%d %d %d %d\n", limited, fastest, none, fallback);
+  return 0;
+}
+"""
+
+
+def test_cudnn_algorithm_choice_keeps_bvlcs_workspace_limit(checked_tree, tmp_path):
+    """The shim for cuDNN >= 8 keeps the first (fastest-ranked) algorithm that succeeded and
+    fits the limit, as CUDNN_CONVOLUTION_*_SPECIFY_WORKSPACE_LIMIT did: with 8 MiB it skips
+    the 16 MiB one and the failed one and takes the 4 MiB one (5); PREFER_FASTEST takes the
+    first (7); NO_WORKSPACE the 0-byte one (1); none fitting gives the fallback (9)."""
+    cuda, _ = gg.toolkit_path()
+    src = tmp_path / "pick.cpp"
+    src.write_text(PICK_TEST)
+    exe = tmp_path / "pick"
+    subprocess.run(
+        ["g++", "-std=gnu++17", "-DUSE_CUDNN", str(src), "-o", str(exe), f"-I{checked_tree / 'include'}",
+         f"-I{checked_tree / '.build_release' / 'src'}", f"-I{cuda / 'include'}", "-I/usr/include/hdf5/serial"],
+        check=True, capture_output=True, text=True,
+    )
+    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split() == ["5", "7", "1", "9"]
