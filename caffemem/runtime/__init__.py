@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: Bumped whenever the C++ or the edits change in a way a built tree must notice.
-PATCH_VERSION = 1
+PATCH_VERSION = 2  # v2: device slots with actionable CHECKs, host values copied straight into slots
 _MARKER = "caffemem runtime patch v"
 _CPP = Path(__file__).resolve().parent / "cpp"
 

@@ -154,3 +154,18 @@ def test_patch_files_are_package_data():
     files = runtime.patch_files(runtime.Flavour.BVLC)
     assert all(p.is_file() for p in files)
     assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp"}
+
+
+def test_a_tree_patched_by_an_older_caffemem_is_named_and_left_alone(bvlc):
+    """The patch's C++ changed in v2 (device slots): a v1 tree is reported as such, and
+    applying over it refuses rather than mixing two versions' files."""
+    runtime.apply_patch(bvlc)
+    header = bvlc / "include/caffe/util/mem_slots.hpp"
+    header.write_text(header.read_text().replace(f"caffemem runtime patch v{runtime.PATCH_VERSION}", "caffemem runtime patch v1", 1))
+    status = runtime.patch_status(bvlc)
+    assert status.version == 1 and not status.applied
+    assert f"v1 found, but this caffemem has v{runtime.PATCH_VERSION}" in status.describe()
+    before = _snapshot(bvlc)
+    with pytest.raises(CaffememError):
+        runtime.apply_patch(bvlc)
+    assert _snapshot(bvlc) == before
