@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import DEVICE_OPTIONS, EXIT_CODES_HELP, console, device_options, reports_errors
+from caffemem.cli.common import DEVICE_OPTIONS, EXIT_CODES_HELP, GPUS_OPTION, console, device_options, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
@@ -32,9 +32,11 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
 @DEVICE_OPTIONS
+@click.option("--engine", type=click.Choice(["caffe", "cudnn"]), help="Default engine of the build (default: cudnn with --device gpu, caffe with --device cpu).")
+@GPUS_OPTION
 @click.option("--report", "reports", multiple=True, metavar="FORMAT:FILE", help="Also write the report in FORMAT to FILE (repeatable), e.g. markdown:$GITHUB_STEP_SUMMARY.")
 @reports_errors
-def check_command(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs, reports) -> None:
+def check_command(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs, engine, reports) -> None:
     """Fail when a net outgrows the memory budget or its committed baseline (a CI gate).
 
     PATHs are files, folders (every *.prototxt below them) and globs; a solver is
@@ -66,7 +68,7 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     extra_reports = [_report_target(value) for value in reports]
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
-    options = device_options(Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file))
+    options = device_options(Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file, engine=engine))
     device = options.device
     old = _measured_as(read_baseline(baseline, optimized, missing_ok=update_baseline, device=device), optimized, device) if baseline else None
     targets = collect_files(paths)

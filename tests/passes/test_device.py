@@ -208,3 +208,19 @@ def test_a_plan_made_for_the_card_is_safe_in_a_cpu_run(source):
     on_cpu = build_schedule(phase.shaped, specs, run=prepare(phase.shaped, specs, "float32", "caffe", "cpu"))
     assert verify_plan(on_cpu, phase.plan_data) == []
     assert verify_plan(phase.schedule, phase.plan_data) == []
+
+
+@pytest.mark.gpu_default
+def test_check_measures_the_card_with_the_engine_and_gpus_asked_for(tmp_path):
+    net = tmp_path / "conv.prototxt"
+    net.write_text(CONV)
+
+    def checked(*flags):
+        result = CliRunner().invoke(main, ["check", str(net), "--format", "json", *flags])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["results"][0]["bytes"]
+
+    cudnn, caffe = checked(), checked("--engine", "caffe")
+    assert cudnn - caffe == 24 * MIB - (3888 + 144)  # the workspace's bound instead of im2col and the multiplier
+    assert checked("--gpus", "2") == cudnn  # one card's figure
+    assert checked("--device", "cpu") == analyze(CONV, Options(device="cpu")).nets[0].total_bytes
