@@ -94,3 +94,29 @@ def memory_of(tmp_path):
 def memory_report(tmp_path):
     """`memory_report('layer {...}', {"x": (2, 3)})` -> the whole MemoryReport."""
     return lambda body, inputs, **options: run_memory_report(tmp_path, body, inputs, **options)
+
+
+def check_plans(tmp_path, text: str, phase: str = "TRAIN", name: str = "net.prototxt", round_trip: bool = True):
+    """optimize plans every phase of the net (``phase``: the one asked for), the verifier
+    accepts each plan, it lies between the lower bound and stock Caffe, and (``round_trip``)
+    the CLI's optimize --plan-json -> verify exits 0.  Returns the optimize result."""
+    from click.testing import CliRunner
+
+    from caffemem.api.analyze import Options
+    from caffemem.api.optimize import OptimizeSettings, optimize
+    from caffemem.cli import main
+    from caffemem.plan.verify import verify_plan
+
+    path = tmp_path / name
+    path.write_text(text)
+    result = optimize(str(path), Options(phase=phase), OptimizeSettings())
+    assert result.phases
+    for planned in result.phases:
+        assert verify_plan(planned.schedule, planned.plan_data) == []
+        assert planned.lower_bound <= planned.planned.heap_total <= planned.stock.heap_total
+    if round_trip:
+        plan = tmp_path / "plan.json"
+        runner = CliRunner()
+        assert runner.invoke(main, ["optimize", str(path), "--phase", phase, "--plan-json", str(plan)]).exit_code == 0
+        assert runner.invoke(main, ["verify", str(path), str(plan)]).exit_code == 0
+    return result

@@ -5,11 +5,9 @@ detection_out (DetectionOutput) and label (AnnotatedData) -> detection_eval."""
 from __future__ import annotations
 
 import pytest
+from conftest import check_plans
 
-from caffemem.api.analyze import Options
-from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.errors import CaffememError
-from caffemem.plan.verify import verify_plan
 
 EVAL = 'type: "DetectionEvaluate" bottom: "det" bottom: "gt" detection_evaluate_param {{ num_classes: 21 {extra} }}'
 
@@ -56,11 +54,7 @@ layer { name: "detection_eval" type: "DetectionEvaluate" bottom: "detection_out"
 
 
 def test_optimize_plans_an_ssd_test_tail(tmp_path):
-    path = tmp_path / "ssd_test.prototxt"
-    path.write_text(SSD_TEST_TAIL)
-    result = optimize(str(path), Options(phase="TEST"), OptimizeSettings())
-    assert result.phases
+    result = check_plans(tmp_path, SSD_TEST_TAIL, phase="TEST", name="ssd_test.prototxt", round_trip=False)
     for phase in result.phases:
-        assert verify_plan(phase.schedule, phase.plan_data) == []
         # 2 priors x 2 classes = 4 detection rows, + 2 positive classes: (1, 1, 6, 5)
         assert phase.stock.layers[-1].fwd_alloc == 6 * 5 * 4

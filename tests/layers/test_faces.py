@@ -10,30 +10,9 @@ top: 0).  ``init`` is the layer's SetUp (top shape buffers included), ``fwd_allo
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
+from conftest import check_plans
 
-from caffemem.api.analyze import Options
-from caffemem.api.optimize import OptimizeSettings, optimize
-from caffemem.cli import main
 from caffemem.errors import CaffememError
-from caffemem.plan.verify import verify_plan
-
-
-def check_plans(tmp_path, text: str) -> None:
-    """optimize plans every phase of the net, the verifier accepts it, and the CLI's
-    optimize -> verify round trip exits 0."""
-    path = tmp_path / "net.prototxt"
-    path.write_text(text)
-    result = optimize(str(path), Options(phase="TRAIN"), OptimizeSettings())
-    assert result.phases
-    for phase in result.phases:
-        assert verify_plan(phase.schedule, phase.plan_data) == []
-        assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
-    plan = tmp_path / "plan.json"
-    runner = CliRunner()
-    assert runner.invoke(main, ["optimize", str(path), "--phase", "TRAIN", "--plan-json", str(plan)]).exit_code == 0
-    assert runner.invoke(main, ["verify", str(path), str(plan)]).exit_code == 0
-
 
 # --- CenterLoss (ydwen/caffe-face center_loss_layer.cpp) ----------------------------------
 

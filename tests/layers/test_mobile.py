@@ -9,12 +9,11 @@ layer's SetUp (top shape buffers included), ``fwd_alloc`` / ``bwd_alloc`` its pa
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
+from conftest import check_plans
 
 from caffemem.api.analyze import Options
 from caffemem.api.analyze import analyze as caffemem_analyze
 from caffemem.api.optimize import OptimizeSettings, optimize
-from caffemem.cli import main
 from caffemem.errors import CaffememError
 from caffemem.plan.verify import verify_plan
 
@@ -219,17 +218,7 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "
 
 
 def test_optimize_plans_a_mobilenet_shufflenet_block(tmp_path):
-    path = tmp_path / "mobile.prototxt"
-    path.write_text(MOBILE_NET)
-    result = optimize(str(path), Options(phase="TRAIN"), OptimizeSettings())
-    assert result.phases
-    for phase in result.phases:
-        assert verify_plan(phase.schedule, phase.plan_data) == []
-        assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
-    plan = tmp_path / "plan.json"
-    runner = CliRunner()
-    assert runner.invoke(main, ["optimize", str(path), "--phase", "TRAIN", "--plan-json", str(plan)]).exit_code == 0
-    assert runner.invoke(main, ["verify", str(path), str(plan)]).exit_code == 0
+    check_plans(tmp_path, MOBILE_NET, name="mobile.prototxt")
 
 
 # --- Yolov3DetectionOutput (eric612/MobileNet-YOLO yolov3_detection_output_layer.cpp) ------
@@ -272,13 +261,7 @@ layer { name: "det" type: "Yolov3DetectionOutput" bottom: "c19" bottom: "c20" to
 
 
 def test_optimize_plans_a_yolov3_head(tmp_path):
-    path = tmp_path / "yolo.prototxt"
-    path.write_text(YOLO_NET)
-    result = optimize(str(path), Options(phase="TEST"), OptimizeSettings())
-    assert result.phases
-    for phase in result.phases:
-        assert verify_plan(phase.schedule, phase.plan_data) == []
-        assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
+    result = check_plans(tmp_path, YOLO_NET, phase="TEST", name="yolo.prototxt", round_trip=False)
     # c19 (1,21,8,8), c20 (1,21,16,16): (64 + 256) x 3 x 2 = 1920 rows of 7 floats
     assert result.phases[0].stock.layers[-1].fwd_alloc >= 1920 * 7 * 4
 
