@@ -183,6 +183,8 @@ class _Blob:
 class _TwoSidedHeap:
     """Caffe's allocations in a GPU run; each byte charged to (side, bucket, cause)."""
 
+    storage_type = _Copies
+
     def __init__(self, dtype_bytes: int, batch_tops: frozenset[BlobId]) -> None:
         self.dtype_bytes = dtype_bytes
         self.batch_tops = batch_tops  # data tops pointed into a prefetch batch: no device data of their own
@@ -256,20 +258,9 @@ class _TwoSidedHeap:
                     self._charge(side, blob_id, copies.category, -copies.bytes)
         setattr(blob, part, None)
 
-    def take_over(self, slots: SlotAssignment) -> None:
-        """The plan's slots replace the members' own storage (the runtime binds one
-        buffer per slot at the end of Net::Init, on the device in a GPU run)."""
-        shared: dict[int, _Copies] = {}
-        for (blob_id, part), slot in slots.slot_of.items():
-            blob = self.blob(blob_id)
-            copies = shared.get(slot)
-            if copies is None:
-                category = "activations" if part == "data" else "activation_gradients"
-                copies = shared[slot] = _Copies(slots.slot_bytes[slot], category, refs=0)
-            self._drop(blob_id, blob, part)
-            copies.refs += 1
-            setattr(blob, part, copies)
-
+    # The plan's slots replace the members' own storage, as the runtime binds one buffer per
+    # slot at the end of Net::Init (on the device in a GPU run).
+    take_over = Heap.take_over
 
 def layer_sides(run: Run, specs: SpecTable) -> tuple[tuple[str, str], ...]:
     """(Forward side, Backward side) of each layer in a GPU run, from its spec's ``gpu``."""

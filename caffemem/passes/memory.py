@@ -162,6 +162,8 @@ GRADIENT_OF = {"parameters": "parameter_gradients", "activations": "activation_g
 class Heap:
     """Caffe's allocations as events; bytes are charged to the bucket that is current."""
 
+    storage_type: type = _Storage  # what one SyncedMemory is in this model (take_over makes slots of it)
+
     def __init__(self, dtype_bytes: int) -> None:
         self.dtype_bytes = dtype_bytes
         self.blobs: dict[BlobId, _Blob] = {}
@@ -250,7 +252,7 @@ class Heap:
             storage = storages.get(slot)
             if storage is None:
                 category = "activations" if part == "data" else "activation_gradients"
-                storage = storages[slot] = _Storage(slots.slot_bytes[slot], category, refs=0)
+                storage = storages[slot] = self.storage_type(slots.slot_bytes[slot], category, refs=0)
             self._drop(blob_id, blob, part)
             storage.refs += 1
             setattr(blob, part, storage)
