@@ -207,15 +207,18 @@ def prepare_run(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Run:
     return prepare(shaped, specs, options.dtype, options.heap_engine)
 
 
-def planning_run(shaped: ShapedGraph, specs: SpecTable, options: Options, run: Run | None = None) -> Run:
-    """The run that plans and verifies storage: in GPU mode every step touches what it
-    touches on the GPU (with the build's engine) or in a CPU run with Caffe's engine, so a
-    table planned for a card stays right when the same file runs on the CPU.  ``run``:
-    :func:`prepare_run`'s, when the caller has it."""
+def planning_runs(shaped: ShapedGraph, specs: SpecTable, options: Options, run: Run | None = None) -> tuple[Run, Run | None]:
+    """The run that plans and verifies storage, and (GPU mode) the CPU run a plan must be
+    right in as well.  In GPU mode each step of the first touches what it touches on the
+    GPU (with the build's engine) or in a CPU run with Caffe's engine, so a table planned
+    for a card stays right when the same file runs on the CPU; what the CPU run keeps
+    private (a diff it reads as fresh zeros, where the GPU run's Accuracy wrote scratch)
+    the planner keeps private too.  ``run``: :func:`prepare_run`'s, when the caller has it."""
     run = run or prepare_run(shaped, specs, options)
     if options.device != "gpu":
-        return run
-    return merged_run(run, prepare(shaped, specs, options.dtype, options.heap_engine), specs)
+        return run, None
+    on_cpu = prepare(shaped, specs, options.dtype, options.heap_engine)
+    return merged_run(run, on_cpu, specs), on_cpu
 
 
 def measure(shaped: ShapedGraph, specs: SpecTable, options: Options) -> tuple[MemoryReport, DeviceReport | None]:

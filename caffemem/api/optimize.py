@@ -11,7 +11,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, measure, planning_run, prepare_run, net_phases, spec_table, with_overrides
+from caffemem.api.analyze import Options, build_net, measure, planning_runs, prepare_run, net_phases, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -20,7 +20,7 @@ from caffemem.layers.registry import SpecTable
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
 from caffemem.passes.device import DeviceReport, device_footprint
-from caffemem.passes.liveness import Liveness, lifetimes
+from caffemem.passes.liveness import Liveness, kept_members, lifetimes
 from caffemem.passes.load import NetSource, NetText, SolverSource, load
 from caffemem.passes.memory import (
     MemoryReport,
@@ -151,15 +151,21 @@ def fork_plan_data(assignment: SlotAssignment) -> PlanData:
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, replayed and verified."""
     on_card_run = prepare_run(shaped, specs, options)
-    run = planning_run(shaped, specs, options, on_card_run)  # in CPU mode the same run
+    run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
     stock = replay(run)
     schedule = build_schedule(shaped, specs, options.dtype, run=run)
-    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers)
+    cpu_schedule = build_schedule(shaped, specs, options.dtype, run=on_cpu) if on_cpu is not None else None
+    keep = kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)) if cpu_schedule is not None else None
+    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep and {member: f"on the CPU: {why}" for member, why in keep.items()})
+
+    def violations_of(data: PlanData) -> list:
+        """The verifier on the planning run and, in GPU mode, on the CPU run as well."""
+        return verify_plan(schedule, data) + (verify_plan(cpu_schedule, data) if cpu_schedule is not None else [])
 
     fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
     fork = replay(fork_run(run), fork_slots)  # the fork running its own plan
     fork_data = fork_plan_data(fork_slots)
-    fork_violations = verify_plan(schedule, fork_data)
+    fork_violations = violations_of(fork_data)
 
     # Every shareable class is touched, so a plan's run costs the stock run, less the
     # classes' own storage, plus its slots: candidates are ranked by that, and only the
@@ -176,7 +182,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     rejected: dict[str, str] = {}
     chosen = None
     for cost, _, _, name, data in ranked:
-        violations = [] if name == "fork" else verify_plan(schedule, data)
+        violations = [] if name == "fork" else violations_of(data)
         if not violations:
             chosen = (name, data)
             break

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from caffemem.api.analyze import Options, analyze, planning_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, planning_runs, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.passes.schedule import build_schedule
 from caffemem.plan.verify import Violation, read_plan, verify_plan
@@ -36,6 +36,7 @@ def verify(net: NetLike, plan_file: str, options: Options = Options(), *, phase:
         at_phase = replace(options, phase=plan_phase)
         net = analyze(path, at_phase).nets[0]
         specs = spec_table(at_phase)
-        schedule = build_schedule(net.shaped, specs, options.dtype, run=planning_run(net.shaped, specs, at_phase))
-        verdicts.append(Verdict(net.phase, len(plan.slot_bytes), tuple(verify_plan(schedule, plan))))
+        runs = [run for run in planning_runs(net.shaped, specs, at_phase) if run is not None]  # GPU mode: the CPU run too
+        violations = [violation for run in runs for violation in verify_plan(build_schedule(net.shaped, specs, options.dtype, run=run), plan)]
+        verdicts.append(Verdict(net.phase, len(plan.slot_bytes), tuple(violations)))
     return tuple(verdicts)

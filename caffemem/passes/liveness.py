@@ -14,10 +14,11 @@ shareable classes alive together.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from caffemem.graph import Graph
+from caffemem.layers.access import BlobId
 from caffemem.passes.schedule import Schedule, StorageClass
 
 
@@ -75,8 +76,9 @@ def _touches(schedule: Schedule) -> dict[int, list[tuple[int, bool, bool]]]:
     return seen
 
 
-def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bool = False) -> Liveness:
-    """Every class's lifetime and which classes a planner may share."""
+def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bool = False, keep: Mapping[tuple[BlobId, str], str] | None = None) -> Liveness:
+    """Every class's lifetime and which classes a planner may share (``keep``: storages,
+    as (blob, part), that another run of the net needs private, with why)."""
     excluded_blobs = set(exclude) | schedule.data_tops | schedule.loss_tops | net_outputs_of(schedule.shaped.graph)
     touches = _touches(schedule)
     shareable: list[Lifetime] = []
@@ -88,6 +90,8 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
         reason = _kept_reason(storage, uses, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
         if not reason and storage.bytes == 0:
             reason = "empty (a zero-sized blob allocates nothing, so there is nothing to share)"
+        if not reason and keep:
+            reason = next((keep[member] for member in storage.members if member in keep), None)
         if reason:
             kept[storage.id] = reason
             continue
@@ -100,6 +104,12 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
 
     peak, peak_step, alive = _peak(shareable, len(schedule.steps))
     return Liveness(schedule, tuple(shareable), kept, peak, peak_step, alive)
+
+
+def kept_members(liveness: Liveness) -> dict[tuple[BlobId, str], str]:
+    """Every storage (blob, part) the liveness keeps private, with why."""
+    classes = liveness.schedule.classes
+    return {member: why for storage, why in liveness.kept.items() for member in classes[storage].members}
 
 
 def _kept_reason(storage: StorageClass, uses, excluded: set[str], share_buffers: bool, init_touched: bool) -> str | None:

@@ -188,11 +188,16 @@ def test_the_html_page_shows_the_card_and_the_host():
     assert "--device gpu --engine cudnn" in page
 
 
-@pytest.mark.parametrize("source", ["models/fcn_voc-fcn8s/train.prototxt", "models/hed/train_val.prototxt"])
-def test_a_plan_made_for_the_card_is_safe_in_a_cpu_run(source):
+@pytest.mark.parametrize(
+    "source, share_buffers",
+    [("models/fcn_voc-fcn8s/train.prototxt", False), ("models/hed/train_val.prototxt", False), ("models/lrcn_activity_recognition/train_test_lstm_RGB.prototxt", True)],
+)
+def test_a_plan_made_for_the_card_is_safe_in_a_cpu_run(source, share_buffers):
     """FCN's and HED's frozen deconvolutions (lr_mult 0): cuDNN's Backward skips their
     bottom, Caffe's engine takes it, so a plan for the cuDNN run alone would share a
-    storage the CPU run still reads; the GPU plan is verified against both runs."""
+    storage the CPU run still reads.  LRCN: on the GPU, Accuracy writes scratch into its
+    bottom's diff, which the Split before it then reads; on the CPU that diff is read as
+    fresh zeros, so it must stay private.  The GPU plan is verified against both runs."""
     from conftest import SHARED, groundtruth_runs, run_inputs
 
     from caffemem.api.analyze import spec_table
@@ -203,7 +208,7 @@ def test_a_plan_made_for_the_card_is_safe_in_a_cpu_run(source):
     if not runs:
         pytest.skip("../shared is not beside the repo")
     options = Options(device="gpu", phase="TRAIN", inputs=run_inputs(runs[0]))
-    phase = optimize(str(SHARED / source), options, OptimizeSettings()).phases[0]
+    phase = optimize(str(SHARED / source), options, OptimizeSettings(share_buffers=share_buffers)).phases[0]
     specs = spec_table(options)
     on_cpu = build_schedule(phase.shaped, specs, run=prepare(phase.shaped, specs, "float32", "caffe", "cpu"))
     assert verify_plan(on_cpu, phase.plan_data) == []
