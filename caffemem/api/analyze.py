@@ -14,9 +14,9 @@ from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape, ShapedGraph
 from caffemem.layers.registry import SpecTable
+from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.filter import filter_net, make_state, phase_name
 from caffemem.passes.load import NetSource, SolverSource, load
-from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.memory import MemoryReport, Run, merged_run, prepare, simulate
 from caffemem.passes.shapes import INT_MAX, infer_shapes
 from caffemem.passes.solver import ProcessFootprint, solver_footprint

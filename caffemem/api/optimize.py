@@ -11,15 +11,15 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, measure, planning_runs, prepare_run, net_phases, spec_table, with_overrides
+from caffemem.api.analyze import Options, build_net, measure, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
+from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
-from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.liveness import Liveness, kept_members, lifetimes
 from caffemem.passes.load import NetSource, NetText, SolverSource, load
 from caffemem.passes.memory import (
@@ -28,7 +28,6 @@ from caffemem.passes.memory import (
     SlotAssignment,
     prepare,
     replay,
-    simulate,
 )
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
