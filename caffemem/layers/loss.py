@@ -90,7 +90,9 @@ def _with_prob(q: ShapeQuery, loss: Shape) -> LayerShapes:
 def gpu_scratch(q: MemoryQuery, *blobs: BlobId) -> tuple[Action, ...]:
     """The diffs a loss's Forward_gpu borrows as device scratch "since this memory is not
     used for anything" (softmax_loss_layer.cu, sigmoid_cross_entropy_loss_layer.cu,
-    accuracy_layer.cu): device bytes a GPU run allocates even in a TEST net."""
+    accuracy_layer.cu): device bytes a GPU run allocates even in a TEST net.  Master zeroes
+    them again before Forward returns (BVLC/caffe#6202, after #5981: a Split summed the
+    scratch into the gradient), so they are written, not left holding values."""
     return tuple(write(blob, "diff") for blob in blobs) if q.device == "gpu" else ()
 
 
