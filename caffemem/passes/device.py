@@ -29,11 +29,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from caffemem.graph import count
 from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
-from caffemem.passes.memory import GRADIENT_OF, Heap, Run, SlotAssignment, owned_params
-from caffemem.units import DTYPE_BYTES, INT_BYTES
+from caffemem.passes.memory import Heap, Run, SlotAssignment, owned_params
+from caffemem.units import DTYPE_BYTES
 
 SIDES = ("device", "host")
 # The causes a GPU run's bytes are reported by, in order.
@@ -149,10 +148,6 @@ class DeviceReport:
         """The one figure of every command in GPU mode: what one card holds."""
         return self.device_bytes
 
-    @property
-    def parameter_bytes(self) -> int:
-        return self.device_by_cause["parameters"]
-
     def largest_layers(self, count: int) -> tuple[tuple[int, LayerSides], ...]:
         """(index, layer) of the ``count`` layers that put the most on the card, largest first."""
         return tuple(sorted(enumerate(self.layers), key=lambda item: -item[1].device_total)[:count])
@@ -169,17 +164,6 @@ class _Copies:
     refs: int = 1
 
 
-@dataclass(slots=True)
-class _Blob:
-    elem_bytes: int
-    category: str
-    shape_bytes: int = 0
-    has_shape: bool = False
-    capacity: int = 0
-    data: _Copies | None = None
-    diff: _Copies | None = None
-
-
 class _TwoSidedHeap:
     """Caffe's allocations in a GPU run; each byte charged to (side, bucket, cause)."""
 
@@ -188,13 +172,13 @@ class _TwoSidedHeap:
     def __init__(self, dtype_bytes: int, batch_tops: frozenset[BlobId]) -> None:
         self.dtype_bytes = dtype_bytes
         self.batch_tops = batch_tops  # data tops pointed into a prefetch batch: no device data of their own
-        self.blobs: dict[BlobId, _Blob] = {}
+        self.blobs: dict = {}  # BlobId -> memory._Blob, whose data and diff are _Copies
         self.bucket = Bucket("init")
         self.side = "host"
         self.charged: dict[tuple[str, Bucket], int] = {}
         self.by_cause: dict[tuple[str, str], int] = {}
 
-    def _charge(self, side: str, blob_id: BlobId, category: str, amount: int) -> None:
+    def _charge(self, blob_id: BlobId, category: str, amount: int, side: str = "host") -> None:
         key = (side, self.bucket)
         self.charged[key] = self.charged.get(key, 0) + amount
         cause = "prefetch" if self.bucket.stage == "prefetch" else category
@@ -202,12 +186,10 @@ class _TwoSidedHeap:
             cause = "cudnn_workspace"
         self.by_cause[(side, cause)] = self.by_cause.get((side, cause), 0) + amount
 
-    def blob(self, blob_id: BlobId, elem: str = "float") -> _Blob:
-        found = self.blobs.get(blob_id)
-        if found is None:
-            category = {"blob": "activations", "param": "parameters", "buffer": "layer_buffers"}[blob_id.kind]
-            found = self.blobs[blob_id] = _Blob(INT_BYTES if elem == "int" else self.dtype_bytes, category)
-        return found
+    # A Blob, its shape buffer (written on the host: _charge's default side) and its growth
+    # are as in a CPU run; only a SyncedMemory has two copies here.
+    blob = Heap.blob
+    reshape = Heap.reshape
 
     def apply(self, action: Action) -> None:
         if isinstance(action, Touch):
@@ -219,7 +201,7 @@ class _TwoSidedHeap:
         elif isinstance(action, Alloc):
             blob = self.blob(action.blob, action.elem)
             if blob.data is None:
-                blob.capacity, blob.data = action.count, _Copies(action.count * blob.elem_bytes, blob.category)
+                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, blob.category)
             self.touch(action.blob, "data", "device" if action.device else "host")
 
     def touch(self, blob_id: BlobId, part: str, side: str) -> None:
@@ -228,26 +210,11 @@ class _TwoSidedHeap:
         copies = getattr(self.blob(blob_id), part)
         if copies is not None and not getattr(copies, side):
             setattr(copies, side, True)
-            self._charge(side, blob_id, copies.category, copies.bytes)
-
-    def reshape(self, blob_id: BlobId, shape, elem: str) -> None:
-        """Blob::Reshape: shape_data_ is written on the host; growth drops both copies."""
-        blob = self.blob(blob_id, elem)
-        needed = INT_BYTES * len(shape)
-        if not blob.has_shape or blob.shape_bytes < needed:
-            self._charge("host", blob_id, blob.category, needed - blob.shape_bytes)
-            blob.has_shape, blob.shape_bytes = True, needed
-        elements = count(shape)
-        if elements > blob.capacity:
-            blob.capacity = elements
-            for part in ("data", "diff"):
-                self._drop(blob_id, blob, part)
-                category = blob.category if part == "data" else GRADIENT_OF[blob.category]
-                setattr(blob, part, _Copies(elements * blob.elem_bytes, category))
+            self._charge(blob_id, copies.category, copies.bytes, side)
 
     share = Heap.share  # ShareData/ShareDiff: the same pointer swap as in a CPU run
 
-    def _drop(self, blob_id: BlobId, blob: _Blob, part: str) -> None:
+    def _drop(self, blob_id: BlobId, blob, part: str) -> None:
         copies = getattr(blob, part)
         if copies is None:
             return
@@ -255,12 +222,13 @@ class _TwoSidedHeap:
         if copies.refs == 0:
             for side in SIDES:
                 if getattr(copies, side):
-                    self._charge(side, blob_id, copies.category, -copies.bytes)
+                    self._charge(blob_id, copies.category, -copies.bytes, side)
         setattr(blob, part, None)
 
     # The plan's slots replace the members' own storage, as the runtime binds one buffer per
     # slot at the end of Net::Init (on the device in a GPU run).
     take_over = Heap.take_over
+
 
 def layer_sides(run: Run, specs: SpecTable) -> tuple[tuple[str, str], ...]:
     """(Forward side, Backward side) of each layer in a GPU run, from its spec's ``gpu``."""

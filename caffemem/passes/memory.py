@@ -210,7 +210,7 @@ class Heap:
             for part in ("data", "diff"):
                 self._drop(blob_id, blob, part)
                 category = blob.category if part == "data" else GRADIENT_OF[blob.category]
-                setattr(blob, part, _Storage(elements * blob.elem_bytes, category))
+                setattr(blob, part, self.storage_type(elements * blob.elem_bytes, category))
 
     def touch(self, blob_id: BlobId, part: str) -> None:
         storage = getattr(self.blob(blob_id), part)
