@@ -108,25 +108,28 @@ def _softmax_loss_memory(
     extra_setup: tuple[Action, ...] = (),
     labels_forward: tuple[Action, ...] = (),
     labels_backward: tuple[Action, ...] = (),
+    device_scratch: bool = False,
 ) -> LayerMemory:
     """SoftmaxWithLoss and InfogainLoss: an inner Softmax from bottom[0] to ``prob_``, whose
     SetLossWeights gets ``weights`` (a non-zero one allocates prob_'s diff at SetUp).
     Forward reads prob_ and the labels and writes the loss; an optional second top is
     pointed at prob_'s data.  Backward (when propagate_down[0]) writes bottom[0]'s diff
-    from prob_ and the labels.  ``labels_*``: what the infogain matrix adds."""
+    from prob_ and the labels.  ``labels_*``: what the infogain matrix adds.
+    ``device_scratch``: the layer's .cu file (SoftmaxWithLoss's; InfogainLoss has none)
+    counts in bottom[0]'s and prob_'s diffs and reads the loss top's device data."""
     prob = q.buffer("prob")
     softmax = softmax_memory(q, q.bottom(0), prob, q.bottoms[0], axis, "softmax/")
     loss_setup, loss_forward = inner_loss(prob, weights)
     setup = buffer_setup(prob, q.bottoms[0]) + softmax.setup + loss_setup + extra_setup
     # In a GPU run Forward_gpu also takes bottom[0]'s and prob_'s diffs as scratch.
-    scratch = gpu_scratch(q, q.bottom(0), prob) if q.layer.type == "SoftmaxWithLoss" else ()
+    scratch = gpu_scratch(q, q.bottom(0), prob) if device_scratch else ()
     forward = softmax.forward + loss_forward + (read(prob), read(q.bottom(1))) + labels_forward + scratch + (host_output(q),)
     forward += (Share(q.top(1), prob, "data"),) if len(q.tops) > 1 else ()
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
         backward = (read(prob), read(q.bottom(1))) + labels_backward + (write(q.bottom(0), "diff"), read(q.top(0), "diff", "host"))
         # Backward_gpu also reads the loss top's data on the device and prob_'s diff (counts).
-        backward += (read(q.top(0)), write(prob, "diff")) if q.device == "gpu" and q.layer.type == "SoftmaxWithLoss" else ()
+        backward += (read(q.top(0)), write(prob, "diff")) if q.device == "gpu" and device_scratch else ()
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
@@ -138,7 +141,7 @@ def _softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
         return _rfcn_softmax_with_loss_memory(q)
     if q.proto.HasField("softmaxloss_param"):
         return _deeplab_v1_softmax_loss_memory(q)
-    return _softmax_loss_memory(q, q.proto.softmax_param.axis, list(q.proto.loss_weight) or [1.0])
+    return _softmax_loss_memory(q, q.proto.softmax_param.axis, list(q.proto.loss_weight) or [1.0], device_scratch=True)
 
 
 # daijifeng001/caffe-rfcn@a7641303 src/caffe/layers/softmax_loss_layer.cpp, .cu: R-FCN's
