@@ -33,7 +33,7 @@ from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
 from caffemem.plan.strategies import Plan, make_plan
-from caffemem.plan.verify import PlanData, verify_plan
+from caffemem.plan.verify import PlanData, verify_plan_on
 from caffemem.prototxt.write import read_exact
 from caffemem.schema import caffe_pb2
 from caffemem.units import DTYPE_BYTES
@@ -76,6 +76,8 @@ class PhasePlan:
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
     as_given: int | None = None  # with --inplace: stock Caffe's total bytes for the file as given
     devices: DeviceFigures | None = None  # GPU mode: the figures on the card
+    # Every run the plan was verified on: ``schedule``, and in GPU mode the CPU run's too.
+    schedules: tuple[Schedule, ...] = ()
 
     @property
     def savings(self) -> int:
@@ -157,14 +159,12 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     keep = kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)) if cpu_schedule is not None else None
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep and {member: f"on the CPU: {why}" for member, why in keep.items()})
 
-    def violations_of(data: PlanData) -> list:
-        """The verifier on the planning run and, in GPU mode, on the CPU run as well."""
-        return verify_plan(schedule, data) + (verify_plan(cpu_schedule, data) if cpu_schedule is not None else [])
+    schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
 
     fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
     fork = replay(fork_run(run), fork_slots)  # the fork running its own plan
     fork_data = fork_plan_data(fork_slots)
-    fork_violations = violations_of(fork_data)
+    fork_violations = verify_plan_on(schedules, fork_data)
 
     # Every shareable class is touched, so a plan's run costs the stock run, less the
     # classes' own storage, plus its slots: candidates are ranked by that, and only the
@@ -181,7 +181,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     rejected: dict[str, str] = {}
     chosen = None
     for cost, _, _, name, data in ranked:
-        violations = [] if name == "fork" else violations_of(data)
+        violations = [] if name == "fork" else verify_plan_on(schedules, data)
         if not violations:
             chosen = (name, data)
             break
@@ -212,6 +212,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         candidates={name: cost for cost, _, _, name, _ in ranked if name not in rejected},
         rejected=rejected,
         devices=devices,
+        schedules=schedules,
     )
 
 
@@ -227,7 +228,7 @@ def fork_safe_exclusions(phase: PhasePlan, specs: SpecTable, options: Options, e
     added: tuple[str, ...] = ()
     for _ in range(MAX_FORK_EXCLUSIONS):
         slots = fork_assignment(phase.shaped, specs, exclude + added, DTYPE_BYTES[options.dtype], run.flags)
-        violations = verify_plan(phase.schedule, fork_plan_data(slots))
+        violations = verify_plan_on(phase.schedules, fork_plan_data(slots))
         if not violations:
             return added
         blob = violations[0].blob

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from caffemem.api.analyze import Options, analyze, planning_runs, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.passes.schedule import build_schedule
-from caffemem.plan.verify import Violation, read_plan, verify_plan
+from caffemem.plan.verify import Violation, read_plan, verify_plan_on
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,6 @@ def verify(net: NetLike, plan_file: str, options: Options = Options(), *, phase:
         net = analyze(path, at_phase).nets[0]
         specs = spec_table(at_phase)
         runs = [run for run in planning_runs(net.shaped, specs, at_phase) if run is not None]  # GPU mode: the CPU run too
-        violations = [violation for run in runs for violation in verify_plan(build_schedule(net.shaped, specs, options.dtype, run=run), plan)]
+        violations = verify_plan_on((build_schedule(net.shaped, specs, options.dtype, run=run) for run in runs), plan)
         verdicts.append(Verdict(net.phase, len(plan.slot_bytes), tuple(violations)))
     return tuple(verdicts)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from caffemem.errors import CaffememError, Location, excerpt
@@ -122,6 +123,12 @@ class Placement:
 
     def collides(self, other: "Placement") -> bool:
         return self.slot == other.slot and self.start < other.end and other.start < self.end
+
+
+def verify_plan_on(schedules: Iterable[Schedule], plan: PlanData) -> list[Violation]:
+    """The verifier on every run the plan must be right in (in GPU mode: the planning run
+    and the CPU run of the same net)."""
+    return [violation for schedule in schedules for violation in verify_plan(schedule, plan)]
 
 
 def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
