@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import DEVICE_OPTIONS, EXIT_CODES_HELP, GPUS_OPTION, console, device_options, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, console, device_flags, device_options, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
@@ -31,7 +31,7 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
-@DEVICE_OPTIONS
+@device_flags
 @click.option("--engine", type=click.Choice(["caffe", "cudnn"]), help="Default engine of the build (default: cudnn with --device gpu, caffe with --device cpu).")
 @GPUS_OPTION
 @click.option("--report", "reports", multiple=True, metavar="FORMAT:FILE", help="Also write the report in FORMAT to FILE (repeatable), e.g. markdown:$GITHUB_STEP_SUMMARY.")

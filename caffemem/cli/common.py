@@ -111,7 +111,7 @@ def _remember(key: str) -> Callable:
     return callback
 
 
-def _device_flags(command: Callable) -> Callable:
+def device_flags(command: Callable) -> Callable:
     """--device and --context-mib, read by device_options through the context."""
     command = click.option(
         "--context-mib",
@@ -133,8 +133,6 @@ def _device_flags(command: Callable) -> Callable:
         help="Caffe's mode: gpu (bytes on the card and on the host, the default) or cpu (the heap of a CPU run, checked against real Caffe).",
     )(command)
 
-
-DEVICE_OPTIONS = _device_flags
 
 # Read by device_options through the context (fit has its own --gpus, which also sets it).
 GPUS_OPTION = click.option(
@@ -185,7 +183,7 @@ def net_options(command: Callable) -> Callable:
         click.option("--dtype", type=click.Choice(["float32", "float16", "float64"]), default="float32", show_default=True, help="Caffe's Dtype."),
         click.option("--batch", type=click.IntRange(min=1), help="Rescale the batch axis of every data layer."),
         click.option("--engine", type=click.Choice(["caffe", "cudnn"]), help="Default engine of the build (default: cudnn with --device gpu, caffe with --device cpu)."),
-        DEVICE_OPTIONS,
+        device_flags,
         MAX_INPUT_SIZE_OPTION,
     ]
     for decorate in reversed(decorators):

@@ -34,12 +34,10 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
       caffemem fit solver.prototxt --gpu-memory 11GiB
       caffemem fit train_val.prototxt --gpu-memory 16GB --gpus 4 --effective-batch 256 --optimized
     """
-    from caffemem.api.fit import FitRequest
+    from caffemem.api.fit import FitRequest, default_reserve
     from caffemem.api.fit import fit as run_fit
     from caffemem.report.fit import fit_json, fit_lines, nothing_fits_message
     from caffemem.units import parse_size
-
-    from caffemem.api.fit import default_reserve
 
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, None, engine, gpus)
     kept_free = parse_size(reserve, "--reserve") if reserve is not None else default_reserve(options.device)

@@ -8,9 +8,9 @@ import sys
 import click
 
 from caffemem.cli.common import (
-    GPUS_OPTION,
     EXIT_CODES_HELP,
     EXIT_FINDING,
+    GPUS_OPTION,
     HTML_HELP,
     console,
     input_files,
