@@ -11,7 +11,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, measure, net_phases, planning_runs, prepare_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, build_net, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -78,6 +78,7 @@ class PhasePlan:
     devices: DeviceFigures | None = None  # GPU mode: the figures on the card
     # Every run the plan was verified on: ``schedule``, and in GPU mode the CPU run's too.
     schedules: tuple[Schedule, ...] = ()
+    batch: int | None = None  # the batch planned for (analyze.net_batch), as the headline states it
 
     @property
     def savings(self) -> int:
@@ -213,6 +214,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         rejected=rejected,
         devices=devices,
         schedules=schedules,
+        batch=net_batch(shaped, specs),
     )
 
 

@@ -67,8 +67,9 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     if output == STDOUT and plan_json == STDOUT:
         raise CaffememError("-o - and --plan-json - would both write to standard output")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
+    settings = OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace)
     with progress(f"caffemem: planning {net}"):
-        result = run_optimize(net, options, OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace), force=force)
+        result = run_optimize(net, options, settings, force=force)
     document = optimize_json(result)
     inputs_read = input_files(result, options)
     if output:
@@ -96,7 +97,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     if plan_json:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
     if html_file:
-        write_html(html_file, result, options)
+        write_html(html_file, result, options, settings)
     if as_json:
         click.echo(json.dumps(document, indent=1))
         return

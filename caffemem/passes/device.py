@@ -21,7 +21,8 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
 
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
 handles) are kept apart: the context as a constant with its source, handles as counts.
-../shared/caffe/GPU-MEMORY.md cites every fact used here.
+../shared/caffe/GPU-MEMORY.md cites every fact used here (for the developers; no output
+names a file an installed user does not have: :func:`gpu_caveat` points to the README).
 """
 
 from __future__ import annotations
@@ -66,8 +67,7 @@ CUDA_CONTEXT = Constant(
     "cuda_context",
     300 * 1024 * 1024,
     "about 300 MB per device for a CUDA >= 11.7 context with lazy module loading, measured in a "
-    "PyTorch process (pytorch/pytorch#107667; ../shared/caffe/GPU-MEMORY.md section 7); not yet measured "
-    "for Caffe (benchmarks/gpu_groundtruth.py measures it on a GPU)",
+    "PyTorch process (pytorch/pytorch#107667); not yet measured for Caffe",
     measured_for_caffe=False,
 )
 
@@ -320,7 +320,7 @@ def device_footprint(
     host_causes = {cause: heap.by_cause.get(("host", cause), 0) for cause in CAUSES}
     prefetching = sum(1 for rule, side in zip(run.rules, sides) if rule.prefetch and side[0] == "device")
     handles = Handles(cudnn=sum(rule.cudnn_handles for rule in run.rules), cublas=1 + prefetching, curand=1 + prefetching)
-    notes = _notes(run, sides, engine, context, gpus)
+    notes = _notes(run, sides)
     return DeviceReport(
         phase=run.shaped.graph.phase,
         engine=engine,
@@ -336,19 +336,31 @@ def device_footprint(
     )
 
 
-def _notes(run: Run, sides: Iterable[tuple[str, str]], engine: str, context: Constant, gpus: int) -> tuple[str, ...]:
+def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """What this net's layers do on the card that its figures hide: the layers without GPU
+    code.  A Flatten or Reshape only points its top at its bottom's memory (ShareData,
+    ShareDiff), so it copies nothing; the others' blobs are copied to the host and back.
+    What holds for every GPU figure is :func:`gpu_caveat`'s, said once per output."""
+    fallback = [(layer.type, rule) for layer, rule, side in zip(run.shaped.graph.layers, run.rules, sides) if side[0] == "host"]
+    copying = sorted({kind for kind, rule in fallback if any(isinstance(a, Touch) for a in rule.forward + rule.backward)})
+    sharing = sorted({kind for kind, _ in fallback} - set(copying))
     notes = []
-    fallback = sorted({layer.type for layer, side in zip(run.shaped.graph.layers, sides) if side[0] == "host"})
-    if fallback:
-        notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(fallback)}")
-    if not context.measured_for_caffe:
-        notes.append(f"cuda_context is a published figure, not a Caffe measurement: {context.source}")
-    notes.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized: their memory is inside the driver and libraries")
-    if engine == "cudnn":
-        notes.append("cudnn_workspace is the most BVLC's 8 MiB limit per algorithm query lets cuDNN take; it picks at run time (the minimum is 0)")
-    if gpus > 1:
-        notes.append(
-            f"--gpus {gpus}: every GPU holds this figure (each worker builds the full solver, test nets included; "
-            "parallel.cpp's GPUParams take over the parameters' data and gradients); NCCL's own buffers are not counted"
-        )
+    if copying:
+        notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(copying)}")
+    if sharing:
+        notes.append(f"no GPU code, nothing copied (the top shares the bottom's memory): {', '.join(sharing)}")
     return tuple(notes)
+
+
+def gpu_caveat(device: DeviceReport) -> str:
+    """The one line every output in GPU mode carries once (not per net): what its figures
+    rest on that no GPU has measured yet, and where the README says more."""
+    parts = ["GPU figures are derived from Caffe's source, not yet measured on a GPU"]
+    if not device.context.measured_for_caffe:
+        parts.append(f"the CUDA context is a published {device.context.bytes // (1024 * 1024)} MiB (--context-mib gives yours)")
+    parts.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized")
+    if device.engine == "cudnn":
+        parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")
+    if device.gpus > 1:
+        parts.append(f"with --gpus {device.gpus} every card holds the figure (NCCL's buffers not counted)")
+    return "; ".join(parts) + " — README: 'GPU mode (--device)'"

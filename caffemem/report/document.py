@@ -9,7 +9,7 @@ from typing import Any
 
 from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
-from caffemem.passes.device import DeviceReport, LayerSides
+from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
 from caffemem.units import percent_of
 
@@ -94,6 +94,7 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
         "file": net.file,
         "name": graph.name,
         "phase": graph.phase,
+        "batch": net.batch,
         "blobs": [{"name": name, "shape": _shape(shape)} for name, shape in shaped.blob_shapes.items()],
         "layers": layers,
         **memory_json(memory),
@@ -102,15 +103,25 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
     }
 
 
+def _caveats(devices) -> list[str]:
+    """GPU mode: the one caveat line of the output (not one per net)."""
+    devices = [device for device in devices if device is not None]
+    return [gpu_caveat(devices[0])] if devices else []
+
+
 def to_json(analysis: Analysis) -> dict[str, Any]:
-    """A net file gives one net's document; a solver gives {"solver": ..., "nets": [...]}."""
+    """A net file gives one net's document; a solver gives {"solver": ..., "nets": [...]},
+    with the training process first: its ``total_bytes`` is the terminal's headline."""
+    caveats = _caveats(net.device for net in analysis.nets)
     if analysis.kind == "net":
         document = net_json(analysis.nets[0])
-        document["notes"] = list(analysis.notes) + document["notes"]
+        document["notes"] = list(analysis.notes) + document["notes"] + caveats
         return document
-    document: dict[str, Any] = {"solver": analysis.path, "nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes)}
+    document: dict[str, Any] = {"solver": analysis.path}
     if analysis.process is not None:
+        document["total_bytes"] = analysis.process.total_bytes
         document["process"] = asdict(analysis.process)
+    document.update({"nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes) + caveats})
     return document
 
 
@@ -122,6 +133,7 @@ def phase_plan_json(phase) -> dict[str, Any]:
     totals = phase.totals()
     return {
         "phase": phase.phase,
+        "batch": phase.batch,
         "mode": "gpu" if phase.devices is not None else "cpu",  # gpu: "bytes" are what one card holds
         "strategy": phase.strategy,
         "bytes": phase.bytes,
@@ -147,6 +159,9 @@ def phase_plan_json(phase) -> dict[str, Any]:
 def optimize_json(result) -> dict[str, Any]:
     phases = [phase_plan_json(p) for p in result.phases]
     document: dict[str, Any] = {"file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
+    caveats = _caveats(phase.devices.stock for phase in result.phases if phase.devices is not None)
+    if caveats:
+        document["notes"] = caveats
     if len(phases) == 1:
         document.update({k: phases[0][k] for k in ("phase", "bytes", "plan")})
     if result.inplace is not None:
