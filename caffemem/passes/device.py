@@ -339,16 +339,17 @@ def device_footprint(
 def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
     """What this net's layers do on the card that its figures hide: the layers without GPU
     code.  A Flatten or Reshape only points its top at its bottom's memory (ShareData,
-    ShareDiff), so it copies nothing; the others' blobs are copied to the host and back.
+    ShareDiff), so it copies nothing; the others' blobs are copied to the host and back
+    (a layer whose Forward and Backward do nothing, such as Input, is not named).
     What holds for every GPU figure is :func:`gpu_caveat`'s, said once per output."""
     fallback = [(layer.type, rule) for layer, rule, side in zip(run.shaped.graph.layers, run.rules, sides) if side[0] == "host"]
     copying = sorted({kind for kind, rule in fallback if any(isinstance(a, Touch) for a in rule.forward + rule.backward)})
-    sharing = sorted({kind for kind, _ in fallback} - set(copying))
+    sharing = sorted({kind for kind, rule in fallback if any(isinstance(a, Share) for a in rule.forward + rule.backward)} - set(copying))
     notes = []
     if copying:
         notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(copying)}")
     if sharing:
-        notes.append(f"no GPU code, nothing copied (the top shares the bottom's memory): {', '.join(sharing)}")
+        notes.append(f"no GPU code, nothing copied (the top shares memory already there): {', '.join(sharing)}")
     return tuple(notes)
 
 

@@ -266,7 +266,7 @@ def _print_process(analysis: Analysis, console: Console) -> None:
     batches = [f"train batch {train.batch}"] if train.batch is not None else []
     batches += [f"test #{net.index} batch {net.batch}" for net in tests if net.batch is not None]
     holds = "holds" if process.device == "gpu" else "allocates"
-    console.print(f"[bold]Training {holds} {mib_gib(process.total_bytes)}{' on one card' if where else ''}[/bold] ({', '.join(batches + [f'{process.solver_type} solver'])})")
+    console.print(f"[bold]Training {holds} {mib_gib(process.total_bytes)}{' on one card' if where else ''}[/bold]: {', '.join(batches + [f'{process.solver_type} solver'])}")
     table = Table(title=f"training process ({process.solver_type} solver{where})", show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")

@@ -531,3 +531,26 @@ def test_a_new_layer_is_named_in_the_explanation(repo):
     net.write_text(text.replace('layer {\n  name: "fc2"', 'layer {\n  name: "extra"\n  type: "ReLU"\n  bottom: "fc1"\n  top: "extra"\n}\nlayer {\n  name: "fc2"', 1))
     row = json.loads(run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TEST", "--format", "json").stdout)["results"][0]
     assert "new layer extra +" in row["message"]
+
+
+# ----------------------------------------------------------------------------- net flags as analyze's
+
+STAGED = """name: "staged"
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 8 } } }
+layer { name: "wide" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 64 } include { stage: "wide" } }
+layer { name: "narrow" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 4 } exclude { stage: "wide" } }
+"""
+
+
+def test_check_takes_stage_dtype_and_lenient_as_analyze_does(repo):
+    (repo / "staged.prototxt").write_text(STAGED)
+    (repo / "fork.prototxt").write_text(STAGED.replace('top: "x" input_param', 'top: "x" no_such_field: 1 input_param'))
+    for flags, options in [((), Options()), (("--stage", "wide"), Options(stages=("wide",))), (("--dtype", "float16"), Options(dtype="float16"))]:
+        result = run("staged.prototxt", *flags, "--format", "json")
+        assert result.exit_code == 0, result.output
+        assert results(result.stdout)[0][3] == analyze("staged.prototxt", options).nets[0].total_bytes
+    # narrow, wide and narrow at half width: three different footprints
+    assert len({analyze("staged.prototxt", options).nets[0].total_bytes for options in (Options(), Options(stages=("wide",)), Options(dtype="float16"))}) == 3
+    assert run("fork.prototxt", "--format", "json").exit_code == 2
+    lenient = run("fork.prototxt", "--lenient", "--format", "json")
+    assert lenient.exit_code == 0 and results(lenient.stdout)[0][3] == analyze("staged.prototxt").nets[0].total_bytes

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from caffemem.api.analyze import Options, analyze
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
-from caffemem.passes.device import CUDA_CONTEXT
+from caffemem.passes.device import CUDA_CONTEXT, gpu_caveat
 from caffemem.plan.verify import verify_plan
 
 CONV = """name: "conv"
@@ -134,7 +134,7 @@ def test_adam_keeps_two_histories_on_the_card(tmp_path):
 def test_gpus_report_one_cards_figure_and_the_total():
     one, four = gpu(CONV).device, gpu(CONV, gpus=4).device
     assert four.device_bytes == one.device_bytes
-    assert four.gpus == 4 and any("--gpus 4" in note for note in four.notes)
+    assert four.gpus == 4 and "with --gpus 4 every card holds the figure" in gpu_caveat(four)
 
 
 def test_cpu_mode_keeps_the_heap_figure():
