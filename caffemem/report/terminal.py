@@ -264,9 +264,8 @@ def _print_process(analysis: Analysis, console: Console) -> None:
     train = next(net for net in analysis.nets if net.role == "train")
     tests = [net for net in analysis.nets if net.role == "test"]
     batches = [f"train batch {train.batch}"] if train.batch is not None else []
-    batches += [f"test #{net.index} batch {net.batch}" for net in tests if net.batch is not None]
-    holds = "holds" if process.device == "gpu" else "allocates"
-    console.print(f"[bold]Training {holds} {mib_gib(process.total_bytes)}{' on one card' if where else ''}[/bold]: {', '.join(batches + [f'{process.solver_type} solver'])}")
+    batches += [f"test{f' #{net.index}' if len(tests) > 1 else ''} batch {net.batch}" for net in tests if net.batch is not None]
+    console.print(f"[bold]Training{' on one card' if where else ''}: {mib_gib(process.total_bytes)}[/bold]" + (f" — {', '.join(batches)}" if batches else ""))
     table = Table(title=f"training process ({process.solver_type} solver{where})", show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")

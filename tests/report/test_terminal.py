@@ -66,8 +66,8 @@ def test_a_solvers_training_process_is_the_first_line_and_the_jsons_total(device
     lines = analyze(SOLVER, "--device", device, columns=200)
     total = as_json(SOLVER, "--device", device)["total_bytes"]
     # LeNet's solver: the train net at batch 64, its SGD history and the test net at batch 64.
-    holds = f"holds {total / 2**20:,.2f} MiB ({total / 2**30:.2f} GiB) on one card" if device == "gpu" else f"allocates {total / 2**20:,.2f} MiB ({total / 2**30:.2f} GiB)"
-    assert lines[0] == f"Training {holds}: train batch 64, test #0 batch 64, SGD solver"
+    where = " on one card" if device == "gpu" else ""
+    assert lines[0] == f"Training{where}: {total / 2**20:,.2f} MiB ({total / 2**30:.2f} GiB) — train batch 64, test batch 64"
     assert any(line.startswith("│ total while all are alive") for line in lines[:8])
 
 
