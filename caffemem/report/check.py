@@ -25,14 +25,15 @@ def _change(row: Row) -> str:
 
 
 def render_text(report: Report, width: int = 160, color: bool = False) -> str:
-    """A rich table for people (the budget, the same for every net, is in the summary
-    line under it)."""
+    """The verdict first, then a rich table for people, then the verdict again where a CI
+    log ends (the budget, the same for every net, is in the summary line)."""
     from rich.console import Console
     from rich.table import Table
 
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False)
     compared = report.gate.baseline is not None
+    console.print(report.summary())
     table = Table(title="caffemem check", header_style="bold")
     for column in ("file", "phase", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
         table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)

@@ -443,10 +443,11 @@ def test_junit_is_valid_xml_with_one_testcase_per_net_and_phase(repo):
     assert errors == [("bad/broken.prototxt", "file", "9"), ("bad/data_layer.prototxt", "TRAIN", "4"), ("bad/data_layer.prototxt", "TEST", "4")]
 
 
-def test_text_is_a_table_and_the_summary(repo):
+def test_text_is_the_verdict_a_table_and_the_verdict_again(repo):
     result = run("models/lenet.prototxt", "models/resnet18.prototxt", "--budget", "64MiB")
     assert result.exit_code == 1
     assert [line.rstrip() for line in result.stdout.splitlines()] == [
+        "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
         "                                                     caffemem check",
         "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
         "┃ file                     ┃ phase ┃      bytes ┃ status      ┃ note                                                    ┃",
