@@ -29,7 +29,7 @@ from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.prototxt.read import read_input
 from caffemem.prototxt.textmap import top_level_blocks
-from caffemem.units import DTYPE_BYTES, mib
+from caffemem.units import DTYPE_BYTES, mib, signed_percent
 
 NET_PATTERN = "*.prototxt"  # what a folder is searched for
 BASELINE_FORMAT = 1
@@ -482,7 +482,7 @@ def layer_changes(outcome: Measurement, entry: BaselineEntry) -> list[tuple[str,
 
 def _against_baseline(size: int, entry: BaselineEntry, gate: Gate) -> tuple[str, str]:
     delta = size - entry.bytes
-    change = f"by {mib(abs(delta))} ({signed_percent(delta, entry.bytes)})"
+    change = f"by {mib(abs(delta))} ({change_percent(delta, entry.bytes)})"
     version = f" (baseline measured by caffemem {entry.caffemem})" if entry.caffemem != __version__ else ""
     if delta > gate.tolerance * entry.bytes:
         if gate.accept_growth:
@@ -500,8 +500,9 @@ def signed(n: int) -> str:
     return ("+" if n > 0 else "-" if n < 0 else "") + mib(abs(n))
 
 
-def signed_percent(delta: int, base: int) -> str:
-    return f"{delta / base:+.1%}" if base else "from 0 B"
+def change_percent(delta: int, base: int) -> str:
+    """A change against the baseline: `+4.8%` (never `-0.0%`), or `from 0 B`."""
+    return signed_percent(delta, base) if base else "from 0 B"
 
 
 def used(size: int, budget: int) -> str:

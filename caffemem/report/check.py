@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 
 from caffemem._version import __version__
-from caffemem.api.check import Report, Row, signed, signed_percent
+from caffemem.api.check import Report, Row, change_percent, signed
 from caffemem.units import mib
 
 
@@ -21,7 +21,7 @@ def _change(row: Row) -> str:
     """`+0.64 MiB (+4.8%)` against the baseline, `0 B` unchanged, empty without one."""
     if row.delta is None or row.baseline_bytes is None:
         return ""
-    return f"{signed(row.delta)} ({signed_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
+    return f"{signed(row.delta)} ({change_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
 
 
 def render_text(report: Report, width: int = 160, color: bool = False) -> str:

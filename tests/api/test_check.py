@@ -29,6 +29,7 @@ from caffemem.api.check import (
     Baseline,
     CheckSettings,
     Problem,
+    change_percent,
     check_file,
     collect_files,
     parse_tolerance,
@@ -555,3 +556,9 @@ def test_check_takes_stage_dtype_and_lenient_as_analyze_does(repo):
     assert run("fork.prototxt", "--format", "json").exit_code == 2
     lenient = run("fork.prototxt", "--lenient", "--format", "json")
     assert lenient.exit_code == 0 and results(lenient.stdout)[0][3] == analyze("staged.prototxt").nets[0].total_bytes
+
+
+def test_a_change_that_rounds_to_nothing_is_never_minus_zero_percent():
+    # 1 byte less of 10 MB is -0.00001%: shown as 0.0%, as optimize's vs-stock column does.
+    assert change_percent(-1, 10_000_000) == "0.0%" and change_percent(480_000, 10_000_000) == "+4.8%"
+    assert change_percent(5, 0) == "from 0 B"
