@@ -419,7 +419,7 @@ def process_intro(analysis: Analysis) -> str:
     on_card = process.device == "gpu"
     parts = [f"train net {mib(process.train_bytes)}", f"{process.solver_type} solver history {mib(process.history_bytes)}"]
     parts += [f"test net #{test.index} {mib(test.bytes)}" for test in process.tests]
-    return f"Training {'holds' if on_card else 'allocates'} {mib_gib(process.total_bytes)}{' on one card' if on_card else ''}, all alive at once: {', '.join(parts)}."
+    return f"Training{' on one card' if on_card else ''}: {mib_gib(process.total_bytes)}, all alive at once — {', '.join(parts)}."
 
 
 TOP_LAYERS = 10

@@ -422,3 +422,16 @@ def test_the_per_layer_table_is_readable_in_a_1400_and_a_1024_pixel_window(brows
             assert table["columns"] == 12
             assert table["scroll"] == 0 and table["right"] <= width, f"{name}: the per-layer table runs off a {width}-pixel window"
             assert table["clipped"] == 0 and table["smallest"] >= 11
+
+
+def test_a_solvers_page_opens_with_the_training_process_and_one_caveat_in_gpu_mode():
+    solver = str(FIXTURES / "check" / "models" / "lenet_solver.prototxt")
+    options = Options(device="gpu")
+    analysis = analyze(solver, options)
+    text = html_report(analysis, options)
+    process = analysis.process
+    header = text.split("</header>")[0]
+    # LeNet's solver on one card: train net, SGD history, the test net without its shared parameters.
+    assert f'<p class="answer">Training on one card: {mib_gib(process.total_bytes)}, all alive at once — train net {mib(process.train_bytes)}' in header
+    assert text.count("not yet measured on a GPU") == 1 and "README: &#x27;GPU mode (--device)&#x27;" in header
+    assert "../shared" not in text and "benchmarks/" not in text
