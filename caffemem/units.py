@@ -62,6 +62,12 @@ def signed_percent(part: int, whole: int) -> str:
     return "0.0%" if text in ("+0.0%", "-0.0%") else text
 
 
+def plural(n: int, thing: str, many: str | None = None) -> str:
+    """`1 shared slot`, `3 shared slots` (``many``: an irregular plural): a count with its
+    noun, as every report writes it."""
+    return f"{n:,} {thing if n == 1 else many or thing + 's'}"
+
+
 def format_size(n: int) -> str:
     """Bytes in the largest binary unit that keeps a whole part, two decimals."""
     for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):

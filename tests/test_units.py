@@ -3,7 +3,12 @@ a signed percentage that never reads -0.0%."""
 
 from __future__ import annotations
 
-from caffemem.units import mib_column, mib_gib, signed_percent
+from caffemem.units import mib_column, mib_gib, plural, signed_percent
+
+
+def test_a_count_takes_its_nouns_plural_only_when_it_is_not_one():
+    assert [plural(n, "shared slot") for n in (0, 1, 2)] == ["0 shared slots", "1 shared slot", "2 shared slots"]
+    assert plural(1, "storage class", "storage classes") == "1 storage class" and plural(1_000, "storage class", "storage classes") == "1,000 storage classes"
 
 
 def test_a_headline_gives_mib_and_gib():

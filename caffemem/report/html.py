@@ -33,7 +33,7 @@ from caffemem.passes.liveness import Liveness, lifetimes
 from caffemem.passes.memory import CATEGORIES, MemoryReport
 from caffemem.passes.schedule import Schedule, StorageClass, build_schedule
 from caffemem.plan.verify import PlanData
-from caffemem.units import MIB, mib, mib_column, mib_gib
+from caffemem.units import MIB, mib, mib_column, mib_gib, plural
 
 MAX_SLOT_ROWS = 60  # a plan's Gantt: the largest slots beyond this are summarised
 MAX_CLASS_ROWS = 40  # an analysis's Gantt: the largest storage classes only
@@ -95,7 +95,7 @@ class Section:
     notes: tuple[str, ...]
     causes: tuple[tuple[str, int], ...] = ()  # what the total is made of (parts that add up)
     top_layers: tuple[tuple[int, str, str, int], ...] = ()  # (index, name, type, bytes), largest first
-    top_title: str = "largest layers"  # what the top layers' bytes are
+    top_title: str = ""  # what the top layers' bytes are, after "The 10 largest layers"
     on_card: bool = False  # GPU mode: the timeline and the table's steps are the card's
 
 
@@ -183,10 +183,6 @@ def step_range(schedule: Schedule, first: int, last: int) -> str:
     return f"steps {first}–{last} ({names[0]} → {names[1]})"
 
 
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}" + ("" if n == 1 else "s")
-
-
 def _first_few(names: list[str], shown: int = 8) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
@@ -231,11 +227,11 @@ def slot_gantt(schedule: Schedule, liveness: Liveness, plan: PlanData, max_rows:
     )
     shown = sum(plan.slot_bytes[slot] for slot in largest)
     total = sum(plan.slot_bytes.values())
-    note = f"{_count(len(plan.slot_bytes), 'shared slot')} holding {len(plan.assign)} blob parts, {mib(total)} in all; each row's height is in proportion to its slot's bytes, each member drawn at its byte offset over the steps it holds a live value."
+    note = f"{plural(len(plan.slot_bytes), 'shared slot')} holding {len(plan.assign)} blob parts, {mib(total)} in all; each row's height is in proportion to its slot's bytes, each member drawn at its byte offset over the steps it holds a live value."
     if len(largest) < len(plan.slot_bytes):
-        note += f" Showing the {len(largest)} largest slots ({mib(shown)}, {100 * shown / total:.1f}% of the slot bytes)."
+        note += f" Showing the {plural(len(largest), 'largest slot')} ({mib(shown)}, {100 * shown / total:.1f}% of the slot bytes)."
     kept = sum(schedule.classes[storage].bytes for storage in liveness.kept)
-    note += f" Not drawn: {len(liveness.kept)} storage classes that keep their own storage ({mib(kept)}: parameters, inputs, outputs, losses, excluded blobs, layer buffers)."
+    note += f" Not drawn, as they keep their own storage: {plural(len(liveness.kept), 'storage class', 'storage classes')} ({mib(kept)}: parameters, inputs, outputs, losses, excluded blobs, layer buffers)."
     return Gantt(rows, note)
 
 
@@ -263,7 +259,7 @@ def class_gantt(schedule: Schedule, liveness: Liveness, max_rows: int = MAX_CLAS
     total = sum(schedule.classes[storage].bytes for storage in touched)
     shown = sum(schedule.classes[storage].bytes for storage in largest)
     note = (
-        f"The {len(largest)} largest of the {len(touched)} storage classes Caffe allocates ({mib(shown)}, {100 * shown / max(total, 1):.1f}% of their bytes), in order of first touch; "
+        f"The {len(largest)} largest of the {plural(len(touched), 'storage class', 'storage classes')} Caffe allocates ({mib(shown)}, {100 * shown / max(total, 1):.1f}% of their bytes), in order of first touch; "
         "each row's height is in proportion to its bytes. Pale: allocated (Caffe frees nothing); dark: holding a value a later step reads "
         "(for storage that must stay private — parameters, inputs, outputs, losses, layer buffers — from its first use to its last)."
     )
@@ -404,7 +400,7 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
                 notes=tuple(dict.fromkeys(net.notes + net.shaped.notes + (device.notes if device is not None else ()))),
                 causes=causes,
                 top_layers=largest,
-                top_title="largest layers on the card" if device is not None else "largest layers",
+                top_title=" on the card" if device is not None else "",
                 on_card=device is not None,
             )
         )
@@ -463,7 +459,7 @@ def _top_layers_html(layers: tuple[tuple[int, str, str, int], ...], title: str) 
     if not layers:
         return ""
     rows = "".join(f'<tr><td class="n">{index}</td><td>{escape(name)}</td><td>{escape(kind)}</td><td class="n" title="{size:,} bytes">{mib(size)}</td></tr>' for index, name, kind, size in layers)
-    return f'<div><h3>The {len(layers)} {escape(title)}</h3><table class="top"><tr><th>#</th><th>layer</th><th>type</th><th>bytes</th></tr>{rows}</table></div>'
+    return f'<div><h3>The {plural(len(layers), "largest layer")}{escape(title)}</h3><table class="top"><tr><th>#</th><th>layer</th><th>type</th><th>bytes</th></tr>{rows}</table></div>'
 
 
 def options_text(options: Options, settings=None) -> str:
@@ -496,7 +492,7 @@ def plan_sections(result) -> tuple[Section, ...]:
             allocated, planned = with_outside(allocated_by_step(phase.schedule, stock), outside), with_outside(allocated_by_step(phase.schedule, phase.planned), outside)
             causes, largest = tuple(phase.planned.parts().items()), top_layers(stock)
         timeline = timeline_of(phase.schedule, phase.liveness, allocated, planned, totals["lower_bound"])
-        slots = _count(len(phase.plan_data.slot_bytes), "shared slot")
+        slots = plural(len(phase.plan_data.slot_bytes), "shared slot")
         facts = (
             ("net", f"{graph.name or '(unnamed)'} — {result.path}"),
             ("phase", f"{graph.phase}{_batch(phase.batch)}, {stock.dtype}, {'GPU mode, on one card' if devices is not None else 'CPU mode'}"),
@@ -519,7 +515,7 @@ def plan_sections(result) -> tuple[Section, ...]:
                 notes=rejected + phase.shaped.notes,
                 causes=causes,
                 top_layers=largest,
-                top_title="largest layers in stock Caffe (what each holds; the plan shares their storage in slots)",
+                top_title=" in stock Caffe (what each holds; the plan shares their storage in slots)",
                 on_card=devices is not None,
             )
         )

@@ -15,7 +15,7 @@ from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
 from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
-from caffemem.units import mib, mib_column, mib_gib, percent_of, signed_percent
+from caffemem.units import mib, mib_column, mib_gib, percent_of, plural, signed_percent
 
 
 def _dims(shape: Shape) -> str:
@@ -140,7 +140,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
         return
     whole = max(net.device.device_bytes if net.device is not None else net.memory.heap_total, 1)
     where = " on the card" if net.device is not None else ""
-    table = Table(title=f"top {len(layers)} layers by bytes{where}", title_justify="left", header_style="bold", expand=False)
+    table = Table(title=f"top {plural(len(layers), 'layer')} by bytes{where}", title_justify="left", header_style="bold", expand=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("layer", overflow="ellipsis", no_wrap=True)
     table.add_column("type", style="cyan", overflow="ellipsis", no_wrap=True)
@@ -287,7 +287,7 @@ def _print_process(analysis: Analysis, console: Console) -> None:
 def _print_inplace(inplace, console: Console) -> None:
     """--inplace: the layers rewritten, then those of an in-place type left alone, and why."""
     if inplace.rewrites:
-        table = Table(title=f"in place: {len(inplace.rewrites)} layers rewritten", header_style="bold")
+        table = Table(title=f"in place: {plural(len(inplace.rewrites), 'layer')} rewritten", header_style="bold")
         for column in ("layer", "type", "top was", "now"):
             table.add_column(column, style="cyan" if column == "type" else None)
         for rewrite in inplace.rewrites:
@@ -302,8 +302,8 @@ def _print_inplace(inplace, console: Console) -> None:
 
 
 def print_optimize(result, console: Console) -> None:
-    if result.inplace is not None:
-        _print_inplace(result.inplace, console)
+    """Per phase the answer first (the plan against stock Caffe and the fork, with the
+    batch), then the table and the peak; --inplace's rewrites after the figures."""
     for phase in result.phases:
         totals = phase.totals()
         stock = totals["stock"]
@@ -313,7 +313,7 @@ def print_optimize(result, console: Console) -> None:
             f"[bold]{phase.phase}{_batch(phase.batch)}{', on one card' if phase.devices is not None else ''}: caffemem's plan {mib_gib(totals['planned'])}[/bold]"
             f" against stock Caffe's {mib_gib(stock)} and the fork's {mib_gib(totals['fork'])}"
         )
-        table = Table(title=f"{result.path} — {phase.phase}{where}: plan '{phase.strategy}', {slots} shared slot{'' if slots == 1 else 's'}", show_header=True, header_style="bold")
+        table = Table(title=f"{result.path} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")
@@ -338,6 +338,8 @@ def print_optimize(result, console: Console) -> None:
             console.print("[yellow]the fork's own plan fails caffemem's verifier on this net (see `caffemem verify`)[/yellow]")
         for name, why in phase.rejected.items():
             console.print(f"[yellow]strategy {name} rejected by the verifier: {why}[/yellow]")
+    if result.inplace is not None:
+        _print_inplace(result.inplace, console)
     devices = [phase.devices.stock for phase in result.phases if phase.devices is not None]
     if devices:
         console.print(f"[dim]{gpu_caveat(devices[0])}[/dim]")
