@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 from caffemem._version import __version__
-from caffemem.api.analyze import Analysis, Options, planning_runs, spec_table
+from caffemem.api.analyze import Analysis, Options, prepare_run, spec_table
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.passes.device import DeviceReport, gpu_caveat
@@ -363,9 +363,11 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
     sections = []
     for i, net in enumerate(analysis.nets):
         memory, device = net.memory, net.device
-        run = planning_runs(net.shaped, specs, options)[0] if device is not None else None
-        schedule = build_schedule(net.shaped, specs, memory.dtype, options.heap_engine, run=run)
-        liveness = lifetimes(schedule)
+        if device is not None:
+            schedule, liveness = card_schedule(net.shaped, specs, options)
+        else:
+            schedule = build_schedule(net.shaped, specs, memory.dtype, options.heap_engine)
+            liveness = lifetimes(schedule)
         if device is not None:
             allocated = card_by_step(schedule, device)
         else:
@@ -405,6 +407,14 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
             )
         )
     return tuple(sections)
+
+
+def card_schedule(shaped: ShapedGraph, specs, options: Options) -> tuple[Schedule, Liveness]:
+    """GPU mode: the steps and storage of the run on the card alone (not the merged run a
+    plan must also be right in, whose CPU-only storage, such as im2col buffers a cuDNN
+    build never allocates, the card does not hold)."""
+    schedule = build_schedule(shaped, specs, options.dtype, run=prepare_run(shaped, specs, options))
+    return schedule, lifetimes(schedule)
 
 
 def process_intro(analysis: Analysis) -> str:
@@ -475,10 +485,12 @@ def options_text(options: Options, settings=None) -> str:
     return " ".join(flags + ([f"--layers {options.layers_file}"] if options.layers_file else []))
 
 
-def plan_sections(result) -> tuple[Section, ...]:
+def plan_sections(result, options: Options | None = None) -> tuple[Section, ...]:
     """One section per planned phase (`result`: an optimizer.OptimizeResult), with the
     figures the terminal gives (``PhasePlan.totals``: on the card in GPU mode).  Its
-    largest layers are what each layer holds in stock Caffe, never a whole slot."""
+    largest layers are what each layer holds in stock Caffe, never a whole slot.
+    ``options`` (those it was planned with): in GPU mode, the live values are the card's."""
+    specs = spec_table(options) if options is not None else None
     sections = []
     for i, phase in enumerate(result.phases):
         graph, stock, devices = phase.shaped.graph, phase.stock, phase.devices
@@ -491,7 +503,10 @@ def plan_sections(result) -> tuple[Section, ...]:
             outside = stock.outside_heap_bytes
             allocated, planned = with_outside(allocated_by_step(phase.schedule, stock), outside), with_outside(allocated_by_step(phase.schedule, phase.planned), outside)
             causes, largest = tuple(phase.planned.parts().items()), top_layers(stock)
-        timeline = timeline_of(phase.schedule, phase.liveness, allocated, planned, totals["lower_bound"])
+        liveness = phase.liveness
+        if devices is not None and options is not None:
+            liveness = card_schedule(phase.shaped, specs, options)[1]
+        timeline = timeline_of(phase.schedule, liveness, allocated, planned, totals["lower_bound"])
         slots = plural(len(phase.plan_data.slot_bytes), "shared slot")
         facts = (
             ("net", f"{graph.name or '(unnamed)'} — {result.path}"),
@@ -611,7 +626,7 @@ def html_report(subject, options: Options = Options(), settings=None) -> str:
         caveat = gpu_caveat(devices[0]) if devices else ""
         return page(f"Memory of {subject.path}", analysis_sections(subject, options), made_with, process_intro(subject), caveat)
     devices = [phase.devices.stock for phase in subject.phases if phase.devices is not None]
-    return page(f"Memory plan for {subject.path}", plan_sections(subject), made_with, caveat=gpu_caveat(devices[0]) if devices else "")
+    return page(f"Memory plan for {subject.path}", plan_sections(subject, options), made_with, caveat=gpu_caveat(devices[0]) if devices else "")
 
 
 def _asset(name: str) -> str:

@@ -435,3 +435,14 @@ def test_a_solvers_page_opens_with_the_training_process_and_one_caveat_in_gpu_mo
     assert f'<p class="answer">Training on one card: {mib_gib(process.total_bytes)}, all alive at once — train net {mib(process.train_bytes)}' in header
     assert text.count("not yet measured on a GPU") == 1 and "README: &#x27;GPU mode (--device)&#x27;" in header
     assert "../shared" not in text and "benchmarks/" not in text
+
+
+@pytest.mark.skipif(not GOOGLENET.is_file(), reason="../shared (models and ground truth) is not beside the repo")
+def test_in_gpu_mode_the_live_values_are_the_cards_not_the_cpu_runs():
+    # FCN-8s deploy: the CPU run's im2col buffers (2.2 GB, which a cuDNN build never
+    # allocates) are shareable; counted against the card they took its live bytes below 0.
+    options = Options(device="gpu")
+    result = optimize(str(SHARED / "models" / "fcn_voc-fcn8s" / "deploy.prototxt"), options, OptimizeSettings(share_buffers=True))
+    (section,) = plan_sections(result, options)
+    card = result.phases[0].devices.stock
+    assert min(section.timeline.live) == section.timeline.allocated[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
