@@ -113,10 +113,11 @@ def _print_device(device: DeviceReport, console: Console) -> None:
         f"A GPU run holds [bold]{mib_gib(high)}[/bold] on the card ({device.engine} engine{bound}){f', on each of {device.gpus} GPUs' if device.gpus > 1 else ''}"
         f", and {mib(device.host_bytes)} on the host"
     )
-    steps = [(allocated, -index, stage, layer) for index, layer in enumerate(device.layers) for stage, allocated in (("Forward", layer.device[1]), ("Backward", layer.device[2]))]
-    if steps and max(steps)[0] > 0:
-        allocated, index, stage, layer = max(steps)
-        console.print(f"largest step on the card: the {stage} of layer {-index} '{elide(layer.name, MAX_NAME_CELLS)}' ({elide(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
+    steps = [(layer.device[step], index, stage) for index, layer in enumerate(device.layers) for step, stage in ((1, "Forward"), (2, "Backward"))]
+    allocated, index, stage = max(steps, key=lambda step: step[0], default=(0, 0, ""))  # the first of equals
+    if allocated:
+        layer = device.layers[index]
+        console.print(f"largest step on the card: the {stage} of layer {index} '{elide(layer.name, MAX_NAME_CELLS)}' ({elide(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
     table = Table(title="where the memory goes", header_style="bold")
     table.add_column("cause")
     table.add_column("device", justify="right")
@@ -138,7 +139,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
     layers = net.figures.largest_layers(top)
     if not layers or top <= 0:
         return
-    whole = max(net.device.device_bytes if net.device is not None else net.memory.heap_total, 1)
+    whole = max(net.total_bytes, 1)  # the headline's figure
     where = " on the card" if net.device is not None else ""
     table = Table(title=f"top {plural(len(layers), 'layer')} by bytes{where}", title_justify="left", header_style="bold", expand=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
