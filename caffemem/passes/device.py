@@ -152,6 +152,13 @@ class DeviceReport:
         """(index, layer) of the ``count`` layers that put the most on the card, largest first."""
         return tuple(sorted(enumerate(self.layers), key=lambda item: -item[1].device_total)[:count])
 
+    def largest_step(self) -> tuple[int, str, int] | None:
+        """(layer index, "Forward" or "Backward", bytes) of the step that cudaMallocs the
+        most (the first of equals), or None when no step allocates on the card."""
+        steps = [(layer.device[step], index, stage) for index, layer in enumerate(self.layers) for step, stage in ((1, "Forward"), (2, "Backward"))]
+        allocated, index, stage = max(steps, key=lambda step: step[0], default=(0, 0, ""))
+        return (index, stage, allocated) if allocated else None
+
 
 @dataclass(slots=True)
 class _Copies:

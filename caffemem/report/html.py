@@ -301,11 +301,13 @@ def layer_table(shaped: ShapedGraph, stock: MemoryReport, planned: MemoryReport 
     if planned is not None:
         headers += ["Forward, planned", "Backward, planned"]
     stock_steps = card[0].layers if on_card else stock.layers
+    largest = card[0].largest_step() if on_card else None
+    peak = (card[0].layers[largest[0]].name if largest else None) if on_card else stock.peak_layer
     planned_steps = (card[1].layers if on_card and card[1] is not None else planned.layers) if planned is not None else None
     rows = []
     for layer, own in zip(shaped.graph.layers, stock.layers):
         tops = "<br>".join(f"{escape(top)} <span class=dim>[{_dims(shaped.blob_shapes[top])}]</span>" for top in layer.tops)
-        marks = ' <span class="peak">◀ largest step</span>' if layer.name == stock.peak_layer and not on_card else ""
+        marks = ' <span class="peak">◀ largest step</span>' if layer.name == peak else ""
         guessed = ' <span class="warn" title="memory rule guessed, not checked against Caffe">?</span>' if not own.verified else ""
         cells = [
             f'<td class="n dim">{layer.index}</td>',

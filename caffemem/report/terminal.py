@@ -113,9 +113,9 @@ def _print_device(device: DeviceReport, console: Console) -> None:
         f"A GPU run holds [bold]{mib_gib(high)}[/bold] on the card ({device.engine} engine{bound}){f', on each of {device.gpus} GPUs' if device.gpus > 1 else ''}"
         f", and {mib(device.host_bytes)} on the host"
     )
-    steps = [(layer.device[step], index, stage) for index, layer in enumerate(device.layers) for step, stage in ((1, "Forward"), (2, "Backward"))]
-    allocated, index, stage = max(steps, key=lambda step: step[0], default=(0, 0, ""))  # the first of equals
-    if allocated:
+    largest = device.largest_step()
+    if largest is not None:
+        index, stage, allocated = largest
         layer = device.layers[index]
         console.print(f"largest step on the card: the {stage} of layer {index} '{elide(layer.name, MAX_NAME_CELLS)}' ({elide(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
     table = Table(title="where the memory goes", header_style="bold")

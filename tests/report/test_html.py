@@ -446,3 +446,11 @@ def test_in_gpu_mode_the_live_values_are_the_cards_not_the_cpu_runs():
     (section,) = plan_sections(result, options)
     card = result.phases[0].devices.stock
     assert min(section.timeline.live) == section.timeline.allocated[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
+
+
+def test_in_gpu_mode_the_table_marks_the_largest_step_on_the_card():
+    options = Options(device="gpu")
+    (section,) = analysis_sections(analyze(LENET, options), options)
+    # The terminal's line: the Forward of layer 1 'conv1' allocates 3.01 MiB on the card.
+    marked = [row for row in section.table.split("<tr>") if "◀ largest step" in row]
+    assert len(marked) == 1 and "<b>conv1</b>" in marked[0]
