@@ -461,16 +461,16 @@ def _causes_html(causes: tuple[tuple[str, int], ...]) -> str:
     total, largest = max(sum(size for _, size in causes), 1), max(max(size for _, size in causes), 1)
     rows = "".join(
         f'<tr><th>{escape(name.replace("_", " "))}</th><td class="bar"><span class="cause {escape(name)}" style="width:{100 * size / largest:.2f}%"></span></td>'
-        f'<td class="n" title="{size:,} bytes">{mib(size)}</td><td class="n">{100 * size / total:.1f}%</td></tr>'
+        f'<td class="n" title="{size:,} bytes">{mib_column(size)}</td><td class="n">{100 * size / total:.1f}%</td></tr>'
         for name, size in causes
     )
-    return f'<div><h3>Where the memory goes</h3><table class="causes">{rows}<tr class="total"><th>total</th><td></td><td class="n">{mib(total)}</td><td class="n">100%</td></tr></table></div>'
+    return f'<div><h3>Where the memory goes</h3><table class="causes">{rows}<tr class="total"><th>total</th><td></td><td class="n">{mib_column(total)}</td><td class="n">100%</td></tr></table></div>'
 
 
 def _top_layers_html(layers: tuple[tuple[int, str, str, int], ...], title: str) -> str:
     if not layers:
         return ""
-    rows = "".join(f'<tr><td class="n">{index}</td><td>{escape(name)}</td><td>{escape(kind)}</td><td class="n" title="{size:,} bytes">{mib(size)}</td></tr>' for index, name, kind, size in layers)
+    rows = "".join(f'<tr><td class="n">{index}</td><td>{escape(name)}</td><td>{escape(kind)}</td><td class="n" title="{size:,} bytes">{mib_column(size)}</td></tr>' for index, name, kind, size in layers)
     return f'<div><h3>The {plural(len(layers), "largest layer")}{escape(title)}</h3><table class="top"><tr><th>#</th><th>layer</th><th>type</th><th>bytes</th></tr>{rows}</table></div>'
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -454,3 +455,12 @@ def test_in_gpu_mode_the_table_marks_the_largest_step_on_the_card():
     # The terminal's line: the Forward of layer 1 'conv1' allocates 3.01 MiB on the card.
     marked = [row for row in section.table.split("<tr>") if "◀ largest step" in row]
     assert len(marked) == 1 and "<b>conv1</b>" in marked[0]
+
+
+def test_the_pages_columns_of_figures_stay_in_mib():
+    options = Options(device="gpu")
+    text = html_report(analyze(LENET, options), options)
+    # LeNet's loss layer puts 7,944 B on the card: "0.01 MiB" beside the others, not "7,944 B".
+    summary = text.split('<div class="summary">')[1].split("</div></div>")[0]
+    figures = re.findall(r'title="[\d,]+ bytes">([^<]*)</td>', summary)
+    assert len(figures) == 7 + 7 and all(figure.endswith(" MiB") for figure in figures) and "0.01 MiB" in figures
