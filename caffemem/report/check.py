@@ -35,13 +35,13 @@ def render_text(report: Report, width: int = 160, color: bool = False) -> str:
     compared = report.gate.baseline is not None
     console.print(report.summary())
     table = Table(title="caffemem check", header_style="bold")
-    for column in ("file", "phase", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
+    for column in ("file", "phase", "batch", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
         table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
     table.add_column("note", ratio=1)
     style = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
     for row in report.rows:
         baseline = (_cell(row.baseline_bytes), _change(row)) if compared else ()
-        table.add_row(row.file, row.label, _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", row.message)
+        table.add_row(row.file, row.label, "" if row.batch is None else str(row.batch), _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", row.message)
     console.print(table)
     console.print(report.summary())
     return out.getvalue()
@@ -64,6 +64,7 @@ def render_json(report: Report) -> str:
                 "file": row.file,
                 "net": row.net,
                 "phase": row.phase,
+                "batch": row.batch,
                 "bytes": row.bytes,
                 "budget": row.budget,
                 "baseline_bytes": row.baseline_bytes,

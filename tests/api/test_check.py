@@ -227,6 +227,7 @@ def test_a_net_over_the_budget_fails_with_exit_code_1(repo):
         "file": "models/resnet18.prototxt",
         "net": "net",
         "phase": "TRAIN",
+        "batch": 2,
         "bytes": RESNET_TRAIN,
         "budget": 64 * 2**20,
         "baseline_bytes": None,
@@ -449,15 +450,15 @@ def test_text_is_the_verdict_a_table_and_the_verdict_again(repo):
     assert result.exit_code == 1
     assert [line.rstrip() for line in result.stdout.splitlines()] == [
         "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
-        "                                                     caffemem check",
-        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
-        "┃ file                     ┃ phase ┃      bytes ┃ status      ┃ note                                                    ┃",
-        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ models/lenet.prototxt    │ TRAIN │  13.99 MiB │ pass        │ 22% of the budget                                       │",
-        "│ models/lenet.prototxt    │ TEST  │   7.54 MiB │ pass        │ 12% of the budget                                       │",
-        "│ models/resnet18.prototxt │ TRAIN │ 106.77 MiB │ over-budget │ 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB │",
-        "│ models/resnet18.prototxt │ TEST  │  56.86 MiB │ pass        │ 89% of the budget                                       │",
-        "└──────────────────────────┴───────┴────────────┴─────────────┴─────────────────────────────────────────────────────────┘",
+        "                                                         caffemem check",
+        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
+        "┃ file                     ┃ phase ┃ batch ┃      bytes ┃ status      ┃ note                                                    ┃",
+        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
+        "│ models/lenet.prototxt    │ TRAIN │    64 │  13.99 MiB │ pass        │ 22% of the budget                                       │",
+        "│ models/lenet.prototxt    │ TEST  │    64 │   7.54 MiB │ pass        │ 12% of the budget                                       │",
+        "│ models/resnet18.prototxt │ TRAIN │     2 │ 106.77 MiB │ over-budget │ 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB │",
+        "│ models/resnet18.prototxt │ TEST  │     2 │  56.86 MiB │ pass        │ 89% of the budget                                       │",
+        "└──────────────────────────┴───────┴───────┴────────────┴─────────────┴─────────────────────────────────────────────────────────┘",
         "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
     ]
 
@@ -562,3 +563,16 @@ def test_a_change_that_rounds_to_nothing_is_never_minus_zero_percent():
     # 1 byte less of 10 MB is -0.00001%: shown as 0.0%, as optimize's vs-stock column does.
     assert change_percent(-1, 10_000_000) == "0.0%" and change_percent(480_000, 10_000_000) == "+4.8%"
     assert change_percent(5, 0) == "from 0 B"
+
+
+def test_each_row_states_the_batch_it_was_measured_at(repo):
+    result = run("models", "--format", "json")
+    # LeNet trains and tests at 64 (the solver: its train net's 64), ResNet-18 at 2, the deploy net at 1.
+    assert [(r["file"], r["phase"], r["batch"]) for r in json.loads(result.stdout)["results"]] == [
+        ("models/lenet.prototxt", "TRAIN", 64),
+        ("models/lenet.prototxt", "TEST", 64),
+        ("models/lenet_solver.prototxt", "TRAIN", 64),
+        ("models/resnet18.prototxt", "TRAIN", 2),
+        ("models/resnet18.prototxt", "TEST", 2),
+        ("models/deploy/lenet_deploy.prototxt", "TEST", 1),
+    ]
