@@ -464,3 +464,14 @@ def test_the_pages_columns_of_figures_stay_in_mib():
     summary = text.split('<div class="summary">')[1].split("</div></div>")[0]
     figures = re.findall(r'title="[\d,]+ bytes">([^<]*)</td>', summary)
     assert len(figures) == 7 + 7 and all(figure.endswith(" MiB") for figure in figures) and "0.01 MiB" in figures
+
+
+def test_the_options_line_names_every_flag_that_changes_the_figures():
+    from caffemem.report.html import options_text
+
+    options = Options(device="gpu", gpus=2, context_bytes=512 * 2**20, batch=8)
+    settings = OptimizeSettings(strategy="best-fit", exclude=("fc1",), share_buffers=True, inplace=True)
+    assert options_text(options, settings) == (
+        "--phase (default) --dtype float32 --device gpu --engine cudnn --batch 8 --gpus 2 --context-mib 512 "
+        "--strategy best-fit --exclude-blob fc1 --share-buffers --inplace"
+    )
