@@ -125,3 +125,14 @@ def test_optimize_answers_first_with_the_plan_against_stock_and_the_fork():
     assert "plan 'packed', 1 shared slot " in title and "slots" not in title
     stock_row = next(line for line in lines if line.startswith("│ stock Caffe"))
     assert stock_row.split("│")[3].strip() == "0.0%" and not any("-0.0%" in line for line in lines)
+
+
+@needs_shared
+def test_googlenets_training_process_is_the_first_line_of_its_solvers_analysis():
+    solver = str(SHARED / "models" / "bvlc_googlenet" / "solver.prototxt")
+    args = (solver, "--input", "data=3,224,224", "--device", "gpu")
+    lines = analyze(*args)
+    total = as_json(*args)["total_bytes"]
+    # The solver trains at batch 32 and tests at 50 (train_val.prototxt's batch_size lines).
+    assert lines[0].startswith(f"Training on one card: {total / 2**20:,.2f} MiB ({total / 2**30:.2f} GiB)") and "train batch 32, test batch 50" in " ".join(lines[:2])
+    assert any("total while all are alive" in line and f"│ {total / 2**20:,.2f} MiB │" in line for line in lines[:8])
