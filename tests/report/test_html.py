@@ -415,7 +415,7 @@ def test_the_per_layer_table_is_readable_in_a_1400_and_a_1024_pixel_window(brows
         measured = tmp_path / page.name
         measured.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
         command = [browser, *CHROMIUM_FLAGS[:-1], "--hide-scrollbars", f"--window-size={width},900", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", measured.as_uri()]
-        dom = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+        dom = subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
         layout = json.loads(dom.split('<pre id="layout">')[1].split("</pre>")[0])
         assert layout["viewport"] == width and layout["page"] <= width, f"{name}: the page scrolls sideways at {width} pixels"
         for table in layout["tables"]:
