@@ -11,6 +11,7 @@ from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
 from caffemem.passes.device import DeviceReport, LayerSides
 from caffemem.passes.memory import MemoryReport
+from caffemem.report.schemas import schema_version
 from caffemem.units import percent_of
 
 
@@ -105,10 +106,10 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
 def to_json(analysis: Analysis) -> dict[str, Any]:
     """A net file gives one net's document; a solver gives {"solver": ..., "nets": [...]}."""
     if analysis.kind == "net":
-        document = net_json(analysis.nets[0])
+        document = {"schema_version": schema_version("analyze"), **net_json(analysis.nets[0])}
         document["notes"] = list(analysis.notes) + document["notes"]
         return document
-    document: dict[str, Any] = {"solver": analysis.path, "nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes)}
+    document: dict[str, Any] = {"schema_version": schema_version("analyze"), "solver": analysis.path, "nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes)}
     if analysis.process is not None:
         document["process"] = asdict(analysis.process)
     return document
@@ -146,7 +147,7 @@ def phase_plan_json(phase) -> dict[str, Any]:
 
 def optimize_json(result) -> dict[str, Any]:
     phases = [phase_plan_json(p) for p in result.phases]
-    document: dict[str, Any] = {"file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
+    document: dict[str, Any] = {"schema_version": schema_version("optimize"), "file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
     if len(phases) == 1:
         document.update({k: phases[0][k] for k in ("phase", "bytes", "plan")})
     if result.inplace is not None:
