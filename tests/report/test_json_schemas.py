@@ -6,7 +6,6 @@ on the bundled nets."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
