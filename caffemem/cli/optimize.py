@@ -46,7 +46,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
 
     \b
     Examples:
-      caffemem optimize train_val.prototxt -o train_val.optimized.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
     """
     from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions
