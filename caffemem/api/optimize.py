@@ -32,7 +32,7 @@ from caffemem.passes.memory import (
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
-from caffemem.plan.strategies import Plan, make_plan
+from caffemem.plan.strategies import Plan, make_plan, packed_onto
 from caffemem.plan.verify import PlanData, verify_plan_on
 from caffemem.prototxt.write import read_exact
 from caffemem.schema import caffe_pb2
@@ -206,15 +206,16 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     # stock run, less the classes' own storage, plus its slots: in CPU mode candidates are
     # ranked by that, unreplayed; on the card each is replayed, as the figure reported is.
     shareable = sum(life.bytes for life in liveness.shareable)
-    outside = stock.total_bytes - stock.heap_total
 
-    def candidates_of(lives: Liveness, blobs_only: bool = False) -> list[_Candidate]:
-        own = sum(life.bytes for life in lives.shareable)
+    def candidates_of(plans: Mapping[str, Plan], blobs_only: bool = False) -> list[_Candidate]:
         found = []
-        for name, plan in make_plan(lives, settings.strategy).items():
+        for name, plan in plans.items():
             data = plan_data(plan, schedule)
             assignment = assignment_of(data, schedule)
-            figure = on_card(on_card_run, slots=assignment).device_bytes if on_card is not None else stock.heap_total - own + plan.slot_bytes + outside
+            if on_card is not None:
+                figure = on_card(on_card_run, slots=assignment).device_bytes
+            else:  # a plan may leave some shareable classes in their own storage (packed_onto)
+                figure = stock.total_bytes - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes
             found.append(_Candidate(figure, len(plan.slots), name, data, assignment, blobs_only=blobs_only))
         return found
 
@@ -223,9 +224,14 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         figure = fork_card.device_bytes if fork_card is not None else fork.total_bytes
         ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork_slots, fork=True))
     if settings.strategy != "fork":
-        ranked += candidates_of(liveness)
-        if settings.share_buffers and any(schedule.classes[life.storage].kind == "buffer" for life in liveness.shareable):
-            ranked += candidates_of(lifetimes(schedule, settings.exclude, False, keep or None), blobs_only=True)
+        ranked += candidates_of(make_plan(liveness, settings.strategy))
+        buffers = tuple(life for life in liveness.shareable if schedule.classes[life.storage].kind == "buffer")
+        if settings.share_buffers and buffers:
+            blobs = lifetimes(schedule, settings.exclude, False, keep or None)
+            alone = make_plan(blobs, settings.strategy)
+            ranked += candidates_of(alone, blobs_only=True)
+            onto = {name: packed_onto(plan, blobs.shareable, buffers) for name, plan in alone.items() if len(plan.slots) == 1 and plan.slots[0].offsets}
+            ranked += candidates_of(onto)
     ranked.sort(key=lambda c: c.rank)
     rejected: dict[str, str] = {}
     chosen = None
