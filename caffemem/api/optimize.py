@@ -1,8 +1,9 @@
 """`caffemem optimize` as an API: plan shared storage for a net, per phase, and prove it.
 
-schedule → liveness → plan (every strategy asked for) → replay each candidate over the
-memory model (exact bytes, lazy slots) → verify each (independent checker) → keep the
-smallest safe one; the fork's own plan is computed alongside as the baseline.
+schedule → liveness → plan (every strategy asked for) → rank the candidates by the figure
+the reports print (the card's in GPU mode) → verify them, best first (independent
+checker) → keep the first safe one and replay it over the memory model; the fork's own
+plan is computed alongside as the baseline.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class PhasePlan:
     fork: MemoryReport
     fork_safe: bool
     lower_bound: int
-    candidates: dict[str, int]  # strategy -> whole-run bytes (candidates not rejected)
+    candidates: dict[str, int]  # strategy -> the figure reported as planned, were it kept (not rejected), best first
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
     as_given: int | None = None  # with --inplace: stock Caffe's total bytes for the file as given
     devices: DeviceFigures | None = None  # GPU mode: the figures on the card
@@ -158,7 +159,6 @@ class _Candidate:
     slots: int
     name: str
     data: PlanData
-    assignment: SlotAssignment
     fork: bool = False
     blobs_only: bool = False  # a --share-buffers candidate that shares no layer buffer
 
@@ -178,7 +178,8 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     A plan never loses: in GPU mode storage the card never holds is kept private (the
     patched runtime cudaMallocs every slot whole, mem_slots.cpp, so a slot of host-only
     storage is all loss), and with ``--share-buffers`` every strategy's plan of the blobs
-    alone stays a candidate, so sharing buffers never ends above not sharing them."""
+    alone stays a candidate, with the buffers added to its packing where each pays
+    (:func:`packed_onto`), so sharing buffers never ends above not sharing them."""
     on_card_run = prepare_run(shaped, specs, options)
     run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
     stock = replay(run)
@@ -203,26 +204,23 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     fork_violations = verify_plan_on(schedules, fork_data)
 
     # Every shareable class is touched (on the card, in GPU mode), so a plan's run costs the
-    # stock run, less the classes' own storage, plus its slots: in CPU mode candidates are
-    # ranked by that, unreplayed; on the card each is replayed, as the figure reported is.
+    # stock run, less the storage of the classes it places, plus its slots (each holds a
+    # class the card touches, so the card holds it whole, as the runtime cudaMallocs it):
+    # candidates are ranked by that, unreplayed, in the figure the reports print.
     shareable = sum(life.bytes for life in liveness.shareable)
+    stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
 
     def candidates_of(plans: Mapping[str, Plan], blobs_only: bool = False) -> list[_Candidate]:
         found = []
         for name, plan in plans.items():
-            data = plan_data(plan, schedule)
-            assignment = assignment_of(data, schedule)
-            if on_card is not None:
-                figure = on_card(on_card_run, slots=assignment).device_bytes
-            else:  # a plan may leave some shareable classes in their own storage (packed_onto)
-                figure = stock.total_bytes - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes
-            found.append(_Candidate(figure, len(plan.slots), name, data, assignment, blobs_only=blobs_only))
+            figure = stock_figure - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes
+            found.append(_Candidate(figure, len(plan.slots), name, plan_data(plan, schedule), blobs_only=blobs_only))
         return found
 
     ranked: list[_Candidate] = []
     if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations):
         figure = fork_card.device_bytes if fork_card is not None else fork.total_bytes
-        ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork_slots, fork=True))
+        ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork=True))
     if settings.strategy != "fork":
         ranked += candidates_of(make_plan(liveness, settings.strategy))
         buffers = tuple(life for life in liveness.shareable if schedule.classes[life.storage].kind == "buffer")
@@ -234,8 +232,8 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
             ranked += candidates_of(onto)
     ranked.sort(key=lambda c: c.rank)
     rejected: dict[str, str] = {}
-    chosen = None
-    for found in ranked:  # verified best first, until one passes
+    chosen, at = None, len(ranked)
+    for at, found in enumerate(ranked):  # verified best first, until one passes
         violations = [] if found.fork else verify_plan_on(schedules, found.data)
         if not violations:
             chosen = found
@@ -243,12 +241,13 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         rejected.setdefault(found.name, str(violations[0]))
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
-    planned = fork if chosen.fork else replay(run, chosen.assignment)
+    assignment = fork_slots if chosen.fork else assignment_of(chosen.data, schedule)
+    planned = fork if chosen.fork else replay(run, assignment)
     devices = None
     if on_card is not None:
-        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else on_card(on_card_run, slots=chosen.assignment))
+        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else on_card(on_card_run, slots=assignment))
     candidates: dict[str, int] = {}  # each strategy's best variant not rejected, best first
-    for found in ranked[ranked.index(chosen) :]:
+    for found in ranked[at:]:
         candidates.setdefault(found.name, found.figure)
     return PhasePlan(
         phase=shaped.graph.phase,

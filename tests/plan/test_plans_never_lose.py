@@ -115,3 +115,13 @@ def test_auto_keeps_the_smallest_safe_figure_it_reports(device, net: RandomNet):
             totals = phase.totals()
             assert phase.candidates[phase.strategy] == totals["planned"] == min(phase.candidates.values()), (phase.phase, share_buffers)
             assert totals["planned"] <= min(plan.figure for plan in plans if plan.safe), (phase.phase, share_buffers, plans)
+
+
+@property_test
+def test_candidates_are_ranked_by_what_each_plan_replays_to(device, net: RandomNet):
+    """The optimizer ranks by stock - the storage a plan places + its slots, unreplayed:
+    on the card as on the CPU, that is what the replay of the mode gives."""
+    for phase, plans in zip(planned(net.text, device, False), every_strategy(net.text, device, False)):
+        for plan in plans:
+            if plan.name in phase.candidates:
+                assert phase.candidates[plan.name] == plan.figure, (phase.phase, plan)
