@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
 from random_nets import RandomNet, caffe_nets
 
 from caffemem.api.analyze import Options, prepare_run
@@ -58,6 +57,8 @@ def figure(phase: PhasePlan, device: str, slots: SlotAssignment) -> int:
 
 @dataclass(frozen=True)
 class Strategy:
+    """One strategy's plan of a phase, judged from outside the optimizer."""
+
     name: str
     figure: int
     safe: bool
