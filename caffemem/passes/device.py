@@ -128,6 +128,9 @@ class DeviceReport:
     context: Constant
     gpus: int = 1
     notes: tuple[str, ...] = field(default=())
+    # Every (blob, part) the run touches on the device: a plan may share only these on the
+    # card, where the patched runtime cudaMallocs every slot whole (api/optimize.py).
+    on_device: frozenset[tuple[BlobId, str]] = frozenset()
 
     @property
     def device_bytes(self) -> int:
@@ -184,6 +187,7 @@ class _TwoSidedHeap:
         self.side = "host"
         self.charged: dict[tuple[str, Bucket], int] = {}
         self.by_cause: dict[tuple[str, str], int] = {}
+        self.on_device: set[tuple[BlobId, str]] = set()
 
     def _charge(self, blob_id: BlobId, category: str, amount: int, side: str = "host") -> None:
         key = (side, self.bucket)
@@ -214,6 +218,8 @@ class _TwoSidedHeap:
     def touch(self, blob_id: BlobId, part: str, side: str) -> None:
         if side == "device" and part == "data" and blob_id in self.batch_tops:
             return  # set_gpu_data: the batch's device copy, counted as prefetch
+        if side == "device":
+            self.on_device.add((blob_id, part))
         copies = getattr(self.blob(blob_id), part)
         if copies is not None and not getattr(copies, side):
             setattr(copies, side, True)
@@ -340,6 +346,7 @@ def device_footprint(
         context=context,
         gpus=gpus,
         notes=notes,
+        on_device=frozenset(heap.on_device),
     )
 
 

@@ -141,8 +141,8 @@ def phase_plan_json(phase) -> dict[str, Any]:
         "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, totals["stock"])},
         "gap_to_lower_bound_percent": percent_of(totals["planned"] - totals["lower_bound"], totals["lower_bound"]),
         "fork_plan_safe": phase.fork_safe,
-        # Ranked by the run's heap bytes (in GPU mode: both sides of every touched storage).
-        "candidates": {name: cost + phase.stock.outside_heap_bytes for name, cost in phase.candidates.items()},
+        # Each strategy's plan in the figure of bytes.planned (the card's in GPU mode), best first.
+        "candidates": dict(phase.candidates),
         "rejected": phase.rejected,
         "peak": {
             "step": liveness.peak_step,
