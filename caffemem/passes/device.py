@@ -17,7 +17,10 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
   (set_gpu_data), so the tops own no device data.
 - A cudaMalloc a layer makes itself (cuDNN's workspace and LCN temporaries) is device
   memory.  The workspace's size is cuDNN's choice at run time: BVLC asks for algorithms
-  needing at most 8 MiB per query, so it is reported as a range, 0 to that bound.
+  needing at most 8 MiB per query, so a layer's own workspace is reported as a range, 0 to
+  that bound.  A workspace a plan puts in a slot (``--share-buffers``) is exact: the
+  patched layer uses the slot instead of its cudaMalloc and asks cuDNN only for algorithms
+  that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like any other.
 
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
 handles) are kept apart: the context as a constant with its source, handles as counts.
@@ -122,7 +125,7 @@ class DeviceReport:
     layers: tuple[LayerSides, ...]
     device_by_cause: dict[str, int]  # every cause of CAUSES; the workspace at its upper bound
     host_by_cause: dict[str, int]
-    workspace_bytes_max: int  # cuDNN workspaces: the most BVLC's 8 MiB limit lets them take
+    workspace_bytes_max: int  # the layers' own cuDNN workspaces (not in a plan's slot): the most BVLC's 8 MiB limit lets them take
     untouched_param_diff_bytes: int  # owners' device diffs no Backward touched (ClearParamDiffs allocates them)
     handles: Handles
     context: Constant
@@ -182,8 +185,6 @@ class _TwoSidedHeap:
         key = (side, self.bucket)
         self.charged[key] = self.charged.get(key, 0) + amount
         cause = "prefetch" if self.bucket.stage == "prefetch" else category
-        if side == "device" and blob_id.kind == "buffer" and blob_id.name.endswith("/" + WORKSPACE_BUFFER):
-            cause = "cudnn_workspace"
         self.by_cause[(side, cause)] = self.by_cause.get((side, cause), 0) + amount
 
     # A Blob, its shape buffer (written on the host: _charge's default side) and its growth
@@ -201,7 +202,10 @@ class _TwoSidedHeap:
         elif isinstance(action, Alloc):
             blob = self.blob(action.blob, action.elem)
             if blob.data is None:
-                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, blob.category)
+                # A layer's own cuDNN workspace is its own cause (the range); in a slot it is not.
+                workspace = action.device and action.blob.kind == "buffer" and action.blob.name.endswith("/" + WORKSPACE_BUFFER)
+                category = "cudnn_workspace" if workspace else blob.category
+                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, category)
             self.touch(action.blob, "data", "device" if action.device else "host")
 
     def touch(self, blob_id: BlobId, part: str, side: str) -> None:
@@ -320,7 +324,7 @@ def device_footprint(
     host_causes = {cause: heap.by_cause.get(("host", cause), 0) for cause in CAUSES}
     prefetching = sum(1 for rule, side in zip(run.rules, sides) if rule.prefetch and side[0] == "device")
     handles = Handles(cudnn=sum(rule.cudnn_handles for rule in run.rules), cublas=1 + prefetching, curand=1 + prefetching)
-    notes = _notes(run, sides, engine, context, gpus)
+    notes = _notes(run, sides, engine, context, gpus, device_causes["cudnn_workspace"] > 0)
     return DeviceReport(
         phase=run.shaped.graph.phase,
         engine=engine,
@@ -336,7 +340,7 @@ def device_footprint(
     )
 
 
-def _notes(run: Run, sides: Iterable[tuple[str, str]], engine: str, context: Constant, gpus: int) -> tuple[str, ...]:
+def _notes(run: Run, sides: Iterable[tuple[str, str]], engine: str, context: Constant, gpus: int, own_workspaces: bool) -> tuple[str, ...]:
     notes = []
     fallback = sorted({layer.type for layer, side in zip(run.shaped.graph.layers, sides) if side[0] == "host"})
     if fallback:
@@ -344,7 +348,7 @@ def _notes(run: Run, sides: Iterable[tuple[str, str]], engine: str, context: Con
     if not context.measured_for_caffe:
         notes.append(f"cuda_context is a published figure, not a Caffe measurement: {context.source}")
     notes.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized: their memory is inside the driver and libraries")
-    if engine == "cudnn":
+    if engine == "cudnn" and own_workspaces:
         notes.append("cudnn_workspace is the most BVLC's 8 MiB limit per algorithm query lets cuDNN take; it picks at run time (the minimum is 0)")
     if gpus > 1:
         notes.append(

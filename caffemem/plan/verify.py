@@ -6,7 +6,9 @@ schedule over shadow memory that tags every slot with the storage that last wrot
 and reports — naming step, layer and blob — every read of a slot another blob has
 overwritten since, every slot smaller than one of its members, and every planned storage
 that Net::Init fills (slots take over only when Init ends).  Storage of a net blob that
-the run never touches may be assigned anywhere: Caffe never allocates it.
+the run never touches may be assigned anywhere: Caffe never allocates it; so may a buffer
+of one of the net's layers that this run does not have (a cuDNN workspace, in the CPU run
+of a plan made for the card: Caffe's own convolution has none).
 """
 
 from __future__ import annotations
@@ -141,9 +143,9 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
         if storage is None:
-            if blob not in schedule.shaped.blob_shapes or kind not in ("data", "diff"):
+            if not (blob in schedule.shaped.blob_shapes or _names_a_layer(schedule, blob)) or kind not in ("data", "diff"):
                 violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
-            continue  # a net blob's data or diff the run never touches: never allocated
+            continue  # a storage the run never touches (or, a layer's buffer, never has): never allocated
         if storage in schedule.init_touched:
             violations.append(Violation(0, "init", blob, f"its {kind} is filled during Net::Init, before the plan's slots take over, which discards it"))
         size = schedule.classes[storage].bytes
@@ -155,6 +157,13 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
     return violations + replay_violations(schedule, place)
+
+
+def _names_a_layer(schedule: Schedule, buffer: str) -> bool:
+    """Is ``buffer`` named as a buffer of one of the net's layers ("<index>:<layer>/<name>")?"""
+    index, _, rest = buffer.partition(":")
+    layers = schedule.shaped.graph.layers
+    return index.isdigit() and int(index) < len(layers) and rest.startswith(layers[int(index)].name + "/")
 
 
 def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "ShadowMemory | None" = None) -> list[Violation]:
