@@ -148,6 +148,7 @@ GEOMETRY_BLOBS = ("kernel_shape", "stride", "pad", "dilation")
 # workspace_limit_bytes; one block of the largest need per group and stream is cudaMalloc'd.
 CUDNN_WORKSPACE_LIMIT = 8 * 1024 * 1024
 CUDNN_STREAMS_PER_GROUP = 3
+WORKSPACE_BUFFER = "cudnn_workspace"  # its buffer name (the patched runtime's PlannedWorkspace::Name)
 CUDNN_WORKSPACE_NOTE = (
     "cuDNN convolution workspaces are upper bounds, not exact figures: Caffe lets cuDNN pick "
     f"algorithms needing up to {CUDNN_WORKSPACE_LIMIT // (1024 * 1024)} MiB per group and stream "
@@ -173,7 +174,7 @@ def cudnn_workspace(q: MemoryQuery, group: int) -> Alloc:
     binds the slot in place of the cudaMalloc and limits cuDNN's algorithms to these bytes,
     so a planned workspace is exact; an unplanned one is an upper bound (see
     CUDNN_WORKSPACE_NOTE)."""
-    return Alloc(q.buffer("cudnn_workspace"), CUDNN_STREAMS_PER_GROUP * group * CUDNN_WORKSPACE_LIMIT // 4, "int", device=True)
+    return Alloc(q.buffer(WORKSPACE_BUFFER), CUDNN_STREAMS_PER_GROUP * group * CUDNN_WORKSPACE_LIMIT // 4, "int", device=True)
 
 
 def engine_note(q: MemoryQuery, why: str) -> str:

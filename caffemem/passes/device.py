@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
+from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.memory import Heap, Run, SlotAssignment, owned_params
 from caffemem.units import DTYPE_BYTES
 
@@ -50,7 +51,6 @@ CAUSES = (
     "solver_history",
     "cuda_context",
 )
-WORKSPACE_BUFFER = "cudnn_workspace"  # the name the cuDNN (de)convolution rules give it
 
 
 @dataclass(frozen=True)

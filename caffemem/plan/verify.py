@@ -6,9 +6,9 @@ schedule over shadow memory that tags every slot with the storage that last wrot
 and reports — naming step, layer and blob — every read of a slot another blob has
 overwritten since, every slot smaller than one of its members, and every planned storage
 that Net::Init fills (slots take over only when Init ends).  Storage of a net blob that
-the run never touches may be assigned anywhere: Caffe never allocates it; so may a buffer
-of one of the net's layers that this run does not have (a cuDNN workspace, in the CPU run
-of a plan made for the card: Caffe's own convolution has none).
+the run never touches may be assigned anywhere: Caffe never allocates it; so may a layer's
+cuDNN workspace that this run does not have (the CPU run of a plan made for the card:
+Caffe's own convolution takes none).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.layers.access import BlobId
+from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.schedule import Schedule
 from caffemem.prototxt.read import read_input
 
@@ -143,7 +144,7 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
         if storage is None:
-            if not (blob in schedule.shaped.blob_shapes or _names_a_layer(schedule, blob)) or kind not in ("data", "diff"):
+            if not (blob in schedule.shaped.blob_shapes or _names_a_workspace(schedule, blob)) or kind not in ("data", "diff"):
                 violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
             continue  # a storage the run never touches (or, a layer's buffer, never has): never allocated
         if storage in schedule.init_touched:
@@ -159,11 +160,11 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     return violations + replay_violations(schedule, place)
 
 
-def _names_a_layer(schedule: Schedule, buffer: str) -> bool:
-    """Is ``buffer`` named as a buffer of one of the net's layers ("<index>:<layer>/<name>")?"""
+def _names_a_workspace(schedule: Schedule, buffer: str) -> bool:
+    """Is ``buffer`` the cuDNN workspace of one of the net's layers ("<index>:<layer>/cudnn_workspace")?"""
     index, _, rest = buffer.partition(":")
     layers = schedule.shaped.graph.layers
-    return index.isdigit() and int(index) < len(layers) and rest.startswith(layers[int(index)].name + "/")
+    return index.isdigit() and int(index) < len(layers) and rest == f"{layers[int(index)].name}/{WORKSPACE_BUFFER}"
 
 
 def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "ShadowMemory | None" = None) -> list[Violation]:
