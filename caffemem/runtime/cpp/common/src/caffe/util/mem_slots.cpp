@@ -2,6 +2,7 @@
 // Binds the storages named in NetParameter.mem_param's slot table to shared
 // buffers; see include/caffe/util/mem_slots.hpp.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -69,11 +70,23 @@ void* DeviceSlot(const MemorySlot& slot, size_t planned, size_t done,
 }
 #endif
 
-// A cuDNN (de)convolution's workspace (util/planned_workspace.hpp).
-bool IsWorkspace(const string& name) {
+// Is `name` "<i>:<layer i's name>/cudnn_workspace", a cuDNN (de)convolution's
+// workspace (util/planned_workspace.hpp), of a layer this net has?
+template <typename Dtype>
+bool IsWorkspaceOf(const string& name, const Net<Dtype>& net) {
   const string suffix = string("/") + PlannedWorkspace::Name();
-  return name.size() > suffix.size() &&
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const size_t colon = name.find(':');
+  if (colon == string::npos || colon == 0 ||
+      name.find_first_not_of("0123456789") != colon ||
+      name.size() <= suffix.size() + colon ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const int i = atoi(name.substr(0, colon).c_str());
+  const string layer = name.substr(colon + 1,
+      name.size() - suffix.size() - colon - 1);
+  return i >= 0 && i < net.layer_names().size() && net.layer_names()[i] ==
+      layer;
 }
 
 }  // namespace
@@ -156,7 +169,7 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
           << ": " << name << " is listed twice in the slot table" << kRerun;
       typename std::map<string, LayerBuffers::Buffer>::const_iterator it =
           named.find(member.blob());
-      if (it == named.end() && IsWorkspace(member.blob())) {
+      if (it == named.end() && IsWorkspaceOf(member.blob(), *net)) {
         // Planned for cuDNN, run by Caffe's own convolution (a build without
         // cuDNN): it takes no workspace, so there is nothing to bind.
         ++skipped;
