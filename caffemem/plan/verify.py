@@ -144,9 +144,10 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
         if storage is None:
-            if not (blob in schedule.shaped.blob_shapes or _names_a_workspace(schedule, blob)) or kind not in ("data", "diff"):
+            known = blob in schedule.shaped.blob_shapes or (kind == "data" and _names_a_workspace(schedule, blob))
+            if not known or kind not in ("data", "diff"):
                 violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
-            continue  # a storage the run never touches (or, a layer's buffer, never has): never allocated
+            continue  # a storage the run never touches (or a cuDNN workspace it has not): never allocated
         if storage in schedule.init_touched:
             violations.append(Violation(0, "init", blob, f"its {kind} is filled during Net::Init, before the plan's slots take over, which discards it"))
         size = schedule.classes[storage].bytes

@@ -102,6 +102,17 @@ def test_share_buffers_puts_both_workspaces_in_one_slot_of_the_larger_size():
         assert verify_plan(schedule, phase.plan_data) == []
 
 
+def test_the_cpu_run_accepts_a_planned_workspace_only_of_a_layer_of_the_net():
+    from caffemem.plan.verify import PlanData
+
+    phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings(share_buffers=True)).phases[0]
+    on_cpu = phase.schedules[1]  # Caffe's own convolutions: no workspace at all
+    assert verify_plan(on_cpu, PlanData({0: 24 * MIB}, (("1:conv1/cudnn_workspace", "data", 0, 0),))) == []
+    for blob, kind in (("1:conv9/cudnn_workspace", "data"), ("1:conv1/cudnn_workspace", "diff")):
+        violations = verify_plan(on_cpu, PlanData({0: 24 * MIB}, ((blob, kind, 0, 0),)))
+        assert [v.message for v in violations] == [f"no {kind} storage of this name in the net"]
+
+
 def test_host_keeps_what_net_init_wrote():
     device = gpu(CONV).device
     # Fillers write the parameters on the host (pinned): 448 B plus shape buffers 16 + 4.
