@@ -49,6 +49,8 @@ def default_reserve(path: str | NetText, options: Options) -> tuple[int, HandleM
     nets = analyze(path, options).nets
     margin = handle_margin(process_handles(net.device.handles for net in nets if net.device is not None))
     return margin.bytes, margin
+
+
 # The first exact evaluations; the line through the last two predicts the answer (the
 # smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
 PROBES = (1, 2, 4, 8)
