@@ -17,6 +17,13 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def rewritten(tmp_path, text: str, *flags):
+    """optimize ``flags`` -o OUT on a net file holding ``text``: (net, OUT, the result)."""
+    net, out = tmp_path / "net.prototxt", tmp_path / "out.prototxt"
+    net.write_text(text)
+    return net, out, run("optimize", net, *flags, "-o", out)
+
+
 def without_block(text: str) -> str:
     """The file up to the mem_param block optimize appends."""
     return text[: text.index("mem_param {")]
@@ -81,26 +88,26 @@ def test_every_byte_but_the_batch_numbers_is_kept(tmp_path):
 
 
 def test_a_deploy_files_top_level_input_dim_is_rewritten(tmp_path):
-    net = tmp_path / "deploy.prototxt"
-    net.write_text(
+    net, out, result = rewritten(
+        tmp_path,
         'input: "data"\ninput_dim: 10\ninput_dim: 3\ninput_dim: 32\ninput_dim: 32\n'
         'layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 3 } }\n'
-        'layer { name: "relu" type: "ReLU" bottom: "conv" top: "relu" }\n'
+        'layer { name: "relu" type: "ReLU" bottom: "conv" top: "relu" }\n',
+        "--batch",
+        "2",
     )
-    out = tmp_path / "out.prototxt"
-    assert run("optimize", net, "--batch", "2", "-o", out).exit_code == 0
+    assert result.exit_code == 0, result.output
     assert without_block(out.read_text()) == net.read_text().replace("input_dim: 10\n", "input_dim: 2\n")
     assert run("verify", out).exit_code == 0
 
 
 def test_a_python_data_layer_keeps_its_batch_in_code_so_the_rewrite_is_refused(tmp_path):
-    net = tmp_path / "net.prototxt"
-    net.write_text(
+    net, out, result = rewritten(
+        tmp_path,
         'layer { name: "feed" type: "Python" top: "data" python_param { module: "feeder" layer: "Feed" } }\n'
-        'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 10 } }\n'
+        'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 10 } }\n',
+        *("--input", "data=4,3", "--batch", "2"),
     )
-    out = tmp_path / "out.prototxt"
-    result = run("optimize", net, "--input", "data=4,3", "--batch", "2", "-o", out)
     assert result.exit_code == 2 and f"{net}:1: layer 'feed' (Python): --batch 2 with -o: the batch of a Python layer is not a field" in result.output
     assert not out.exists()
 
