@@ -157,7 +157,8 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
             seen.add((blob, kind))
             storage, size = storage_of(blob, kind)
             if size is None:
-                return fail(f"blob {blob} of mem_param slot {slot} is not a blob or layer buffer of {where}: the net does not match the slot table")
+                buffer = " or layer buffer this Caffe can bind" if ":" in blob else ""
+                return fail(f"blob {blob} of mem_param slot {slot} is not a blob{buffer} of {where}: the net does not match the slot table (edited after `caffemem optimize`?)")
             if size == 0:
                 return fail(f"blob {blob} of {where} is empty, but mem_param slot {slot} plans its {kind}")
             if offset + size > slot_bytes:

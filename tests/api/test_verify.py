@@ -57,7 +57,7 @@ def test_a_member_the_net_does_not_have_is_named_as_the_runtime_names_it(tmp_pat
     with open(out, "w") as handle:
         handle.write(text.replace('blob: "conv1"', 'blob: "conv9"', 1))
     result = run("verify", out)
-    assert result.exit_code == 1 and "blob conv9 of mem_param slot" in result.output and "is not a blob or layer buffer of net lenet_example (phase TEST)" in result.output
+    assert result.exit_code == 1 and "blob conv9 of mem_param slot" in result.output and "is not a blob of net lenet_example (phase TEST): the net does not match the slot table" in result.output
 
 
 def test_an_edited_net_is_noted_and_checked_as_it_is_now(tmp_path):
