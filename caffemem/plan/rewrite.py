@@ -67,9 +67,11 @@ def with_batch(text: str, nets, specs, batch: int, net: caffe_pb2.NetParameter, 
                 continue  # not a data layer, or one whose code fixes its tops (--batch leaves them)
             where = Location.of_layer(layer, file)
             if spec.batch_fields is None:
-                raise CaffememError(f"{refuse}: the batch of a {layer.type} layer is not a field of the file caffemem can rewrite; set it in the file (or its code) and optimize that file without --batch", where)
+                raise CaffememError(f"{refuse}: the batch of layer type {layer.type} is not a field of the file caffemem can rewrite; set it in the file (or its code) and optimize that file without --batch", where)
             if layer.line is None and len(net.input):  # the Input layer standing for the top-level input fields
                 span, paths = (0, len(tokens)), _top_level_input_paths(net, layer.tops)
+            elif any(old.HasField("layer") for old in net.layers):
+                raise CaffememError(f"{refuse}: a V0 net (layers {{ layer {{ }} }}) names its fields otherwise; upgrade it with Caffe's upgrade_net_proto_text first", where)
             else:
                 span, paths = _body(tokens, index_at, blocks, upgraded, layer), spec.batch_fields(layer.proto)
                 if span is None:

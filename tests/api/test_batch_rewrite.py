@@ -3,6 +3,7 @@ and nothing else changed — with the table planned for N, which `verify OUT` ac
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, SHARED, needs_shared
 
@@ -108,7 +109,7 @@ def test_a_python_data_layer_keeps_its_batch_in_code_so_the_rewrite_is_refused(t
         'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 10 } }\n',
         *("--input", "data=4,3", "--batch", "2"),
     )
-    assert result.exit_code == 2 and f"{net}:1: layer 'feed' (Python): --batch 2 with -o: the batch of a Python layer is not a field" in result.output
+    assert result.exit_code == 2 and f"{net}:1: layer 'feed' (Python): --batch 2 with -o: the batch of layer type Python is not a field" in result.output
     assert not out.exists()
 
 
@@ -120,3 +121,28 @@ def test_replanning_one_phase_keeps_the_other_phases_record(tmp_path):
     assert [r.split(":")[0] for r in records] == ["# caffemem made-for TRAIN", "# caffemem made-for TEST"]
     result = run("verify", again)
     assert result.exit_code == 0 and "TEST: planned for batch 64" in result.output
+
+
+@needs_shared
+@pytest.mark.parametrize(
+    "model, inputs, changed",
+    [
+        # s9xie/hed's ImageLabelmapData (a fork's data layer): the TRAIN one's batch_size (line 19).
+        ("hed/train_val.prototxt", ["--input", "data=3,400,400", "--phase", "TRAIN"], {19: ("batch_size: 1", "batch_size: 3")}),
+        # A V1 file (`layers { type: DATA }`): both phases' data_param.batch_size (lines 9, 30).
+        ("legacy_v1_bvlc_googlenet/train_val.prototxt", ["--input", "data=3,224,224"], {9: ("batch_size: 32", "batch_size: 3"), 30: ("batch_size: 50", "batch_size: 3")}),
+        # A deploy file's top-level input_dim: the first of its four values (line 3).
+        ("resnet/ResNet-50-deploy.prototxt", [], {3: ("input_dim: 1", "input_dim: 3")}),
+    ],
+    ids=["fork-data-layer", "v1", "input_dim"],
+)
+def test_real_nets_of_each_kind_are_rewritten_at_their_batch_lines_only(tmp_path, model, inputs, changed):
+    net, out = SHARED / "models" / model, tmp_path / "out.prototxt"
+    result = run("optimize", net, *inputs, "--batch", "3", "-o", out)
+    assert result.exit_code == 0, result.output
+    lines = net.read_text().splitlines(keepends=True)
+    for number, (old, new) in changed.items():
+        assert old in lines[number - 1]
+        lines[number - 1] = lines[number - 1].replace(old, new)
+    assert without_block(out.read_text()) == "".join(lines)
+    assert run("verify", out).exit_code == 0 and run("verify", out, "--batch", "2").exit_code == 1
