@@ -11,7 +11,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, inputs_for, measure, net_phases, planning_runs, prepare_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, build_net, inputs_for, measure, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -370,6 +370,21 @@ def written_text(result: OptimizeResult, options: Options, original: str, exclud
     kept = read_records(original, result.path)
     records += [kept[phase] for phase in ("TRAIN", "TEST") if phase in kept and phase not in planned]
     return rewrite_text(text, mem_param(result.phases, exclude, target, previous), comment_lines(records) if target == "caffemem" else ())
+
+
+def other_phases_rebatched(result: OptimizeResult, options: Options, text: str) -> tuple[str, ...]:
+    """With ``--phase P --batch N -o``: the phases not planned whose nets the rewritten
+    text changes too (a data layer with no phase rule feeds both), each in one line."""
+    upgraded, _ = upgrade_net(result.source.proto, result.path)
+    planned = {phase.phase for phase in result.phases}
+    others = [phase for phase in net_phases(upgraded, spec_table(options), options) if phase not in planned]
+    notes = []
+    for phase in others:
+        before, after = (analyze(source, replace(options, phase=phase, batch=None)).nets[0].shaped for source in (result.path, NetText(text, result.path)))
+        changed = [name for name, shape in before.blob_shapes.items() if after.blob_shapes.get(name) != shape]
+        if changed:
+            notes.append(f"the {phase} net reads the same data layers, so it now runs at batch {options.batch} too; its table was not planned (optimize without --phase plans both)")
+    return tuple(notes)
 
 
 def _run_of(source: NetSource, options: Options, specs: SpecTable):

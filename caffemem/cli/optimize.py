@@ -55,7 +55,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
       caffemem optimize train_val.prototxt --input data=3,224,224 --batch 16 -o train_val.b16.prototxt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
     """
-    from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions, made_for, written_text
+    from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
     from caffemem.prototxt.write import STDOUT, encode_exact, read_exact, write_output
@@ -95,6 +95,8 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         text = written_text(result, options, original, exclude_written, target)
         if batch is not None and target == "caffemem":
             check_written(text, output, options)
+        for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
+            click.echo(f"caffemem: note: {note}", err=True)
         write_output(output, encode_exact(text), inputs=inputs_read, allow_input=in_place_file)
     if plan_json:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")

@@ -146,3 +146,11 @@ def test_real_nets_of_each_kind_are_rewritten_at_their_batch_lines_only(tmp_path
         lines[number - 1] = lines[number - 1].replace(old, new)
     assert without_block(out.read_text()) == "".join(lines)
     assert run("verify", out).exit_code == 0 and run("verify", out, "--batch", "2").exit_code == 1
+
+
+def test_one_phase_at_a_new_batch_says_when_the_other_phase_reads_the_same_data_layer(tmp_path):
+    # The LeNet example's one Input layer has no phase rule: TRAIN and TEST both read it.
+    out = tmp_path / "out.prototxt"
+    result = run("optimize", LENET, "--phase", "TRAIN", "--batch", "8", "-o", out)
+    assert result.exit_code == 0
+    assert "caffemem: note: the TEST net reads the same data layers, so it now runs at batch 8 too; its table was not planned" in result.output
