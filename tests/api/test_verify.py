@@ -90,3 +90,14 @@ def test_the_library_checks_at_the_callers_options_unless_told_which_come_from_t
     assert not checked.safe  # the caller's batch 4, against a table for 8
     (recorded,) = verify(out, None, Options(batch=4), explicit=())
     assert recorded.safe and recorded.made_for is not None and recorded.made_for.batch == 8
+
+
+def test_a_damaged_record_is_bad_input_naming_its_line(tmp_path):
+    out = planned(tmp_path, "--phase", "TEST")
+    lines = open(out).read().split("\n")
+    (number,) = [i for i, line in enumerate(lines, 1) if TAG in line]
+    lines[number - 1] = lines[number - 1].replace('"dtype": "float32"', '"dtype": "float8"')
+    with open(out, "w") as handle:
+        handle.write("\n".join(lines))
+    result = run("verify", out)
+    assert result.exit_code == 2 and f"{out}:{number}: the plan's '{TAG}' record is damaged (expected one of float32, float16, float64" in result.output
