@@ -104,9 +104,10 @@ def _tables_in(source: NetSource, path, phase: str | None) -> tuple[list[tuple[s
         tables[name] = PlanData(table.slot_bytes, table.assign + tuple((m.blob, m.kind, slot.id, m.offset) for m in slot.member))
     if phase is not None and phase not in tables:
         raise CaffememError(f"the file's slot table has no {phase} phase (it has {', '.join(tables)})", where)
-    text = path.text if isinstance(path, NetText) else read_exact(path)
     chosen = [(name, table) for name, table in tables.items() if phase is None or name == phase]
-    return chosen, read_records(text, source.file)
+    if source.binary:  # a binary NetParameter has no comments, so no record
+        return chosen, {}
+    return chosen, read_records(path.text if isinstance(path, NetText) else read_exact(path), source.file)
 
 
 def _options_at(options: Options, record: MadeFor | None, phase: str | None, explicit: Collection[str]) -> Options:
