@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, build_net, inputs_for, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -33,9 +33,11 @@ from caffemem.passes.memory import (
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
+from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
+from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import Plan, make_plan, packed_onto
 from caffemem.plan.verify import PlanData, verify_plan_on
-from caffemem.prototxt.write import read_exact
+from caffemem.prototxt.write import read_exact, rewrite_text
 from caffemem.schema import caffe_pb2
 from caffemem.units import DTYPE_BYTES
 
@@ -370,6 +372,73 @@ def optimize(
     return OptimizeResult(str(path), source, exclude, tuple(results), inplace)
 
 
+
+
+def made_for(result: OptimizeResult, options: Options, net: str | None = None, rescaled: bool = False) -> tuple[MadeFor, ...]:
+    """What each phase's plan was made for (plan/record.py).  ``net``: the fingerprint of
+    the file the table goes into (default: the net planned).  ``rescaled``: the file now
+    states the batch planned (``optimize --batch N -o``), so the record asks for no
+    rescale and gives full --input shapes at the batch planned."""
+    records = []
+    for phase in result.phases:
+        inputs = inputs_for(options.inputs, None, result.path, phase.phase)
+        if rescaled:
+            planned = phase.shaped.blob_shapes
+            inputs = {name: planned[name] if name in planned and len(shape) == len(planned[name]) else shape for name, shape in inputs.items()}
+        records.append(
+            MadeFor(
+                phase=phase.phase,
+                batch=_planned_batch(phase.shaped),
+                rescale=None if rescaled else options.batch,
+                inputs={name: tuple(shape) for name, shape in inputs.items()},
+                stages=options.stages,
+                level=options.level,
+                dtype=options.dtype,
+                device=options.device,
+                engine=options.engine,
+                net=net or fingerprint(result.source.proto),
+            )
+        )
+    return tuple(records)
+
+
+def _planned_batch(shaped: ShapedGraph) -> int | None:
+    """The first data top's first axis (the batch in all but recurrent nets)."""
+    for layer, shapes in zip(shaped.graph.layers, shaped.layer_shapes):
+        if not layer.bottoms and shapes.tops and shapes.tops[0]:
+            return shapes.tops[0][0]
+    return None
+
+
+def written_text(result: OptimizeResult, options: Options, original: str, exclude: tuple[str, ...], target: str) -> str:
+    """The file `optimize -o` writes: ``original`` (the file's exact text) with, under
+    ``--batch N``, its data layers' batch lines at N (plan/rewrite.py ``with_batch``),
+    and the mem_param block with each phase's table and what it was made for."""
+    text = original
+    if options.batch is not None:
+        text = with_batch(text, [phase.shaped for phase in result.phases], spec_table(options), options.batch, result.source.proto, result.path)
+    net = load(NetText(text, result.path), lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    records = list(made_for(result, options, fingerprint(net.proto), rescaled=options.batch is not None))
+    previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
+    planned = {phase.phase for phase in result.phases}
+    kept = read_records(original, result.path)
+    records += [kept[phase] for phase in ("TRAIN", "TEST") if phase in kept and phase not in planned]
+    return rewrite_text(text, mem_param(result.phases, exclude, target, previous), comment_lines(records) if target == "caffemem" else ())
+
+
+def other_phases_rebatched(result: OptimizeResult, options: Options, text: str) -> tuple[str, ...]:
+    """With ``--phase P --batch N -o``: the phases not planned whose nets the rewritten
+    text changes too (a data layer with no phase rule feeds both), each in one line."""
+    upgraded, _ = upgrade_net(result.source.proto, result.path)
+    planned = {phase.phase for phase in result.phases}
+    others = [phase for phase in net_phases(upgraded, spec_table(options), options) if phase not in planned]
+    notes = []
+    for phase in others:
+        before, after = (analyze(source, replace(options, phase=phase, batch=None)).nets[0].shaped for source in (result.path, NetText(text, result.path)))
+        changed = [name for name, shape in before.blob_shapes.items() if after.blob_shapes.get(name) != shape]
+        if changed:
+            notes.append(f"the {phase} net reads the same data layers, so it now runs at batch {options.batch} too; its table was not planned (optimize without --phase plans both)")
+    return tuple(notes)
 
 
 def _run_of(source: NetSource, options: Options, specs: SpecTable):

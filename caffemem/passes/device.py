@@ -92,6 +92,62 @@ class Handles:
     curand: int  # likewise
 
 
+# What a handle holds, where no Caffe measurement exists: estimates from published ones,
+# for `fit`'s default margin in GPU mode (handles are counted by device_footprint, their
+# memory is not in any figure).  Both are labelled estimates wherever they are used.
+CUDNN_HANDLE = Constant(
+    "cudnn_handle",
+    300 * 1024,
+    "about 300 KiB per cudnnCreate: creating 1024 cuDNN handles took 'like 300MB' and creating them lazily "
+    "brought it under 1 MB (soumith/cudnn.torch#38, cuDNN v2/v3); BVLC/caffe#5612 runs out of memory on the "
+    "3 handles per group of grouped convolutions",
+    measured_for_caffe=False,
+)
+CUBLAS_HANDLE = Constant(
+    "cublas_handle",
+    32 * 1024 * 1024,
+    "cuBLAS's own workspace per handle: 4 MiB, 32 MiB on Hopper (cuBLAS documentation as cited in NVIDIA/MatX#545 "
+    "and pytorch/pytorch#120925; ../shared/caffe/GPU-MEMORY.md section 7), the larger taken since the card is not known",
+    measured_for_caffe=False,
+)
+
+
+@dataclass(frozen=True)
+class HandleMargin:
+    """An estimate of what a GPU run's library handles hold on the card: what `fit` keeps
+    free by default in GPU mode.  cuRAND generators have no published size: not in it."""
+
+    handles: Handles
+    cudnn_bytes: int
+    cublas_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.cudnn_bytes + self.cublas_bytes
+
+    def describe(self) -> str:
+        from caffemem.units import format_size
+
+        return (
+            f"{self.handles.cudnn} cuDNN handles x {format_size(CUDNN_HANDLE.bytes)} + {self.handles.cublas} cuBLAS handles x "
+            f"{format_size(CUBLAS_HANDLE.bytes)} ({self.handles.curand} cuRAND generators: no published size, not included)"
+        )
+
+
+def handle_margin(handles: Handles) -> HandleMargin:
+    """The estimated bytes of ``handles`` (CUDNN_HANDLE, CUBLAS_HANDLE: published figures)."""
+    return HandleMargin(handles, handles.cudnn * CUDNN_HANDLE.bytes, handles.cublas * CUBLAS_HANDLE.bytes)
+
+
+def process_handles(per_net: Iterable[Handles]) -> Handles:
+    """The handles of one process running several nets (a solver's train and test nets):
+    each net's cuDNN layers and prefetch threads have their own, the main thread's cuBLAS
+    handle and cuRAND generator are one (common.cpp 107-123: one Caffe per thread)."""
+    nets = list(per_net)
+    shared = len(nets) - 1 if nets else 0
+    return Handles(sum(h.cudnn for h in nets), sum(h.cublas for h in nets) - shared, sum(h.curand for h in nets) - shared)
+
+
 @dataclass(frozen=True)
 class LayerSides:
     """Bytes one layer makes a GPU run allocate, on each side, in SetUp, Forward, Backward."""

@@ -274,3 +274,14 @@ def test_check_measures_the_card_with_the_engine_and_gpus_asked_for(tmp_path):
     assert cudnn - caffe == 24 * MIB - (3888 + 144)  # the workspace's bound instead of im2col and the multiplier
     assert checked("--gpus", "2") == cudnn  # one card's figure
     assert checked("--device", "cpu") == analyze(CONV, Options(device="cpu")).nets[0].total_bytes
+
+
+def test_a_process_shares_the_main_threads_handles_between_its_nets():
+    from caffemem.passes.device import Handles, handle_margin, process_handles
+
+    # Train and test net, each with one prefetching data layer: cuDNN handles add up; the
+    # main thread's cuBLAS handle and cuRAND generator are one, each prefetch thread has its own.
+    both = process_handles([Handles(cudnn=7, cublas=2, curand=2), Handles(cudnn=5, cublas=2, curand=2)])
+    assert both == Handles(cudnn=12, cublas=3, curand=3)
+    # 12 x 300 KiB + 3 x 32 MiB = 3,686,400 + 100,663,296 B
+    assert handle_margin(both).bytes == 104_349_696

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from runtime_caffe import heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
+from runtime_caffe import CAFFEMEM, REPO, heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
 from runtime_nets import CASES, make_net
 
 PLANS = {"blobs": (), "shared_buffers": ("--share-buffers",)}
@@ -121,6 +121,19 @@ def test_table_from_another_batch_size_stops_with_a_message(patched_caffe, tmp_p
     err = _fatal(patched_caffe, swapped, "TRAIN", tmp_path)
     assert "another batch size" in err and "rerun `caffemem optimize`" in err
     assert "mem_slots.cpp" in err  # a LOG(FATAL)/CHECK of the runtime, not a crash
+
+
+def test_verify_says_what_the_patched_caffe_says_of_a_table_for_another_batch(patched_caffe, tmp_path):
+    case, net = _lenet(tmp_path)
+    at8 = tmp_path / "lenet.b8.prototxt"
+    optimize(net, at8, "--phase", "train", "--batch", "8")  # the net rewritten at batch 8, with its table
+    back = tmp_path / "lenet.back.prototxt"  # the same table on the file's own batch lines
+    back.write_text(net.read_text().rstrip("\n") + "\nmem_param {" + at8.read_text().split("mem_param {", 1)[1])
+    checked = subprocess.run([CAFFEMEM, "verify", str(back), "--phase", "TRAIN"], capture_output=True, text=True, cwd=REPO)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    (said,) = [line.split("the patched Caffe stops at Net::Init: ", 1)[1] for line in checked.stdout.splitlines() if "Net::Init" in line]
+    err = _fatal(patched_caffe, back, "TRAIN", tmp_path)
+    assert said in err  # word for word the runtime's LOG(FATAL)
 
 
 def test_table_of_an_edited_net_stops_naming_the_blob(patched_caffe, tmp_path):
