@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape
 from caffemem.prototxt.parse import parse_net
-from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input
+from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input, text_with_nul
 from caffemem.prototxt.textmap import LAYER_FIELDS, check_nesting, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2
 from caffemem.schema.forks import fork_defining
@@ -151,20 +151,12 @@ def _check_names(source: NetSource) -> NetSource:
     return source
 
 
-def _text_with_nul(head: bytes) -> bool:
-    """Text with a stray NUL in it, rather than a binary proto: protobuf's wire format puts
-    field keys and lengths (control bytes) everywhere, text has none but line ends and tabs."""
-    sample = head.replace(b"\x00", b"").decode("utf-8", "replace")
-    usual = sum(ch.isprintable() or ch in "\n\r\t" for ch in sample)
-    return usual >= 0.99 * len(sample)
-
-
 def _as_text(data: bytes, file: str) -> str | None:
     """The file as text, or None when it is binary (a .caffemodel or garbage)."""
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise CaffememError("is UTF-16 text; Caffe reads a prototxt as ASCII or UTF-8: save it as UTF-8", Location(file=file))
     if b"\x00" in data[:65536]:
-        if _text_with_nul(data[:65536]):
+        if text_with_nul(data[:65536]):
             line = data.count(b"\n", 0, data.index(b"\x00")) + 1
             raise CaffememError("a NUL byte in the text (Caffe would stop reading there): remove it", Location(file=file, line=line))
         return None
