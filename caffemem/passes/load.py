@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import itertools
 import os
 import re
 import warnings
@@ -99,6 +100,9 @@ def load(
     data = path.text.encode("utf-8", "surrogateescape") if isinstance(path, NetText) else read_input(file, max_text_bytes)
     text = _as_text(data, file)
     if text is None:
+        layers = _binary_layer_count(data, MAX_LAYERS + 1)
+        if layers > MAX_LAYERS:  # before the parse, as for text: protobuf's message alone takes ~750 bytes a layer
+            raise CaffememError(f"more than {MAX_LAYERS:,} layers; caffemem plans nets of up to {MAX_LAYERS:,} layers (real ones have at most a few thousand)", Location(file=file))
         return _check_names(_load_binary(data, file))
     del data
     check_nesting(text, file)
@@ -141,7 +145,7 @@ def _check_names(source: NetSource) -> NetSource:
     megabytes is no net definition, and every message and table would carry it.  (Also
     the required fields, see _check_required.)"""
     _check_required(source)
-    for layer in list(source.proto.layer) + list(source.proto.layers):
+    for layer in itertools.chain(source.proto.layer, source.proto.layers):
         names = [("name", layer.name), ("type", layer.type if isinstance(layer.type, str) else "")]
         names += [("bottom", n) for n in layer.bottom] + [("top", n) for n in layer.top] + [("param name", p.name) for p in layer.param if hasattr(p, "name")]
         for what, name in names:
@@ -223,9 +227,7 @@ def _field_names_under(descriptor, seen: set[str] | None = None) -> set[str]:
 
 # Solver fields no message of a net has (base_lr, max_iter, net, ...): one of them set
 # anywhere marks a solver, found by one regular-expression scan instead of a tokenization.
-_SOLVER_FIELD_ANYWHERE = re.compile(
-    r"(?:^|[\s{};,])(?:" + "|".join(sorted(_SOLVER_ONLY_FIELDS - _field_names_under(caffe_pb2.NetParameter.DESCRIPTOR))) + r")\s*[:{<]"
-)
+_SOLVER_FIELD_ANYWHERE = re.compile(r"(?:^|[\s{};,])(?:" + "|".join(sorted(_SOLVER_ONLY_FIELDS - _field_names_under(caffe_pb2.NetParameter.DESCRIPTOR))) + r")\s*[:{<]")
 
 
 def _parse_once(text: str, message, file: str, lenient: bool = False):
@@ -312,7 +314,7 @@ def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
 
 
 def _unknown_field(message: str, field: str) -> str:
-    """"unknown field 'F' in M", naming the fork whose caffe.proto has F when one is known:
+    """ "unknown field 'F' in M", naming the fork whose caffe.proto has F when one is known:
     the file was written for that fork, whose field caffemem cannot interpret."""
     fork = fork_defining(message, field)
     where = f": it belongs to {fork}, whose schema caffemem does not read" if fork else ""
@@ -347,6 +349,43 @@ def _layer_finder(blocks, text: str) -> Callable[[int], str | None]:
     return layer_at
 
 
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    """A protobuf varint at ``i``: (value, the offset after it); past the end: (0, len + 1)."""
+    value, shift = 0, 0
+    while i < len(data):
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if byte < 0x80:
+            return value, i
+    return 0, len(data) + 1
+
+
+def _binary_layer_count(data: bytes, stop: int) -> int:
+    """The top-level ``layer`` (field 100) and ``layers`` (field 2) entries of a binary
+    NetParameter, read from the wire format without parsing, counting up to ``stop``
+    (a 250,000-layer binary was accepted past the limit, and 3 million empty layers, 9 MB,
+    took past 6 GiB to parse).  Stops early on what is not the wire format: the parse
+    then says what is wrong."""
+    count, i = 0, 0
+    while i < len(data) and count < stop:
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            length, i = _varint(data, i)
+            i += length
+            count += (key >> 3) in (2, 100)
+        else:  # groups (unused by caffe.proto) or garbage
+            break
+    return count
+
+
 def _load_binary(data: bytes, file: str) -> NetSource:
     """A binary NetParameter (.caffemodel): keep parameter shapes, drop the weights."""
     net = caffe_pb2.NetParameter()
@@ -364,7 +403,7 @@ def _load_binary(data: bytes, file: str) -> NetSource:
     if not (len(net.layer) or len(net.layers)):
         raise CaffememError("binary file has no layers: not a Caffe net or .caffemodel", Location(file=file))
     stored: dict[str, tuple[Shape, ...]] = {}
-    for layer in list(net.layer) + list(net.layers):
+    for layer in itertools.chain(net.layer, net.layers):  # one wrapper at a time (a list of 200,000 took 260 MB)
         shapes = tuple(_blob_shape(blob) for blob in layer.blobs)
         if shapes:
             stored[layer.name] = shapes
