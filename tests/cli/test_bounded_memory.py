@@ -87,6 +87,6 @@ def _varint(n: int) -> bytes:
 def test_a_binary_layer_name_past_the_limit_is_refused_as_in_text(tmp_path):
     layer = b"\x0a" + _varint(5000) + b"a" * 5000 + b"\x12\x04ReLU"  # name (field 1), type (field 2)
     net = tmp_path / "long_name.caffemodel"
-    # force_backward: false (field 5; the NUL that marks a binary), then the layer (field 100)
-    net.write_bytes(b"\x28\x00" + b"\xa2\x06" + _varint(len(layer)) + layer)
+    # the layer (field 100), then 100 empty ones: the control bytes that tell a binary from text
+    net.write_bytes(b"\xa2\x06" + _varint(len(layer)) + layer + b"\xa2\x06\x00" * 100)
     assert "a name of 5000 characters; caffemem takes names of at most 4096" in one_error(analyze_capped(net))
