@@ -432,6 +432,8 @@ def _recover(root: Path) -> None:
 def _transact(root: Path, writes: dict[str, bytes | None], originals: dict[str, bytes | None]) -> None:
     """Write (bytes) or remove (None) each file, all or nothing (see the module docstring):
     on any failure or held signal the files already handled get ``originals`` back."""
+    if not writes:
+        return
     _check_writable(root, [*writes, _JOURNAL])
     modes = {rel: stat.S_IMODE((root / rel).stat().st_mode) if (root / rel).exists() else 0o644 for rel in writes}
     entries = [_Entry(rel, originals[rel], _sha256(data), modes[rel]) for rel, data in writes.items()]
