@@ -90,3 +90,18 @@ def test_a_binary_layer_name_past_the_limit_is_refused_as_in_text(tmp_path):
     # the layer (field 100), then 100 empty ones: the control bytes that tell a binary from text
     net.write_bytes(b"\xa2\x06" + _varint(len(layer)) + layer + b"\xa2\x06\x00" * 100)
     assert "a name of 5000 characters; caffemem takes names of at most 4096" in one_error(analyze_capped(net))
+
+
+def test_200000_empty_binary_layers_are_refused_before_the_passes_copy_them(tmp_path):
+    """Within the layer limit, so parsed (protobuf: ~750 bytes a layer); the first layer
+    has no type, which Caffe refuses, and is refused before the passes copy the net: it
+    took 490 MB at the layer registry."""
+    net = tmp_path / "empty_layers.caffemodel"
+    net.write_bytes(b"\xa2\x06\x00" * 200_000)
+    assert one_error(analyze_capped(net, 320 * 2**20)) == f'caffemem: error: {net}: layer 1 has no type (Caffe refuses it: "Unknown layer type: ")'
+
+
+def test_a_layer_without_type_is_refused_at_its_line_unless_a_rule_may_filter_it(tmp_path):
+    net = tmp_path / "no_type.prototxt"
+    net.write_text('name: "n"\nlayer { name: "x" include { phase: TEST } }\nlayer { name: "y" }\n')
+    assert one_error(analyze_capped(net)) == f'caffemem: error: {net}:3: layer \'y\': layer 2 has no type (Caffe refuses it: "Unknown layer type: ")'
