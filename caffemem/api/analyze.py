@@ -310,7 +310,7 @@ def _build_net(source: NetSource, upgraded: caffe_pb2.NetParameter, state: caffe
         auto_tops=lambda layer_type: _auto_top_count(specs, layer_type),
     )
     produced = {top for layer in graph.layers for top in layer.tops}
-    overrides = inputs_for({key: options.inputs[key] for key in options.overrides}, role, file, graph.phase, produced)
+    overrides = inputs_for({key: options.inputs[key] for key in options.overrides if key in options.inputs}, role, file, graph.phase, produced)
     inputs = inputs_for(options.inputs, role, file, graph.phase, produced)
     return infer_shapes(graph, specs, inputs, source.stored_params, batch=options.batch, overrides=frozenset(name for name in overrides if inputs[name] == overrides[name]))
 
