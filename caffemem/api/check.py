@@ -548,7 +548,8 @@ class Report:
         """One line: the verdict and what the nets were held to."""
         verdict = "passed" if self.exit_code == 0 else "failed"
         counts = f"{self.failed} failed, {self.errors} bad input, {self.passed} passed"
-        held = [f"budget {mib(self.gate.budget)}" if self.gate.budget is not None else "no budget"]
+        budgets = sorted({row.budget for row in self.rows if row.budget is not None})
+        held = [f"budget {mib(budgets[0])}" if len(budgets) == 1 else f"budgets {mib(budgets[0])} to {mib(budgets[-1])}" if budgets else "no budget"]
         if self.gate.baseline is not None:
             held.append(f"baseline {display_path(self.gate.baseline.path)} ± {percent(self.gate.tolerance)}")
         held.append("optimized plan" if self.optimized else "stock Caffe")
