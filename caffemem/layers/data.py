@@ -99,6 +99,8 @@ def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[i
     shape: list[int] = []
     for axis, (value, stated) in enumerate(zip(given, template)):
         if value == FROM_FILE:
+            if not any(isinstance(d, int) for d in template):
+                raise q.fail(f"--input {name}={_dims(q.inputs[name])}: the file states no axis of '{name}' for _ to keep; give every axis as a number")
             if not isinstance(stated, int):
                 return None
             shape.append(stated)

@@ -303,7 +303,7 @@ def _override_notes(spec: LayerSpec, query: ShapeQuery, result: LayerShapes) -> 
     layer = query.layer
     try:
         stated: tuple[Shape, ...] | None = spec.shape(replace(query, inputs={k: v for k, v in query.inputs.items() if k not in query.overrides}, overrides=frozenset())).tops
-    except CaffememError:  # NeedsInput included: the file leaves the shape open
+    except (CaffememError, NeedsInput):  # the file leaves the shape open
         stated = None
     line = f", line {layer.line}" if layer.line else ""
     notes = []
