@@ -168,7 +168,7 @@ def image_size(q: ShapeQuery, new_height: int, new_width: int, crop_size: int) -
 def follow_data(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
     """Height, width of a label map read with the data image: taken from a --input data top."""
     given = q.inputs.get(q.layer.tops[0])
-    if all(isinstance(d, int) for d in size) or given is None or len(given) not in (3, 4):
+    if all(isinstance(d, int) for d in size) or given is None or len(given) not in (3, 4) or FROM_FILE in given[-2:]:
         return size
     return given[-2], given[-1]  # N,C,H,W or, with the batch left to the layer, C,H,W
 
