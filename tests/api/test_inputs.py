@@ -200,3 +200,12 @@ def test_an_hdf5_batch_is_not_replaced_by_a_shape_without_it(tmp_path):
 def test_a_name_given_both_as_input_and_as_override_is_refused():
     result = CliRunner().invoke(main, ["analyze", LENET, "--input", "data=_,1,28,28", "--override-input", "data=8,1,28,28"])
     assert result.exit_code == 2 and "data is given with both --input and --override-input" in result.output
+
+
+def test_a_contradicted_input_dim_is_named_at_its_line(tmp_path):
+    net = tmp_path / "deploy.prototxt"
+    net.write_text('name: "legacy"\ninput: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 32\ninput_dim: 32\n'
+                   'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }\n')
+    result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=1,3,64,64"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"caffemem: error: {net}:2: TEST net: layer 'input' (Input): --input data=1,3,64,64 contradicts the file: it states 1,3,32,32")
