@@ -171,17 +171,21 @@ def test_an_input_that_agrees_with_the_file_is_accepted():
     assert caffemem.analyze(LENET, inputs={"data": (64, 1, 28, 28)}).nets[0].blobs["data"] == (64, 1, 28, 28)
 
 
-def test_an_underscore_on_an_axis_the_file_leaves_open_still_asks_for_it(tmp_path):
+def fed_by(tmp_path, data_layer: str):
+    """A net whose data layer (text) feeds an InnerProduct with its top 'data'."""
     net = tmp_path / "net.prototxt"
-    net.write_text('layer { name: "d" type: "Data" top: "data" data_param { source: "db" batch_size: 8 } }\n'
-                   'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }\n')
+    net.write_text(data_layer + '\nlayer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }\n')
+    return net
+
+
+def test_an_underscore_on_an_axis_the_file_leaves_open_still_asks_for_it(tmp_path):
+    net = fed_by(tmp_path, 'layer { name: "d" type: "Data" top: "data" data_param { source: "db" batch_size: 8 } }')
     result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=_,3,_,_"])
     assert result.exit_code == 2 and "--input data=8,3,H,W" in result.output
 
 
 def test_an_underscore_where_the_file_states_nothing_is_refused(tmp_path):
-    net = tmp_path / "net.prototxt"
-    net.write_text('layer { name: "in" type: "Input" top: "data" }\nlayer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }\n')
+    net = fed_by(tmp_path, 'layer { name: "in" type: "Input" top: "data" }')
     result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=_,3"])
     assert result.exit_code == 2
     assert "--input data=_,3: the file states no axis of 'data' for _ to keep; give every axis as a number" in result.output
@@ -189,9 +193,7 @@ def test_an_underscore_where_the_file_states_nothing_is_refused(tmp_path):
 
 def test_an_hdf5_batch_is_not_replaced_by_a_shape_without_it(tmp_path):
     # HDF5Data states only the batch: a C,H,W value would silently have been a batch of 3.
-    net = tmp_path / "net.prototxt"
-    net.write_text('layer { name: "h" type: "HDF5Data" top: "data" hdf5_data_param { source: "list.txt" batch_size: 16 } }\n'
-                   'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }\n')
+    net = fed_by(tmp_path, 'layer { name: "h" type: "HDF5Data" top: "data" hdf5_data_param { source: "list.txt" batch_size: 16 } }')
     result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=3,32,32"])
     assert result.exit_code == 2 and "(axis 0: 16, not 3)" in result.output
     assert caffemem.analyze(str(net), inputs={"data": (-1, 3, 32, 32)}).nets[0].blobs["data"] == (16, 3, 32, 32)
