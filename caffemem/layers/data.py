@@ -86,16 +86,18 @@ def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[i
     None: an axis given as ``_`` that the file leaves open too (the caller asks for it)."""
     given = with_batch(q.inputs[name], template)
     override = name in q.overrides
+    stated_text, example = _dims(template), _dims(_underscored(template))
     if "..." in template:  # the axes before "..." as stated, then as many open ones as given
         head = template[: template.index("...")]
-        template = head + ("d",) * max(0, len(given) - len(head))
+        template = head + tuple(f"d{i}" for i in range(len(head), len(given)))
+        example = _dims(_underscored(head) + given)  # the value given, read as the axes after them
     elif len(given) != len(template) and not override:
         if any(isinstance(d, int) for d in template):
             raise q.fail(
                 f"--input {name}={_dims(q.inputs[name])} has {len(given)} axis(es), but the file states {len(template)} for '{name}' ({_dims(template)}); "
                 f"give each axis, _ for one the file states, e.g. --input {name}={_dims(_underscored(template, given))}"
             )
-        template = ("d",) * len(given)  # the file states no axis of it: the value is whole
+        template = tuple(f"d{i}" for i in range(len(given)))  # the file states no axis of it: the value is whole
     shape: list[int] = []
     for axis, (value, stated) in enumerate(zip(given, template)):
         if value == FROM_FILE:
@@ -107,8 +109,8 @@ def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[i
         elif isinstance(stated, int) and value != stated and not override and axis not in loose:
             hint = "--batch N changes the batch" if axis == 0 else f"--override-input {name}={_dims(q.inputs[name])} analyses it anyway"
             raise q.fail(
-                f"--input {name}={_dims(q.inputs[name])} contradicts the file: it states {_dims(template)} for '{name}' (axis {axis}: {stated}, not {value}); "
-                f"give only what the file leaves open (_ keeps an axis as stated, e.g. --input {name}={_dims(_underscored(template))}), or {hint}"
+                f"--input {name}={_dims(q.inputs[name])} contradicts the file: it states {stated_text} for '{name}' (axis {axis}: {stated}, not {value}); "
+                f"give only what the file leaves open (_ keeps an axis as stated, e.g. --input {name}={example}), or {hint}"
             )
         else:
             shape.append(value)
