@@ -1,8 +1,9 @@
 """`caffemem optimize` as an API: plan shared storage for a net, per phase, and prove it.
 
-schedule → liveness → plan (every strategy asked for) → replay each candidate over the
-memory model (exact bytes, lazy slots) → verify each (independent checker) → keep the
-smallest safe one; the fork's own plan is computed alongside as the baseline.
+schedule → liveness → plan (every strategy asked for) → rank the candidates by the figure
+the reports print (the card's in GPU mode) → verify them, best first (independent
+checker) → keep the first safe one and replay it over the memory model; the fork's own
+plan is computed alongside as the baseline.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from caffemem.passes.memory import (
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
-from caffemem.plan.strategies import Plan, make_plan
+from caffemem.plan.strategies import Plan, make_plan, packed_onto
 from caffemem.plan.verify import PlanData, verify_plan_on
 from caffemem.prototxt.write import read_exact
 from caffemem.schema import caffe_pb2
@@ -72,7 +73,7 @@ class PhasePlan:
     fork: MemoryReport
     fork_safe: bool
     lower_bound: int
-    candidates: dict[str, int]  # strategy -> whole-run bytes (candidates not rejected)
+    candidates: dict[str, int]  # strategy -> the figure reported as planned, were it kept (not rejected), best first
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
     as_given: int | None = None  # with --inplace: stock Caffe's total bytes for the file as given
     devices: DeviceFigures | None = None  # GPU mode: the figures on the card
@@ -150,68 +151,119 @@ def fork_plan_data(assignment: SlotAssignment) -> PlanData:
     return PlanData(dict(assignment.slot_bytes), tuple((blob.name, part, slot, 0) for (blob, part), slot in assignment.slot_of.items()))
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """One plan the optimizer may keep, with the figure it is ranked by: the whole-run
+    figure the reports print as ``planned`` (the card's in GPU mode)."""
+
+    figure: int
+    slots: int
+    name: str
+    data: PlanData
+    fork: bool = False
+    blobs_only: bool = False  # a --share-buffers candidate that shares no layer buffer
+
+    @property
+    def rank(self) -> tuple[int, int, bool, bool]:
+        # Ties: fewer slots, then caffemem's own plan before the fork's, then buffers shared.
+        return (self.figure, self.slots, self.fork, self.blobs_only)
+
+
+ON_HOST_ONLY = "touched only on the host in a GPU run: a slot is cudaMalloc'd on the card, so sharing it would only add to the card"
+
+
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
-    """Plan one built net (one phase): every strategy asked for, replayed and verified."""
+    """Plan one built net (one phase): every strategy asked for, ranked by the figure the
+    reports print (the card's in GPU mode), verified, the smallest safe one kept.
+
+    A plan never loses: in GPU mode storage the card never holds is kept private (the
+    patched runtime cudaMallocs every slot whole, mem_slots.cpp, so a slot of host-only
+    storage is all loss), and with ``--share-buffers`` every strategy's plan of the blobs
+    alone stays a candidate, with the buffers added to its packing where each pays
+    (:func:`packed_onto`), so sharing buffers never ends above not sharing them."""
     on_card_run = prepare_run(shaped, specs, options)
     run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
     stock = replay(run)
     schedule = build_schedule(shaped, specs, options.dtype, run=run)
     cpu_schedule = build_schedule(shaped, specs, options.dtype, run=on_cpu) if on_cpu is not None else None
-    keep = kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)) if cpu_schedule is not None else None
-    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep and {member: f"on the CPU: {why}" for member, why in keep.items()})
-
+    keep: dict[tuple[BlobId, str], str] = {}
+    if cpu_schedule is not None:
+        keep = {member: f"on the CPU: {why}" for member, why in kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)).items()}
+    on_card = stock_card = None
+    if options.device == "gpu":
+        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
+        stock_card = on_card(on_card_run)
+        on_host = [c for c in schedule.classes if not any(member in stock_card.on_device for member in c.members)]
+        keep |= {member: ON_HOST_ONLY for c in on_host for member in c.members if member not in keep}
+    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
     schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
 
     fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
     fork = replay(fork_run(run), fork_slots)  # the fork running its own plan
+    fork_card = on_card(fork_run(on_card_run), slots=fork_slots) if on_card is not None else None
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan_on(schedules, fork_data)
 
-    # Every shareable class is touched, so a plan's run costs the stock run, less the
-    # classes' own storage, plus its slots: candidates are ranked by that, and only the
-    # best one that passes the verifier is replayed.
+    # Every shareable class is touched (on the card, in GPU mode), so a plan's run costs the
+    # stock run, less the storage of the classes it places, plus its slots (each holds a
+    # class the card touches, so the card holds it whole, as the runtime cudaMallocs it):
+    # candidates are ranked by that, unreplayed, in the figure the reports print.
     shareable = sum(life.bytes for life in liveness.shareable)
-    ranked: list[tuple[int, int, bool, str, PlanData]] = []
+    stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
+
+    def candidates_of(plans: Mapping[str, Plan], blobs_only: bool = False) -> list[_Candidate]:
+        found = []
+        for name, plan in plans.items():
+            figure = stock_figure - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes
+            found.append(_Candidate(figure, len(plan.slots), name, plan_data(plan, schedule), blobs_only=blobs_only))
+        return found
+
+    ranked: list[_Candidate] = []
     if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations):
-        ranked.append((fork.heap_total, len(fork_data.slot_bytes), True, "fork", fork_data))
+        figure = fork_card.device_bytes if fork_card is not None else fork.total_bytes
+        ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork=True))
     if settings.strategy != "fork":
-        for name, candidate in make_plan(liveness, settings.strategy).items():
-            cost = stock.heap_total - shareable + candidate.slot_bytes
-            ranked.append((cost, len(candidate.slots), False, name, plan_data(candidate, schedule)))
-    ranked.sort(key=lambda item: item[:3])
+        ranked += candidates_of(make_plan(liveness, settings.strategy))
+        buffers = tuple(life for life in liveness.shareable if schedule.classes[life.storage].kind == "buffer")
+        if settings.share_buffers and buffers:
+            blobs = lifetimes(schedule, settings.exclude, False, keep or None)
+            alone = make_plan(blobs, settings.strategy)
+            ranked += candidates_of(alone, blobs_only=True)
+            onto = {name: packed_onto(plan, blobs.shareable, buffers) for name, plan in alone.items() if len(plan.slots) == 1 and plan.slots[0].offsets}
+            ranked += candidates_of(onto)
+    ranked.sort(key=lambda c: c.rank)
     rejected: dict[str, str] = {}
-    chosen = None
-    for cost, _, _, name, data in ranked:
-        violations = [] if name == "fork" else verify_plan_on(schedules, data)
+    chosen, at = None, len(ranked)
+    for at, found in enumerate(ranked):  # verified best first, until one passes
+        violations = [] if found.fork else verify_plan_on(schedules, found.data)
         if not violations:
-            chosen = (name, data)
+            chosen = found
             break
-        rejected[name] = str(violations[0])
+        rejected.setdefault(found.name, str(violations[0]))
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
-    name, data = chosen
-    assignment = fork_slots if name == "fork" else assignment_of(data, schedule)
-    planned = fork if name == "fork" else replay(run, assignment)
+    assignment = fork_slots if chosen.fork else assignment_of(chosen.data, schedule)
+    planned = fork if chosen.fork else replay(run, assignment)
     devices = None
-    if options.device == "gpu":
-        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
-        devices = DeviceFigures(on_card(on_card_run), on_card(fork_run(on_card_run), slots=fork_slots), on_card(on_card_run, slots=assignment))
-
-    shareable = sum(life.bytes for life in liveness.shareable)
+    if on_card is not None:
+        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else on_card(on_card_run, slots=assignment))
+    candidates: dict[str, int] = {}  # each strategy's best variant not rejected, best first
+    for found in ranked[at:]:
+        candidates.setdefault(found.name, found.figure)
     return PhasePlan(
         phase=shaped.graph.phase,
         shaped=shaped,
         schedule=schedule,
         liveness=liveness,
-        strategy=name,
-        plan_data=data,
+        strategy=chosen.name,
+        plan_data=chosen.data,
         stock=stock,
         planned=planned,
         fork=fork,
         fork_safe=not fork_violations,
         lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak,
-        candidates={name: cost for cost, _, _, name, _ in ranked if name not in rejected},
-        rejected=rejected,
+        candidates=candidates,
+        rejected={name: why for name, why in rejected.items() if name not in candidates},
         devices=devices,
         schedules=schedules,
         batch=net_batch(shaped, specs),

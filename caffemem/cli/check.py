@@ -51,6 +51,7 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
     \b
     Examples:
       caffemem check models/ --budget 11GiB
+      caffemem check models/ --baseline .caffemem-baseline.json --update-baseline   # once, then commit it
       caffemem check models/ --baseline .caffemem-baseline.json --format github
     """
     from caffemem.api.analyze import Options

@@ -31,8 +31,8 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
 
     \b
     Examples:
-      caffemem fit solver.prototxt --gpu-memory 11GiB
-      caffemem fit train_val.prototxt --gpu-memory 16GB --gpus 4 --effective-batch 256 --optimized
+      caffemem fit solver.prototxt --gpu-memory 11GiB --input data=3,224,224
+      caffemem fit train_val.prototxt --input data=3,224,224 --gpu-memory 16GB --gpus 4 --effective-batch 256 --optimized
     """
     from caffemem.api.fit import FitRequest, default_reserve
     from caffemem.api.fit import fit as run_fit

@@ -21,6 +21,7 @@ from caffemem.cli.common import (
     write_html,
 )
 from caffemem.plan.strategies import STRATEGY_NAMES
+from caffemem.units import mib
 
 
 @click.command("optimize", epilog=EXIT_CODES_HELP)
@@ -46,7 +47,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
 
     \b
     Examples:
-      caffemem optimize train_val.prototxt -o train_val.optimized.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
     """
     from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions
@@ -72,6 +73,17 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         result = run_optimize(net, options, settings, force=force)
     document = optimize_json(result)
     inputs_read = input_files(result, options)
+    losing = [phase for phase in result.phases if phase.totals()["planned"] > phase.totals()["stock"]]
+    if losing and (output or plan_json):
+        where = "on the card" if options.device == "gpu" else "in all"
+        for phase in losing:
+            totals = phase.totals()
+            click.echo(
+                f"caffemem: the {phase.strategy} plan of {phase.phase} holds {mib(totals['planned'])} {where}, more than stock Caffe's "
+                f"{mib(totals['stock'])}: nothing written ({net}). --strategy auto never plans above stock Caffe.",
+                err=True,
+            )
+        sys.exit(EXIT_FINDING)
     if output:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))

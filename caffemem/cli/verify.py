@@ -23,8 +23,10 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
 
     \b
     Examples:
-      caffemem verify train_val.prototxt plan.json
-      caffemem verify train_val.prototxt plan.json --phase TEST --input data=10,3,224,224
+      caffemem optimize deploy.prototxt --plan-json plan.json
+      caffemem verify deploy.prototxt plan.json
+      caffemem optimize train_val.prototxt --input data=3,224,224 --plan-json plan.json
+      caffemem verify train_val.prototxt plan.json --phase TEST --input data=3,224,224
     """
     from caffemem.api.verify import verify
 

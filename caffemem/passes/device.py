@@ -17,7 +17,10 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
   (set_gpu_data), so the tops own no device data.
 - A cudaMalloc a layer makes itself (cuDNN's workspace and LCN temporaries) is device
   memory.  The workspace's size is cuDNN's choice at run time: BVLC asks for algorithms
-  needing at most 8 MiB per query, so it is reported as a range, 0 to that bound.
+  needing at most 8 MiB per query, so a layer's own workspace is reported as a range, 0 to
+  that bound.  A workspace a plan puts in a slot (``--share-buffers``) is exact: the
+  patched layer uses the slot instead of its cudaMalloc and asks cuDNN only for algorithms
+  that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like any other.
 
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
 handles) are kept apart: the context as a constant with its source, handles as counts.
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 
 from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
+from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.memory import Heap, Run, SlotAssignment, owned_params
 from caffemem.units import DTYPE_BYTES
 
@@ -48,7 +52,6 @@ CAUSES = (
     "solver_history",
     "cuda_context",
 )
-WORKSPACE_BUFFER = "cudnn_workspace"  # the name the cuDNN (de)convolution rules give it
 
 
 @dataclass(frozen=True)
@@ -122,12 +125,15 @@ class DeviceReport:
     layers: tuple[LayerSides, ...]
     device_by_cause: dict[str, int]  # every cause of CAUSES; the workspace at its upper bound
     host_by_cause: dict[str, int]
-    workspace_bytes_max: int  # cuDNN workspaces: the most BVLC's 8 MiB limit lets them take
+    workspace_bytes_max: int  # the layers' own cuDNN workspaces (not in a plan's slot): the most BVLC's 8 MiB limit lets them take
     untouched_param_diff_bytes: int  # owners' device diffs no Backward touched (ClearParamDiffs allocates them)
     handles: Handles
     context: Constant
     gpus: int = 1
     notes: tuple[str, ...] = field(default=())
+    # Every (blob, part) the run touches on the device: a plan may share only these on the
+    # card, where the patched runtime cudaMallocs every slot whole (api/optimize.py).
+    on_device: frozenset[tuple[BlobId, str]] = frozenset()
 
     @property
     def device_bytes(self) -> int:
@@ -184,13 +190,12 @@ class _TwoSidedHeap:
         self.side = "host"
         self.charged: dict[tuple[str, Bucket], int] = {}
         self.by_cause: dict[tuple[str, str], int] = {}
+        self.on_device: set[tuple[BlobId, str]] = set()
 
     def _charge(self, blob_id: BlobId, category: str, amount: int, side: str = "host") -> None:
         key = (side, self.bucket)
         self.charged[key] = self.charged.get(key, 0) + amount
         cause = "prefetch" if self.bucket.stage == "prefetch" else category
-        if side == "device" and blob_id.kind == "buffer" and blob_id.name.endswith("/" + WORKSPACE_BUFFER):
-            cause = "cudnn_workspace"
         self.by_cause[(side, cause)] = self.by_cause.get((side, cause), 0) + amount
 
     # A Blob, its shape buffer (written on the host: _charge's default side) and its growth
@@ -208,12 +213,17 @@ class _TwoSidedHeap:
         elif isinstance(action, Alloc):
             blob = self.blob(action.blob, action.elem)
             if blob.data is None:
-                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, blob.category)
+                # A layer's own cuDNN workspace is its own cause (the range); in a slot it is not.
+                workspace = action.device and action.blob.kind == "buffer" and action.blob.name.endswith("/" + WORKSPACE_BUFFER)
+                category = "cudnn_workspace" if workspace else blob.category
+                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, category)
             self.touch(action.blob, "data", "device" if action.device else "host")
 
     def touch(self, blob_id: BlobId, part: str, side: str) -> None:
         if side == "device" and part == "data" and blob_id in self.batch_tops:
             return  # set_gpu_data: the batch's device copy, counted as prefetch
+        if side == "device":
+            self.on_device.add((blob_id, part))
         copies = getattr(self.blob(blob_id), part)
         if copies is not None and not getattr(copies, side):
             setattr(copies, side, True)
@@ -340,6 +350,7 @@ def device_footprint(
         context=context,
         gpus=gpus,
         notes=notes,
+        on_device=frozenset(heap.on_device),
     )
 
 
@@ -367,7 +378,7 @@ def gpu_caveat(device: DeviceReport) -> str:
     if not device.context.measured_for_caffe:
         parts.append(f"the CUDA context is a published {device.context.bytes // (1024 * 1024)} MiB (--context-mib gives yours)")
     parts.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized")
-    if device.engine == "cudnn":
+    if device.engine == "cudnn" and device.device_by_cause.get("cudnn_workspace", 0) > 0:
         parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")
     if device.gpus > 1:
         parts.append(f"with --gpus {device.gpus} every card holds the figure (NCCL's buffers not counted)")

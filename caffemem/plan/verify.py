@@ -6,7 +6,9 @@ schedule over shadow memory that tags every slot with the storage that last wrot
 and reports — naming step, layer and blob — every read of a slot another blob has
 overwritten since, every slot smaller than one of its members, and every planned storage
 that Net::Init fills (slots take over only when Init ends).  Storage of a net blob that
-the run never touches may be assigned anywhere: Caffe never allocates it.
+the run never touches may be assigned anywhere: Caffe never allocates it; so may a layer's
+cuDNN workspace that this run does not have (the CPU run of a plan made for the card:
+Caffe's own convolution takes none).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.layers.access import BlobId
+from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.schedule import Schedule
 from caffemem.prototxt.read import read_input
 
@@ -141,9 +144,10 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
         if storage is None:
-            if blob not in schedule.shaped.blob_shapes or kind not in ("data", "diff"):
+            known = blob in schedule.shaped.blob_shapes or (kind == "data" and _names_a_workspace(schedule, blob))
+            if not known or kind not in ("data", "diff"):
                 violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
-            continue  # a net blob's data or diff the run never touches: never allocated
+            continue  # a storage the run never touches (or a cuDNN workspace it has not): never allocated
         if storage in schedule.init_touched:
             violations.append(Violation(0, "init", blob, f"its {kind} is filled during Net::Init, before the plan's slots take over, which discards it"))
         size = schedule.classes[storage].bytes
@@ -155,6 +159,13 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
     return violations + replay_violations(schedule, place)
+
+
+def _names_a_workspace(schedule: Schedule, buffer: str) -> bool:
+    """Is ``buffer`` the cuDNN workspace of one of the net's layers ("<index>:<layer>/cudnn_workspace")?"""
+    index, _, rest = buffer.partition(":")
+    layers = schedule.shaped.graph.layers
+    return index.isdigit() and int(index) < len(layers) and rest == f"{layers[int(index)].name}/{WORKSPACE_BUFFER}"
 
 
 def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "ShadowMemory | None" = None) -> list[Violation]:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from caffemem._version import __version__
 from caffemem.api.check import Report, Row, change_percent, signed
+from caffemem.report.schemas import schema_version
 from caffemem.units import mib
 
 
@@ -51,6 +52,7 @@ def render_json(report: Report) -> str:
     """One document: the gate, the verdict and every row with exact bytes."""
     gate = report.gate
     document = {
+        "schema_version": schema_version("check"),
         "caffemem": __version__,
         "budget": gate.budget,
         "baseline": gate.baseline.path if gate.baseline else None,

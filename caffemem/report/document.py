@@ -11,6 +11,7 @@ from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
 from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
+from caffemem.report.schemas import schema_version
 from caffemem.units import percent_of
 
 
@@ -114,10 +115,10 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
     with the training process first: its ``total_bytes`` is the terminal's headline."""
     caveats = _caveats(net.device for net in analysis.nets)
     if analysis.kind == "net":
-        document = net_json(analysis.nets[0])
+        document = {"schema_version": schema_version("analyze"), **net_json(analysis.nets[0])}
         document["notes"] = list(analysis.notes) + document["notes"] + caveats
         return document
-    document: dict[str, Any] = {"solver": analysis.path}
+    document: dict[str, Any] = {"schema_version": schema_version("analyze"), "solver": analysis.path}
     if analysis.process is not None:
         document["total_bytes"] = analysis.process.total_bytes
         document["process"] = asdict(analysis.process)
@@ -140,8 +141,8 @@ def phase_plan_json(phase) -> dict[str, Any]:
         "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, totals["stock"])},
         "gap_to_lower_bound_percent": percent_of(totals["planned"] - totals["lower_bound"], totals["lower_bound"]),
         "fork_plan_safe": phase.fork_safe,
-        # Ranked by the run's heap bytes (in GPU mode: both sides of every touched storage).
-        "candidates": {name: cost + phase.stock.outside_heap_bytes for name, cost in phase.candidates.items()},
+        # Each strategy's plan in the figure of bytes.planned (the card's in GPU mode), best first.
+        "candidates": dict(phase.candidates),
         "rejected": phase.rejected,
         "peak": {
             "step": liveness.peak_step,
@@ -158,7 +159,7 @@ def phase_plan_json(phase) -> dict[str, Any]:
 
 def optimize_json(result) -> dict[str, Any]:
     phases = [phase_plan_json(p) for p in result.phases]
-    document: dict[str, Any] = {"file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
+    document: dict[str, Any] = {"schema_version": schema_version("optimize"), "file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
     caveats = _caveats(phase.devices.stock for phase in result.phases if phase.devices is not None)
     if caveats:
         document["notes"] = caveats

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from caffemem.api.fit import FitResult
+from caffemem.report.schemas import schema_version
 from caffemem.units import format_size
 
 
@@ -12,6 +13,7 @@ def fit_json(result: FitResult) -> dict[str, Any]:
     """One document: the answer, its neighbour, the schedule and every evaluation made."""
     request, following, schedule = result.request, result.following, result.schedule
     return {
+        "schema_version": schema_version("fit"),
         "net": result.path,
         "kind": result.subject.kind,
         "phase": result.subject.phase,

@@ -145,6 +145,19 @@ def test_table_for_the_other_phase_changes_nothing(stock_caffe, patched_caffe, t
     assert abs(heap(patched)["heap_peak"] - heap(stock)["heap_peak"]) <= max(0.001 * heap(stock)["heap_peak"], 16384)
 
 
+def test_a_plan_made_for_the_card_runs_bit_identical_in_a_caffe_without_cudnn(stock_caffe, patched_caffe, tmp_path):
+    """`--device gpu --share-buffers` plans the cuDNN convolutions' workspaces (patch v3);
+    a CPU-only Caffe builds Caffe's own convolutions, which take none, so the binder skips
+    those members, binds the rest and the run is stock's, bit for bit."""
+    case, net = _lenet(tmp_path)
+    optimized = tmp_path / "lenet.gpu.prototxt"
+    optimize(net, optimized, "--phase", "train", "--share-buffers", "--device", "gpu")
+    assert '"1:conv1/cudnn_workspace"' in optimized.read_text()
+    stock_caffe.run(net, "TRAIN", case.iters, tmp_path / "stock.dump")
+    patched_caffe.run(optimized, "TRAIN", case.iters, tmp_path / "patched.dump")
+    assert (tmp_path / "patched.dump").read_text() == (tmp_path / "stock.dump").read_text()
+
+
 def test_a_reshape_that_outgrows_the_slots_falls_back_with_one_warning(stock_caffe, patched_caffe, tmp_path, monkeypatch):
     case, net = _lenet(tmp_path)
     optimized = tmp_path / "lenet.opt.prototxt"
