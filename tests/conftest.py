@@ -49,7 +49,7 @@ def run_inputs(run: dict) -> dict:
     return {name: tuple(shape) for name, shape in run["inputs"].items()}
 
 
-def run_shape_rule(layer_text: str, *bottoms: tuple[int, ...], phase: str = "TRAIN", inputs=None):
+def run_shape_rule(layer_text: str, *bottoms: tuple[int, ...], phase: str = "TRAIN", inputs=None, overrides=frozenset()):
     """Parse one LayerParameter in text form and run its registered shape rule."""
     from google.protobuf import text_format
 
@@ -61,7 +61,7 @@ def run_shape_rule(layer_text: str, *bottoms: tuple[int, ...], phase: str = "TRA
     layer = Layer(0, proto.name, proto.type, tuple(proto.bottom), tuple(proto.top), proto, line=1)
     spec = SpecTable().get(proto.type)
     assert spec is not None, f"no spec for {proto.type}"
-    return spec.shape(ShapeQuery(layer, tuple(tuple(b) for b in bottoms), phase, dict(inputs or {})))
+    return spec.shape(ShapeQuery(layer, tuple(tuple(b) for b in bottoms), phase, dict(inputs or {}), overrides=frozenset(overrides)))
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.filter import filter_net, make_state, phase_name
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.memory import MemoryReport, Run, merged_run, prepare, simulate
-from caffemem.passes.shapes import INT_MAX, infer_shapes
+from caffemem.passes.shapes import FROM_FILE, INT_MAX, infer_shapes
 from caffemem.passes.solver import ProcessFootprint, solver_footprint
 from caffemem.passes.splits import insert_splits
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
@@ -34,7 +34,8 @@ class Options:
     phase: str | None = None  # None: TRAIN for a net with a loss, else TEST
     stages: tuple[str, ...] = ()
     level: int | None = None
-    inputs: Mapping[str, Shape] = field(default_factory=dict)
+    inputs: Mapping[str, Shape] = field(default_factory=dict)  # --input and --override-input values
+    overrides: frozenset[str] = frozenset()  # the keys of ``inputs`` given with --override-input
     layers_file: str | None = None
     lenient: bool = False
     dtype: str = "float32"
@@ -309,7 +310,9 @@ def _build_net(source: NetSource, upgraded: caffe_pb2.NetParameter, state: caffe
         auto_tops=lambda layer_type: _auto_top_count(specs, layer_type),
     )
     produced = {top for layer in graph.layers for top in layer.tops}
-    return infer_shapes(graph, specs, inputs_for(options.inputs, role, file, graph.phase, produced), source.stored_params, batch=options.batch)
+    overrides = inputs_for({key: options.inputs[key] for key in options.overrides if key in options.inputs}, role, file, graph.phase, produced)
+    inputs = inputs_for(options.inputs, role, file, graph.phase, produced)
+    return infer_shapes(graph, specs, inputs, source.stored_params, batch=options.batch, overrides=frozenset(name for name in overrides if inputs[name] == overrides[name]))
 
 
 def inputs_for(inputs: Mapping[str, Shape], role: str | None, file: str, phase: str | None = None, produced: set[str] | None = None) -> dict[str, Shape]:
@@ -393,18 +396,22 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
     return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs))
 
 
-def parse_inputs(values: Sequence[str]) -> dict[str, Shape]:
-    """`NAME=d0,d1,...` strings (the --input flag) as a name → shape mapping."""
+def parse_inputs(values: Sequence[str], overrides: Sequence[str] = ()) -> dict[str, Shape]:
+    """`NAME=d0,d1,...` strings (the --input flag, then --override-input) as a name →
+    shape mapping.  An axis written `_` keeps the file's value (FROM_FILE)."""
     inputs: dict[str, Shape] = {}
-    for value in values:
+    flags: dict[str, str] = {}
+    for flag, value in [("--input", v) for v in values] + [("--override-input", v) for v in overrides]:
         name, sep, dims = value.partition("=")
         name = name.strip()
         parts = [d.strip() for d in dims.split(",")]
         # Each dim is one of Caffe's ints: digits only (no sign, no "1e3"), at most INT_MAX.
-        if not name or not sep or not all(re.fullmatch(r"[0-9]{1,10}", d) and int(d) <= INT_MAX for d in parts):
-            raise CaffememError(f"--input '{excerpt(value)}': expected NAME=d0,d1,... with whole numbers from 0 to {INT_MAX}, e.g. data=1,3,224,224")
-        shape = tuple(int(d) for d in parts)
+        if not name or not sep or not all(d == "_" or (re.fullmatch(r"[0-9]{1,10}", d) and int(d) <= INT_MAX) for d in parts):
+            raise CaffememError(
+                f"{flag} '{excerpt(value)}': expected NAME=d0,d1,... with whole numbers from 0 to {INT_MAX} or _ (the file's own value), e.g. data=1,3,224,224 or data=_,3,_,_"
+            )
         if name in inputs:
-            raise CaffememError(f"--input {name} is given twice")
-        inputs[name] = shape
+            raise CaffememError(f"{flag} {name} is given twice" if flags[name] == flag else f"{name} is given with both --input and --override-input")
+        flags[name] = flag
+        inputs[name] = tuple(FROM_FILE if d == "_" else int(d) for d in parts)
     return inputs

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from caffemem._version import __version__
 from caffemem.api.analyze import Options, analyze, net_phases, spec_table
+from caffemem.api.config import CheckConfig
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.memory import MemoryReport
@@ -71,6 +72,7 @@ class Measurement:
     # "#2", "#3"...): a change of the total is explained by the layers that changed.
     layers: tuple[tuple[str, int, int | None], ...] = ()
     batch: int | None = None  # the batch measured (a process: its train net's), as analyze states it
+    budget: int | None = None  # this file's own budget (a config file's entry); None: the run's
 
     @property
     def key(self) -> str:
@@ -209,23 +211,26 @@ class CheckSettings:
 
     options: Options = Options()
     optimized: bool = False
+    config: CheckConfig | None = None  # the repository's per-file settings (caffemem.toml)
+    budget: int | None = None  # --budget (the config's budgets apply where it is None)
 
 
 def check_file(path: str, settings: CheckSettings) -> tuple[Outcome, ...]:
     """Every net and phase of one file, measured; bad input becomes a Problem (a phase
     that fails does not hide the phase that builds)."""
     try:
-        source = load(path, lenient=settings.options.lenient, max_text_bytes=settings.options.max_input_bytes)
-        options = replace(settings.options, inputs=_inputs_named_in(source, settings.options.inputs))
+        options, budget = settings.config.settings_for(path, settings.options, settings.budget) if settings.config else (settings.options, None)
+        source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+        options = replace(options, inputs=_inputs_named_in(source, options.inputs))
         if isinstance(source, SolverSource):
-            return _check_solver(path, source, options, settings.optimized)
+            return tuple(replace(outcome, budget=budget) if isinstance(outcome, Measurement) else outcome for outcome in _check_solver(path, source, options, settings.optimized))
         phases = [options.phase] if options.phase else _phases_of(source, options)
     except (CaffememError, RecursionError) as error:
         return (problem_of(path, None, error),)
     outcomes: list[Outcome] = []
     for phase in phases:
         try:
-            outcomes.append(_net_measurement(path, replace(options, phase=phase), settings.optimized))
+            outcomes.append(replace(_net_measurement(path, replace(options, phase=phase), settings.optimized), budget=budget))
         except (CaffememError, RecursionError) as error:
             outcomes.append(problem_of(path, phase, error))
     return tuple(outcomes)
@@ -432,7 +437,7 @@ def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool
         file = old.key_of(outcome.file)
         entries = nets.setdefault(file, {})
         if isinstance(outcome, Measurement):
-            entries[outcome.key] = BaselineEntry(outcome.bytes, __version__, budget, {key: size for key, size, _ in outcome.layers})
+            entries[outcome.key] = BaselineEntry(outcome.bytes, __version__, budget if outcome.budget is None else outcome.budget, {key: size for key, size, _ in outcome.layers})
         elif comparable:
             kept = old.nets.get(file, {})
             entries.update({key: entry for key, entry in kept.items() if outcome.phase is None or key == outcome.key})
@@ -508,12 +513,13 @@ def judge(outcome: Outcome, gate: Gate) -> Row:
     size = outcome.bytes
     statuses: list[str] = []
     notes: list[str] = []
-    if gate.budget is not None:
-        if size > gate.budget:
+    budget = gate.budget if outcome.budget is None else outcome.budget
+    if budget is not None:
+        if size > budget:
             statuses.append("over-budget")
-            notes.append(f"{mib(size)} is over the budget of {mib(gate.budget)} by {mib(size - gate.budget)}")
+            notes.append(f"{mib(size)} is over the budget of {mib(budget)} by {mib(size - budget)}")
         else:
-            notes.append(f"{used(size, gate.budget)} of the budget")
+            notes.append(f"{used(size, budget)} of the budget")
     entry = gate.baseline.entry(outcome) if gate.baseline is not None else None
     if gate.baseline is not None and entry is None:
         statuses.append("new")
@@ -528,7 +534,7 @@ def judge(outcome: Outcome, gate: Gate) -> Row:
             line = next((at for _, at in changes if at is not None), 1)
         notes.append(note)
     status = next((s for s in FAILING + ("accepted", "shrank", "new") if s in statuses), "pass")
-    return Row(outcome.file, outcome.net, outcome.phase, size, gate.budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), line, outcome.batch)
+    return Row(outcome.file, outcome.net, outcome.phase, size, budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), line, outcome.batch)
 
 
 LAYERS_NAMED = 3  # the layers a changed figure is explained by, largest change first
@@ -614,7 +620,8 @@ class Report:
         """One line: the verdict and what the nets were held to."""
         verdict = "passed" if self.exit_code == 0 else "failed"
         counts = f"{self.failed} failed, {self.errors} bad input, {self.passed} passed"
-        held = [f"budget {mib(self.gate.budget)}" if self.gate.budget is not None else "no budget"]
+        budgets = sorted({row.budget for row in self.rows if row.budget is not None})
+        held = [f"budget {mib(budgets[0])}" if len(budgets) == 1 else f"budgets {mib(budgets[0])} to {mib(budgets[-1])}" if budgets else "no budget"]
         if self.gate.baseline is not None:
             held.append(f"baseline {display_path(self.gate.baseline.path)} ± {percent(self.gate.tolerance)}")
         held.append("optimized plan" if self.optimized else "stock Caffe")

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, console, device_flags, device_options, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, OVERRIDE_INPUT_OPTION, console, device_flags, device_options, given_inputs, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 from caffemem.units import DTYPE_BYTES
 
@@ -30,7 +30,9 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--update-baseline", is_flag=True, help="Rewrite --baseline with the bytes measured now (growth is accepted).")
 @click.option("--tolerance", default="2%", show_default=True, metavar="PCT", help="Growth allowed against the baseline: 2% or 0.02.")
 @click.option("--format", "output_format", type=click.Choice(list(RENDERERS)), default="text", show_default=True)
-@click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name: the axes the file leaves open, _ for one it states (repeatable).")
+@OVERRIDE_INPUT_OPTION
+@click.option("--config", "config_file", metavar="FILE", help="Per-file inputs, phase, stages and budget (default: caffemem.toml or pyproject.toml's [tool.caffemem] here or above, up to the repository's root).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
 @click.option("--lenient", is_flag=True, help="Skip unknown fields with a warning instead of failing.")
 @click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default="float32", show_default=True, help="Caffe's Dtype.")
@@ -40,7 +42,7 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @GPUS_OPTION
 @click.option("--report", "reports", multiple=True, metavar="FORMAT:FILE", help="Also write the report in FORMAT to FILE (repeatable), e.g. markdown:$GITHUB_STEP_SUMMARY.")
 @reports_errors
-def check_command(paths, budget, phase, stages, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, lenient, dtype, jobs, engine, reports) -> None:
+def check_command(paths, budget, phase, stages, optimized, baseline, update_baseline, tolerance, output_format, inputs, config_file, layers_file, lenient, dtype, jobs, engine, reports) -> None:
     """Fail when a net outgrows the memory budget or its committed baseline (a CI gate).
 
     PATHs are files, folders (every *.prototxt below them) and globs; a solver is
@@ -52,7 +54,8 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
       caffemem check models/ --baseline .caffemem-baseline.json --update-baseline   # once, then commit it
       caffemem check models/ --baseline .caffemem-baseline.json --format github
     """
-    from caffemem.api.analyze import Options, parse_inputs
+    from caffemem.api.analyze import Options
+    from caffemem.api.config import find_config, read_config
     from caffemem.api.check import (
         CheckSettings,
         Gate,
@@ -74,13 +77,15 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
     options = device_options(
-        Options(phase=phase.upper() if phase else None, stages=tuple(stages), inputs=parse_inputs(inputs), layers_file=layers_file, lenient=lenient, dtype=dtype, engine=engine)
+        Options(phase=phase.upper() if phase else None, stages=tuple(stages), **given_inputs(inputs), layers_file=layers_file, lenient=lenient, dtype=dtype, engine=engine)
     )
     device = options.device
     old = _measured_as(read_baseline(baseline, optimized, missing_ok=update_baseline, device=device), optimized, device) if baseline else None
     targets = collect_files(paths)
     checked = [target for target in targets if isinstance(target, str)]
-    outcomes = _run_with_progress(targets, CheckSettings(options, optimized), jobs)
+    config_path = config_file or find_config()
+    config = read_config(config_path) if config_path else None
+    outcomes = _run_with_progress(targets, CheckSettings(options, optimized, config, budget_bytes), jobs)
     gate = Gate(budget_bytes, old, tolerance_fraction, accept_growth=update_baseline)
     wrote = None
     if update_baseline and old is not None and any(isinstance(outcome, Measurement) for outcome in outcomes):

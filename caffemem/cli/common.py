@@ -103,6 +103,26 @@ MAX_INPUT_SIZE_OPTION = click.option(
 )
 
 
+# Read by given_inputs through the context, so no command lists it among its parameters.
+OVERRIDE_INPUT_OPTION = click.option(
+    "--override-input",
+    multiple=True,
+    metavar="NAME=d0,d1,...",
+    expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__("caffemem.override_inputs", tuple(value)),
+    help="Shape of a data-layer top that replaces what the file states (reported as an override; repeatable).",
+)
+
+
+def given_inputs(inputs: tuple[str, ...]) -> dict:
+    """Options' ``inputs`` and ``overrides`` from --input and --override-input."""
+    from caffemem.api.analyze import parse_inputs
+
+    context = click.get_current_context(silent=True)
+    overrides = context.meta.get("caffemem.override_inputs", ()) if context else ()
+    return {"inputs": parse_inputs(inputs, overrides), "overrides": frozenset(value.partition("=")[0].strip() for value in overrides)}
+
+
 def _remember(key: str) -> Callable:
     def callback(ctx: click.Context, _param: click.Parameter, value) -> None:
         if value is not None:
@@ -177,7 +197,8 @@ def net_options(command: Callable) -> Callable:
         click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), help="Phase to build (default: TRAIN if the net has a loss, else TEST)."),
         click.option("--stage", "stages", multiple=True, metavar="NAME", help="NetState stage (repeatable)."),
         click.option("--level", type=click.IntRange(-(2**31), 2**31 - 1), help="NetState level."),  # an int32 in NetState
-        click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top (repeatable)."),
+        click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top: the axes the file leaves open, _ for one it states (repeatable)."),
+        OVERRIDE_INPUT_OPTION,
         click.option("--layers", "layers_file", type=str, metavar="FILE", help="Declarations of custom layer types (see README)."),
         click.option("--lenient", is_flag=True, help="Skip unknown fields with a warning instead of failing."),
         click.option("--dtype", type=click.Choice(["float32", "float16", "float64"]), default="float32", show_default=True, help="Caffe's Dtype."),
@@ -192,7 +213,7 @@ def net_options(command: Callable) -> Callable:
 
 
 def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, gpus=None):
-    from caffemem.api.analyze import Options, parse_inputs
+    from caffemem.api.analyze import Options
     from caffemem.prototxt.read import MAX_TEXT_BYTES
 
     context = click.get_current_context(silent=True)
@@ -201,7 +222,7 @@ def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batc
         phase=phase.upper() if phase else None,
         stages=tuple(stages),
         level=level,
-        inputs=parse_inputs(inputs),
+        **given_inputs(inputs),
         layers_file=layers_file,
         lenient=lenient,
         dtype=dtype,

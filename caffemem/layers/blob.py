@@ -22,6 +22,8 @@ from caffemem.schema import is_repeated
 
 MAX_BLOB_AXES = 32  # kMaxBlobAxes in blob.hpp
 INT_MAX = 2**31 - 1
+# An axis given as `_` in --input: the file's own value (never a dimension: those are >= 0).
+FROM_FILE = -1
 
 
 def axis_index(q: ShapeQuery, shape: Shape, axis: int, what: str = "axis") -> int:

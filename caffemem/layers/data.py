@@ -5,9 +5,11 @@ reads (a datum in an LMDB, an image on disk, a row of an HDF5 file) passed throu
 ``DataTransformer::InferBlobShape`` (data_transformer.cpp), which replaces height and width
 by ``crop_size`` when one is set.  caffemem reads no data, so every rule here:
 
-1. gives a top named in ``--input`` (``q.inputs``) exactly that shape;
-2. otherwise derives the top from the layer's parameters wherever Caffe's own formula
-   depends on parameters only (batch sizes, crop sizes, new_height/new_width, colour);
+1. derives the top from the layer's parameters wherever Caffe's own formula depends on
+   parameters only (batch sizes, crop sizes, new_height/new_width, colour);
+2. fills the dimensions the parameters leave open from ``--input`` (``q.inputs``), which
+   must agree with the ones they state (``--override-input``, ``q.overrides``, replaces
+   them instead);
 3. otherwise raises :class:`NeedsInput` naming the tops it cannot size, with a template of
    the ``--input NAME=d0,d1,...`` value that shows the dimensions already known.
 
@@ -30,7 +32,7 @@ from caffemem.layers.access import (
     read,
     write,
 )
-from caffemem.layers.blob import int32, reshaped, with_batch
+from caffemem.layers.blob import FROM_FILE, int32, reshaped, with_batch
 from caffemem.layers.pylayers import fixed_tops, known_note, known_shapes
 from caffemem.layers.registry import Arity, ShapeQuery, layer
 
@@ -47,21 +49,93 @@ GRAY_CHANNELS = 1
 NONE = Arity.exactly(0)
 
 
-def resolve_tops(q: ShapeQuery, templates: Sequence[Template], why: str) -> LayerShapes:
-    """Apply the precedence --input > parameters > NeedsInput to each top, in top order."""
+def resolve_tops(q: ShapeQuery, templates: Sequence[Template], why: str, placeholders: Sequence[frozenset[int]] = ()) -> LayerShapes:
+    """Apply the precedence parameters > --input > NeedsInput to each top, in top order.
+
+    ``--input`` fills the axes the file leaves open and must agree with those it states
+    (:func:`given_shape`); ``--override-input`` replaces them.  ``placeholders`` names, per
+    top, stated axes that are only placeholders a program resizes at run time (OpenPose's
+    ``input_dim: 1 3 1 1``): --input may fill them as if they were open."""
     shapes: list[Shape] = []
     missing: list[tuple[str, Template]] = []
-    for name, template in zip(q.layer.tops, templates):
+    for i, (name, template) in enumerate(zip(q.layer.tops, templates)):
+        loose = placeholders[i] if i < len(placeholders) else frozenset()
         if name in q.inputs:
-            shapes.append(with_batch(q.inputs[name], template))
+            shape = given_shape(q, name, template, loose)
+            if shape is None:
+                missing.append((name, template))
+            else:
+                shapes.append(shape)
         elif all(isinstance(d, int) for d in template):
             shapes.append(reshaped(q, template, f"top '{name}'"))  # type: ignore[arg-type]
         else:
             missing.append((name, template))
     if missing:
-        flags = " ".join(f"--input {name}={','.join(str(d) for d in template)}" for name, template in missing)
-        raise NeedsInput([name for name, _ in missing], f"{why}; pass {flags}")
+        flags = " ".join(f"--input {name}={','.join(str(d) for d in _still_open(q, name, template))}" for name, template in missing)
+        raise NeedsInput([name for name, _ in missing], f"{why}; pass {flags}" if why else f"pass {flags}")
     return LayerShapes(tops=tuple(shapes))
+
+
+def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[int] = frozenset()) -> Shape | None:
+    """The shape of top ``name`` from its ``--input`` value and what the file states.
+
+    An axis given as ``_`` (:data:`FROM_FILE`) takes the file's value; a number fills an
+    axis the file leaves open (a str in ``template``) and must equal a number it states,
+    else the run stops naming both (an ``--override-input`` top takes the number given).
+    A value one axis short on a layer whose batch is known is C,H,W (:func:`with_batch`).
+    None: an axis given as ``_`` that the file leaves open too (the caller asks for it)."""
+    given = with_batch(q.inputs[name], template)
+    override = name in q.overrides
+    stated_text, example = _dims(template), _dims(_underscored(template))
+    if "..." in template:  # the axes before "..." as stated, then as many open ones as given
+        head = template[: template.index("...")]
+        template = head + tuple(f"d{i}" for i in range(len(head), len(given)))
+        example = _dims(_underscored(head) + given)  # the value given, read as the axes after them
+    elif len(given) != len(template) and not override:
+        if any(isinstance(d, int) for d in template):
+            raise q.fail(
+                f"--input {name}={_dims(q.inputs[name])} has {len(given)} axis(es), but the file states {len(template)} for '{name}' ({_dims(template)}); "
+                f"give each axis, _ for one the file states, e.g. --input {name}={_dims(_underscored(template, given))}"
+            )
+        template = tuple(f"d{i}" for i in range(len(given)))  # the file states no axis of it: the value is whole
+    shape: list[int] = []
+    for axis, (value, stated) in enumerate(zip(given, template)):
+        if value == FROM_FILE:
+            if not any(isinstance(d, int) for d in template):
+                raise q.fail(f"--input {name}={_dims(q.inputs[name])}: the file states no axis of '{name}' for _ to keep; give every axis as a number")
+            if not isinstance(stated, int):
+                return None
+            shape.append(stated)
+        elif isinstance(stated, int) and value != stated and not override and axis not in loose:
+            hint = "--batch N changes the batch" if axis == 0 else f"--override-input {name}={_dims(q.inputs[name])} analyses it anyway"
+            raise q.fail(
+                f"--input {name}={_dims(q.inputs[name])} contradicts the file: it states {stated_text} for '{name}' (axis {axis}: {stated}, not {value}); "
+                f"give only what the file leaves open (_ keeps an axis as stated, e.g. --input {name}={example}), or {hint}"
+            )
+        else:
+            shape.append(value)
+    shape.extend(given[len(template) :])  # an override may add axes
+    return reshaped(q, tuple(shape), f"top '{name}'")
+
+
+def _underscored(template: Template, given: Shape = ()) -> Template:
+    """The --input value that keeps every stated axis (``_``) and names the open ones, or
+    puts the values ``given`` there when there are as many (``data=3`` → ``_,3,_,_``)."""
+    open_axes = [i for i, d in enumerate(template) if not isinstance(d, int)]
+    values = dict(zip(open_axes, given)) if len(given) == len(open_axes) else {}
+    return tuple(values.get(i, "_" if isinstance(d, int) else d) for i, d in enumerate(template))
+
+
+def _still_open(q: ShapeQuery, name: str, template: Template) -> Template:
+    """The template of a missing top, with the axes its --input already gave filled in."""
+    given = q.inputs.get(name)
+    if given is None or len(given) != len(template) or "..." in template:
+        return template
+    return tuple(g if g != FROM_FILE and not isinstance(d, int) else d for g, d in zip(given, template))
+
+
+def _dims(shape: Sequence[object]) -> str:
+    return ",".join("_" if d == FROM_FILE else str(d) for d in shape)
 
 
 def positive_batch(q: ShapeQuery, batch_size: int, field: str) -> int:
@@ -96,7 +170,7 @@ def image_size(q: ShapeQuery, new_height: int, new_width: int, crop_size: int) -
 def follow_data(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
     """Height, width of a label map read with the data image: taken from a --input data top."""
     given = q.inputs.get(q.layer.tops[0])
-    if all(isinstance(d, int) for d in size) or given is None or len(given) not in (3, 4):
+    if all(isinstance(d, int) for d in size) or given is None or len(given) not in (3, 4) or FROM_FILE in given[-2:]:
         return size
     return given[-2], given[-1]  # N,C,H,W or, with the batch left to the layer, C,H,W
 
@@ -228,7 +302,9 @@ def _input(q: ShapeQuery) -> LayerShapes:
         templates: list[Template] = [ANY_SHAPE] * tops
     else:
         templates = [tuple(int32(d) for d in shapes[0 if len(shapes) == 1 else i].dim) for i in range(tops)]
-    return resolve_tops(q, templates, "an Input layer without input_param.shape is shaped by its caller")
+    # A 4-D shape sized 1x1 is a placeholder the program resizes (placeholder_notes): --input may size it.
+    loose = [frozenset({2, 3}) if len(t) == 4 and t[2:] == (1, 1) else frozenset() for t in templates]
+    return resolve_tops(q, templates, "an Input layer without input_param.shape is shaped by its caller", loose)
 
 
 @layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp", memory=_dummy_data_memory, gpu="none", batch_fields=_dummy_batch_fields)

@@ -27,6 +27,8 @@ class ShapeQuery:
     # project it comes from (R-FCN's copies of py-faster-rcnn's layers are told apart
     # by the PSROIPooling beside them, see pylayers.py).
     net_types: frozenset[str] = frozenset()
+    # The tops among ``inputs`` given with --override-input: they replace what the file states.
+    overrides: frozenset[str] = frozenset()
 
     @property
     def proto(self):  # caffe_pb2.LayerParameter

@@ -112,13 +112,23 @@ def load(
         raise CaffememError(f"{layers} layer blocks; caffemem plans nets of up to {MAX_LAYERS:,} layers (real ones have at most a few thousand)", Location(file=file))
     fast = None if lenient else parse_net(text)  # a plain net file, read at once (textparse.py)
     if fast is not None:
-        return _check_names(NetSource(fast[0], file, fast[1]))
+        return _check_names(NetSource(fast[0], file, _with_input_line(text, fast[1])))
     message, notes, tokens = _parse_net_or_solver(text, file, lenient)
     if isinstance(message, caffe_pb2.SolverParameter):
         if expect_net:
             raise CaffememError("is a solver, named where a solver expects a net definition", Location(file=file))
         return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd(), max_text_bytes)
-    return _check_names(NetSource(message, file, _layer_lines(text, layer_blocks(text, tokens)), notes=tuple(notes)))
+    return _check_names(NetSource(message, file, _with_input_line(text, _layer_lines(text, layer_blocks(text, tokens))), notes=tuple(notes)))
+
+
+_INPUT_FIELD = re.compile(r"^[ \t]*input[ \t]*:", re.MULTILINE)
+
+
+def _with_input_line(text: str, lines: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The line of the first top-level ``input:`` as that of the Input layer named "input"
+    that UpgradeNetInput makes of it (a message about the input points there)."""
+    found = _INPUT_FIELD.search(text) if "input" not in lines else None
+    return {**lines, "input": (text.count("\n", 0, found.start()) + 1,)} if found else lines
 
 
 _LAYER_PATH = re.compile(r"layers?\[(\d+)\]\.")

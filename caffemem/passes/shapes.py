@@ -16,6 +16,7 @@ from typing import Any
 from caffemem.errors import CaffememError, Location, NeedsInput
 from caffemem.graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
 from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
+    FROM_FILE,
     INT_MAX,
     MAX_BLOB_AXES,
     int32_wrapped,
@@ -31,8 +32,12 @@ def infer_shapes(
     inputs: Mapping[str, Shape] | None = None,
     stored_params: Mapping[str, tuple[Shape, ...]] | None = None,
     batch: int | None = None,
+    overrides: frozenset[str] = frozenset(),
 ) -> ShapedGraph:
     """Shapes for a wired graph; raises CaffememError naming the layer at fault.
+
+    ``inputs`` fill what the data layers leave open; those named in ``overrides``
+    (``--override-input``) replace what the file states, each noted with the file's shapes.
 
     ``batch`` replaces the batch of every data layer's tops (``--batch``): their first
     axis, or where a recurrent net puts it (see :func:`batch_axes`)."""
@@ -61,9 +66,11 @@ def infer_shapes(
             field, value = overflow
             raise CaffememError(f"{field}: {value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {int32_wrapped(value)})", _where(layer, graph.source))
         asked = replace(layer, proto=axes.restated[position]) if position in axes.restated else layer
-        query = ShapeQuery(asked, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs, net_types)
+        query = ShapeQuery(asked, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs, net_types, overrides & set(layer.tops))
         try:
             result = spec.shape(query)
+            _check_from_file(layer, result, inputs, graph.source)
+            notes.extend(_override_notes(spec, query, result))
         except NeedsInput as need:
             missing.extend((blob, layer, need.hint) for blob in need.blobs)
             unknown.update(layer.tops)
@@ -277,6 +284,34 @@ def _with_stored_params(layer: Layer, result: LayerShapes, stored: Mapping[str, 
     if shapes != result.params:
         notes.append(f"layer '{layer.name}': stored parameter shapes {[list(s) for s in shapes]} differ from the definition's {[list(s) for s in result.params]}; using the stored ones")
     return LayerShapes(result.tops, shapes)
+
+
+def _check_from_file(layer: Layer, result: LayerShapes, inputs: Mapping[str, Shape], file: str) -> None:
+    """A `_` axis left in a top: the layer's rule takes its --input whole (a Python or a
+    declared layer), so the file states no axis for `_` to keep."""
+    for top, shape in zip(layer.tops, result.tops):
+        if top in inputs and FROM_FILE in shape:
+            given = ",".join("_" if d == FROM_FILE else str(d) for d in inputs[top])
+            raise CaffememError(f"--input {top}={given}: the file states no axis of '{top}' for _ to keep; give every axis as a number", _where(layer, file))
+
+
+def _override_notes(spec: LayerSpec, query: ShapeQuery, result: LayerShapes) -> list[str]:
+    """One note per top given with --override-input: the shape used and the file's own
+    (the layer's rule run again without the overrides), so the output says what changed."""
+    if not query.overrides:
+        return []
+    layer = query.layer
+    try:
+        stated: tuple[Shape, ...] | None = spec.shape(replace(query, inputs={k: v for k, v in query.inputs.items() if k not in query.overrides}, overrides=frozenset())).tops
+    except (CaffememError, NeedsInput):  # the file leaves the shape open
+        stated = None
+    line = f", line {layer.line}" if layer.line else ""
+    notes = []
+    for i, top in enumerate(layer.tops):
+        if top in query.overrides:
+            own = f"states {list(stated[i])}" if stated is not None else "leaves it open"
+            notes.append(f"override: --override-input {top} gives {list(result.tops[i])} where the file {own} (layer '{layer.name}', {layer.type}{line})")
+    return notes
 
 
 def _check_inputs_used(inputs: Mapping[str, Shape], data_tops: set[str], graph: Graph) -> None:

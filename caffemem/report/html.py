@@ -28,6 +28,7 @@ from caffemem._version import __version__
 from caffemem.api.analyze import Analysis, Options, prepare_run, spec_table
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
+from caffemem.layers.blob import FROM_FILE
 from caffemem.passes.device import DeviceReport, gpu_caveat
 from caffemem.passes.liveness import Liveness, lifetimes
 from caffemem.passes.memory import CATEGORIES, MemoryReport
@@ -479,7 +480,9 @@ def options_text(options: Options, settings=None) -> str:
     optimize's own, an :class:`~caffemem.api.optimize.OptimizeSettings`)."""
     flags = [f"--phase {options.phase}"] if options.phase else ["--phase (default)"]
     flags += [f"--stage {stage}" for stage in options.stages] + ([f"--level {options.level}"] if options.level is not None else [])
-    flags += [f"--input {name}={','.join(map(str, shape))}" for name, shape in options.inputs.items()]
+    flags += [
+        f"--{'override-input' if name in options.overrides else 'input'} {name}={','.join('_' if d == FROM_FILE else str(d) for d in shape)}" for name, shape in options.inputs.items()
+    ]
     flags += [f"--dtype {options.dtype}", f"--device {options.device}", f"--engine {options.build_engine}"] + ([f"--batch {options.batch}"] if options.batch else [])
     flags += ([f"--gpus {options.gpus}"] if options.gpus > 1 else []) + ([f"--context-mib {options.context_bytes // MIB}"] if options.context_bytes is not None else [])
     if settings is not None:

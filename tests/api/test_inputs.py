@@ -33,13 +33,15 @@ def test_a_shape_without_batch_keeps_each_phases_batch_and_optimize_writes_both_
 
 
 def test_phase_qualified_inputs_go_to_their_phase_only():
-    train = caffemem.analyze(LENET, phase="TRAIN", inputs={"TEST:data": (8, 1, 28, 28), "TEST:label": (8,)}).nets[0]
-    test = caffemem.analyze(LENET, phase="TEST", inputs={"TEST:data": (8, 1, 28, 28), "TEST:label": (8,)}).nets[0]
+    options = caffemem.Options(inputs={"TEST:data": (8, 1, 28, 28), "TEST:label": (8,)}, overrides=frozenset({"TEST:data", "TEST:label"}))
+    train = caffemem.analyze(LENET, options, phase="TRAIN").nets[0]
+    test = caffemem.analyze(LENET, options, phase="TEST").nets[0]
     assert train.blobs["data"] == (64, 1, 28, 28) and test.blobs["data"] == (8, 1, 28, 28)
 
 
 def test_a_qualified_input_wins_over_a_plain_one():
-    net = caffemem.analyze(LENET, phase="TEST", inputs={"data": (16, 1, 28, 28), "TEST:data": (8, 1, 28, 28), "label": (8,)}).nets[0]
+    inputs = {"data": (16, 1, 28, 28), "TEST:data": (8, 1, 28, 28), "label": (8,)}
+    net = caffemem.analyze(LENET, caffemem.Options(inputs=inputs, overrides=frozenset(inputs)), phase="TEST").nets[0]
     assert net.blobs["data"] == (8, 1, 28, 28)
 
 
@@ -50,7 +52,7 @@ def test_a_solvers_nets_take_only_the_inputs_they_have(tmp_path):
         'layer { name: "ip" type: "InnerProduct" bottom: "pixels" top: "ip" inner_product_param { num_output: 10 } }\n'
     )
     (tmp_path / "solver.prototxt").write_text('train_net: "train.prototxt"\ntest_net: "test.prototxt"\ntest_iter: 1\ntest_interval: 10\nbase_lr: 0.1\nlr_policy: "fixed"\n')
-    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "solver.prototxt"), "--input", "data=2,1,28,28", "--input", "label=2", "--json"])
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "solver.prototxt"), "--override-input", "data=2,1,28,28", "--override-input", "label=2", "--json"])
     assert result.exit_code == 0, result.output
     nets = json.loads(result.output)["nets"]
     assert nets[0]["blobs"][0] == {"name": "data", "shape": [2, 1, 28, 28]} and nets[1]["blobs"][0] == {"name": "pixels", "shape": [4, 1, 28, 28]}
@@ -99,3 +101,106 @@ def test_an_error_in_one_phase_names_that_phase_and_the_line(tmp_path):
     result = CliRunner().invoke(main, ["optimize", str(net)])
     assert result.exit_code == 2
     assert result.output.startswith(f"caffemem: error: {net}:{line}: TEST net: layer 'probe' (ReLU): bottom 0 'nowhere'"), result.output
+
+
+# ----------------------------------------------------------------------------- inputs fill, never override
+
+ALEXNET = SHARED / "models" / "bvlc_alexnet"
+
+
+@needs_shared
+def test_an_input_that_contradicts_an_input_layers_shape_is_an_error_naming_the_files_value_and_line():
+    # bvlc_alexnet/deploy.prototxt: layer 'data' (Input, from line 2) states 10,3,227,227.
+    result = CliRunner().invoke(main, ["analyze", str(ALEXNET / "deploy.prototxt"), "--input", "data=10,3,224,224"])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"caffemem: error: {ALEXNET / 'deploy.prototxt'}:2: TEST net: layer 'data' (Input): --input data=10,3,224,224 contradicts the file: "
+        "it states 10,3,227,227 for 'data' (axis 2: 227, not 224); give only what the file leaves open (_ keeps an axis as stated, "
+        "e.g. --input data=_,_,_,_), or --override-input data=10,3,224,224 analyses it anyway\n"
+    )
+
+
+@needs_shared
+def test_override_input_analyses_another_size_and_says_so():
+    result = CliRunner().invoke(main, ["analyze", str(ALEXNET / "deploy.prototxt"), "--override-input", "data=10,3,224,224", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["blobs"][0] == {"name": "data", "shape": [10, 3, 224, 224]}
+    assert "override: --override-input data gives [10, 3, 224, 224] where the file states [10, 3, 227, 227] (layer 'data', Input, line 2)" in report["notes"]
+
+
+@needs_shared
+def test_a_crop_size_is_not_replaced_by_an_input_without_batch():
+    # bvlc_alexnet/train_val.prototxt: TRAIN Data layer with batch_size 256 and crop_size 227.
+    result = CliRunner().invoke(main, ["analyze", str(ALEXNET / "train_val.prototxt"), "--input", "data=3,224,224"])
+    assert result.exit_code == 2
+    assert "--input data=3,224,224 contradicts the file: it states 256,C,227,227 for 'data' (axis 2: 227, not 224)" in result.output
+
+
+@needs_shared
+def test_underscores_give_only_the_channels_and_keep_each_phases_batch_and_crop():
+    shapes = {phase: caffemem.analyze(str(ALEXNET / "train_val.prototxt"), phase=phase, inputs={"data": (-1, 3, -1, -1)}).nets[0].blobs["data"] for phase in ("TRAIN", "TEST")}
+    assert shapes == {"TRAIN": (256, 3, 227, 227), "TEST": (50, 3, 227, 227)}
+    result = CliRunner().invoke(main, ["analyze", str(ALEXNET / "train_val.prototxt"), "--input", "data=_,3,_,_", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["blobs"][0]["shape"] == [256, 3, 227, 227]
+
+
+@needs_shared
+def test_the_channels_alone_are_refused_with_the_value_to_give():
+    result = CliRunner().invoke(main, ["analyze", str(ALEXNET / "train_val.prototxt"), "--input", "data=3"])
+    assert result.exit_code == 2
+    assert result.output.endswith(
+        "--input data=3 has 1 axis(es), but the file states 4 for 'data' (256,C,227,227); give each axis, _ for one the file states, e.g. --input data=_,3,_,_\n"
+    )
+
+
+def test_an_input_that_changes_the_batch_points_at_batch():
+    result = CliRunner().invoke(main, ["analyze", LENET, "--input", "data=8,1,28,28"])
+    assert result.exit_code == 2
+    assert "(axis 0: 64, not 8)" in result.output and result.output.rstrip().endswith("or --batch N changes the batch")
+
+
+def test_an_input_that_agrees_with_the_file_is_accepted():
+    assert caffemem.analyze(LENET, inputs={"data": (64, 1, 28, 28)}).nets[0].blobs["data"] == (64, 1, 28, 28)
+
+
+def fed_by(tmp_path, data_layer: str):
+    """A net whose data layer (text) feeds an InnerProduct with its top 'data'."""
+    net = tmp_path / "net.prototxt"
+    net.write_text(data_layer + '\nlayer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }\n')
+    return net
+
+
+def test_an_underscore_on_an_axis_the_file_leaves_open_still_asks_for_it(tmp_path):
+    net = fed_by(tmp_path, 'layer { name: "d" type: "Data" top: "data" data_param { source: "db" batch_size: 8 } }')
+    result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=_,3,_,_"])
+    assert result.exit_code == 2 and "--input data=8,3,H,W" in result.output
+
+
+def test_an_underscore_where_the_file_states_nothing_is_refused(tmp_path):
+    net = fed_by(tmp_path, 'layer { name: "in" type: "Input" top: "data" }')
+    result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=_,3"])
+    assert result.exit_code == 2
+    assert "--input data=_,3: the file states no axis of 'data' for _ to keep; give every axis as a number" in result.output
+
+
+def test_an_hdf5_batch_is_not_replaced_by_a_shape_without_it(tmp_path):
+    # HDF5Data states only the batch: a C,H,W value would silently have been a batch of 3.
+    net = fed_by(tmp_path, 'layer { name: "h" type: "HDF5Data" top: "data" hdf5_data_param { source: "list.txt" batch_size: 16 } }')
+    result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=3,32,32"])
+    assert result.exit_code == 2 and "(axis 0: 16, not 3)" in result.output
+    assert caffemem.analyze(str(net), inputs={"data": (-1, 3, 32, 32)}).nets[0].blobs["data"] == (16, 3, 32, 32)
+
+
+def test_a_name_given_both_as_input_and_as_override_is_refused():
+    result = CliRunner().invoke(main, ["analyze", LENET, "--input", "data=_,1,28,28", "--override-input", "data=8,1,28,28"])
+    assert result.exit_code == 2 and "data is given with both --input and --override-input" in result.output
+
+
+def test_a_contradicted_input_dim_is_named_at_its_line(tmp_path):
+    net = tmp_path / "deploy.prototxt"
+    net.write_text('name: "legacy"\ninput: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 32\ninput_dim: 32\n'
+                   'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }\n')
+    result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=1,3,64,64"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"caffemem: error: {net}:2: TEST net: layer 'input' (Input): --input data=1,3,64,64 contradicts the file: it states 1,3,32,32")

@@ -85,7 +85,7 @@ OUTCOMES: dict[str, tuple[list[str], str | None]] = {
     "squeezenet_v1.0/train_val.prototxt": (["--input", "data=32,3,227,227"], None),
     "squeezenet_v1.0/solver.prototxt": (["--input", "train:data=32,3,227,227", "--input", "test:data=25,3,227,227"], None),
     "ssd_vgg16_voc0712_300x300/deploy.prototxt": ([], None),
-    "ssd_vgg16_voc0712_300x300/train.prototxt": (["--input", "data=32,3,300,300", "--input", "label=1,1,40,8"], None),
+    "ssd_vgg16_voc0712_300x300/train.prototxt": (["--input", "data=_,3,_,_", "--input", "label=1,1,40,8"], None),  # batch_size 4 and 300x300 are the file's
     "ssd_vgg16_voc0712_300x300/solver.prototxt": ([], "test_net 'models/VGGNet/VOC0712/SSD_300x300/test.prototxt' not found"),
     "tsn_ucf101/tsn_bn_inception_rgb_deploy.prototxt": ([], None),
     "tsn_ucf101/tsn_bn_inception_rgb_train_val.prototxt": ([], None),

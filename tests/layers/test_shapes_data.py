@@ -48,9 +48,15 @@ def test_input_without_shape_needs_input(shape_of):
     assert "--input a=" in error.hint
 
 
-def test_input_flag_wins_over_input_param(shape_of):
+def test_override_input_wins_over_input_param(shape_of):
     text = 'type: "Input" top: "a" input_param { shape { dim: 2 dim: 3 } }'
-    assert shape_of(text, inputs={"a": (5, 7)}).tops == ((5, 7),)
+    assert shape_of(text, inputs={"a": (5, 7)}, overrides={"a"}).tops == ((5, 7),)
+
+
+def test_input_flag_that_contradicts_input_param_is_refused(shape_of):
+    text = 'type: "Input" top: "a" input_param { shape { dim: 2 dim: 3 } }'
+    with pytest.raises(CaffememError, match=r"--input a=5,7 contradicts the file: it states 2,3 for 'a' \(axis 0: 2, not 5\)"):
+        shape_of(text, inputs={"a": (5, 7)})
 
 
 def test_input_refuses_negative_dim(shape_of):

@@ -16,9 +16,9 @@ SSD = SHARED / "models" / "ssd_vgg16_voc0712_300x300" / "train.prototxt"
 
 @needs_shared
 def test_ssd_train_plans_safely_at_the_lower_bound(tmp_path):
-    result = CliRunner().invoke(main, ["optimize", str(SSD), "--input", "data=32,3,300,300", "--input", "label=1,1,8,8", "-o", str(tmp_path / "ssd.prototxt")])
+    result = CliRunner().invoke(main, ["optimize", str(SSD), "--override-input", "data=32,3,300,300", "--input", "label=1,1,8,8", "-o", str(tmp_path / "ssd.prototxt")])
     assert result.exit_code == 0, result.output
-    (phase,) = caffemem.optimize(str(SSD), phase="TRAIN", inputs={"data": (32, 3, 300, 300), "label": (1, 1, 8, 8)}).phases
+    (phase,) = caffemem.optimize(str(SSD), caffemem.Options(overrides=frozenset({"data"})), phase="TRAIN", inputs={"data": (32, 3, 300, 300), "label": (1, 1, 8, 8)}).phases
     assert verify_plan(phase.schedule, phase.plan_data) == []
     assert phase.planned.heap_total == phase.lower_bound < phase.fork.heap_total
 

@@ -475,3 +475,10 @@ def test_the_options_line_names_every_flag_that_changes_the_figures():
         "--phase (default) --dtype float32 --device gpu --engine cudnn --batch 8 --gpus 2 --context-mib 512 "
         "--strategy best-fit --exclude-blob fc1 --share-buffers --inplace"
     )
+
+
+def test_the_options_line_gives_inputs_and_overrides_as_typed():
+    from caffemem.report.html import options_text
+
+    options = Options(inputs={"data": (-1, 3, -1, -1), "im_info": (1, 3)}, overrides=frozenset({"im_info"}))
+    assert options_text(options).startswith("--phase (default) --input data=_,3,_,_ --override-input im_info=1,3 --dtype")

@@ -1,0 +1,185 @@
+"""A model repository's own settings for `caffemem check`: per glob, each net's inputs,
+phase, stages and budget, so one CI run gives every file what it needs.
+
+The settings live in ``caffemem.toml`` (top level) or in ``pyproject.toml`` under
+``[tool.caffemem]``, found as black and ruff find theirs: in the working directory or the
+nearest folder above it, stopping at the repository's root (a folder holding ``.git``);
+``caffemem.toml`` wins over ``pyproject.toml`` in the same folder.  ``--config FILE``
+names one instead.  The format::
+
+    budget = "11GiB"                    # every net's budget unless a [[nets]] entry says
+    [[nets]]
+    glob = "models/alexnet/*.prototxt"  # relative to the config's folder (fnmatch: * spans folders)
+    inputs = { data = "_,3,_,_" }       # as --input: _ keeps an axis the file states
+    override-inputs = { }               # as --override-input
+    phase = "TRAIN"
+    stages = ["deploy"]
+    budget = "8GiB"
+
+Every entry whose glob matches a file applies, in order (a later one wins a key it
+repeats; inputs merge by name); flags on the command line win over the file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from dataclasses import dataclass, field, replace
+
+from caffemem.api.analyze import Options, parse_inputs
+from caffemem.errors import CaffememError, Location
+from caffemem.units import parse_size
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package (a dependency there)
+    import tomli as tomllib
+
+CONFIG_NAME = "caffemem.toml"
+ENTRY_KEYS = {"glob", "inputs", "override-inputs", "phase", "stages", "budget"}
+
+
+@dataclass(frozen=True)
+class NetEntry:
+    """One ``[[nets]]`` entry: the settings of the files its glob matches."""
+
+    glob: str
+    inputs: tuple[str, ...] = ()  # NAME=d0,d1,... as --input takes them
+    overrides: tuple[str, ...] = ()
+    phase: str | None = None
+    stages: tuple[str, ...] | None = None
+    budget: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    """A repository's settings, read from ``path`` (globs are relative to its folder)."""
+
+    path: str
+    budget: int | None = None
+    nets: tuple[NetEntry, ...] = field(default_factory=tuple)
+
+    def entries_for(self, file: str) -> list[NetEntry]:
+        relative = os.path.relpath(os.path.abspath(file), os.path.dirname(os.path.abspath(self.path))).replace(os.sep, "/")
+        return [entry for entry in self.nets if fnmatch.fnmatchcase(relative, entry.glob)]
+
+    def settings_for(self, file: str, options: Options, budget: int | None) -> tuple[Options, int | None]:
+        """``options`` and ``budget`` for one file: the flags given (``options``' own
+        values; ``budget`` None when --budget was not given) win over the file's entries."""
+        inputs: dict[str, str] = {}
+        overrides: dict[str, str] = {}
+        phase, stages, own_budget = None, None, self.budget
+        for entry in self.entries_for(file):
+            inputs.update((value.partition("=")[0], value) for value in entry.inputs)
+            overrides.update((value.partition("=")[0], value) for value in entry.overrides)
+            phase = entry.phase or phase
+            stages = entry.stages if entry.stages is not None else stages
+            own_budget = entry.budget if entry.budget is not None else own_budget
+        for name in list(options.inputs):  # a flag wins a name the file also gives
+            inputs.pop(name, None)
+            overrides.pop(name, None)
+        try:
+            parsed = parse_inputs(list(inputs.values()), list(overrides.values()))
+        except CaffememError as error:
+            raise CaffememError(f"{error.message} (in {self.path})", Location(file=self.path)) from None
+        merged = replace(
+            options,
+            inputs={**parsed, **options.inputs},
+            overrides=options.overrides | frozenset(overrides),
+            phase=options.phase or phase,
+            stages=options.stages or tuple(stages or ()),
+        )
+        return merged, budget if budget is not None else own_budget
+
+
+def find_config(start: str | None = None) -> str | None:
+    """The settings file for a run started in ``start`` (the working directory), or None."""
+    folder = os.path.abspath(start or os.getcwd())
+    while True:
+        own = os.path.join(folder, CONFIG_NAME)
+        if os.path.isfile(own):
+            return own
+        pyproject = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(pyproject) and "caffemem" in _read(pyproject).get("tool", {}):
+            return pyproject
+        parent = os.path.dirname(folder)
+        if os.path.exists(os.path.join(folder, ".git")) or parent == folder:
+            return None
+        folder = parent
+
+
+def read_config(path: str) -> CheckConfig:
+    """The settings of a ``caffemem.toml`` or a ``pyproject.toml``'s ``[tool.caffemem]``."""
+    data = _read(path)
+    if os.path.basename(path) == "pyproject.toml" or "tool" in data:
+        data = data.get("tool", {}).get("caffemem", {})
+    unknown = sorted(set(data) - {"budget", "nets"})
+    if unknown:
+        raise CaffememError(f"unknown setting '{unknown[0]}' (expected budget and [[nets]] entries)", Location(file=path))
+    nets = data.get("nets", [])
+    if not isinstance(nets, list) or not all(isinstance(entry, dict) for entry in nets):
+        raise CaffememError("'nets' must be a list of tables ([[nets]] entries)", Location(file=path))
+    return CheckConfig(path, _budget(data.get("budget"), path, "budget"), tuple(_entry(entry, path, i) for i, entry in enumerate(nets)))
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, "rb") as stream:
+            return tomllib.load(stream)
+    except OSError as error:
+        raise CaffememError(f"cannot read the settings: {error.strerror or error}", Location(file=path)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise CaffememError(f"not valid TOML: {error}", Location(file=path)) from None
+
+
+def _entry(data: dict, path: str, index: int) -> NetEntry:
+    where = f"[[nets]] entry {index + 1}"
+    unknown = sorted(set(data) - ENTRY_KEYS)
+    if unknown:
+        raise CaffememError(f"{where}: unknown key '{unknown[0]}' (expected {', '.join(sorted(ENTRY_KEYS))})", Location(file=path))
+    if not isinstance(data.get("glob"), str) or not data["glob"]:
+        raise CaffememError(f"{where}: 'glob' must name the files it sets, e.g. glob = \"models/*/train_val.prototxt\"", Location(file=path))
+    phase = data.get("phase")
+    if phase is not None and (not isinstance(phase, str) or phase.upper() not in ("TRAIN", "TEST")):
+        raise CaffememError(f"{where}: 'phase' must be TRAIN or TEST", Location(file=path))
+    stages = data.get("stages")
+    if stages is not None and (not isinstance(stages, list) or not all(isinstance(s, str) for s in stages)):
+        raise CaffememError(f"{where}: 'stages' must be a list of names", Location(file=path))
+    return NetEntry(
+        data["glob"],
+        _shapes(data.get("inputs", {}), path, f"{where}: 'inputs'"),
+        _shapes(data.get("override-inputs", {}), path, f"{where}: 'override-inputs'"),
+        phase.upper() if phase else None,
+        tuple(stages) if stages is not None else None,
+        _budget(data.get("budget"), path, f"{where}: 'budget'"),
+    )
+
+
+def _shapes(table: object, path: str, what: str) -> tuple[str, ...]:
+    """``{ data = "_,3,_,_", label = [64] }`` as --input values."""
+    if not isinstance(table, dict):
+        raise CaffememError(f"{what} must be a table of NAME = \"d0,d1,...\"", Location(file=path))
+    values = []
+    for name, dims in table.items():
+        if isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            dims = ",".join(map(str, dims))
+        if not isinstance(dims, str):
+            raise CaffememError(f"{what}: '{name}' must be \"d0,d1,...\" or a list of whole numbers", Location(file=path))
+        values.append(f"{name}={dims}")
+    try:
+        parse_inputs(values)
+    except CaffememError as error:
+        raise CaffememError(f"{what}: {error.message}", Location(file=path)) from None
+    return tuple(values)
+
+
+def _budget(value: object, path: str, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise CaffememError(f"{what} must be a size such as \"11GiB\"", Location(file=path))
+    try:
+        return parse_size(str(value), what)
+    except CaffememError as error:
+        raise CaffememError(error.message, Location(file=path)) from None
