@@ -43,6 +43,8 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
 
     context = click.get_current_context()
     given = {field for field, param in _RECORDED_FLAGS.items() if context.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE}
+    if context.meta.get("caffemem.override_inputs"):
+        given.add("inputs")  # --override-input's shapes replace the record's too
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     label = plan or net
     verdicts = verify(net, plan, options, explicit=given)

@@ -37,6 +37,12 @@ def mem_param(phases, exclude: tuple[str, ...], target: str, previous: caffe_pb2
     return block
 
 
+def _stands_for_top_level_inputs(net: caffe_pb2.NetParameter, layer) -> bool:
+    """The Input layer Caffe's UpgradeNetInput makes of a deploy file's top-level ``input``
+    fields: it has no text of its own in the file (messages point at the ``input:`` line)."""
+    return len(net.input) > 0 and layer.type == "Input" and all(old.name != layer.name for old in (*net.layer, *net.layers))
+
+
 def with_batch(text: str, nets, specs, batch: int, net: caffe_pb2.NetParameter, file: str) -> str:
     """``text`` with every data layer of the planned ``nets`` (ShapedGraphs) stating batch
     ``batch`` where its LayerSpec.batch_fields say the file states it, and the top-level
@@ -68,7 +74,7 @@ def with_batch(text: str, nets, specs, batch: int, net: caffe_pb2.NetParameter, 
             where = Location.of_layer(layer, file)
             if spec.batch_fields is None:
                 raise CaffememError(f"{refuse}: the batch of layer type {layer.type} is not a field of the file caffemem can rewrite; set it in the file (or its code) and optimize that file without --batch", where)
-            if layer.line is None and len(net.input):  # the Input layer standing for the top-level input fields
+            if _stands_for_top_level_inputs(net, layer):
                 span, paths = (0, len(tokens)), _top_level_input_paths(net, layer.tops)
             elif any(old.HasField("layer") for old in net.layers):
                 raise CaffememError(f"{refuse}: a V0 net (layers {{ layer {{ }} }}) names its fields otherwise; upgrade it with Caffe's upgrade_net_proto_text first", where)

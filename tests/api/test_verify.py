@@ -45,7 +45,7 @@ def test_verify_with_no_flags_checks_the_files_own_table(tmp_path):
 
 def test_other_inputs_fail_at_the_first_blob_that_no_longer_fits(tmp_path):
     out = planned(tmp_path, "--phase", "TEST")
-    result = run("verify", out, "--input", "data=64,1,32,32")
+    result = run("verify", out, "--override-input", "data=64,1,32,32")
     assert result.exit_code == 1
     # conv1 at 32x32 is 64 x 20 x 28 x 28 x 4 B = 4014080 B: more than at 28x28 (24x24 outputs).
     assert "the patched Caffe stops at Net::Init: blob conv1 of net lenet_example (phase TEST) does not match the slot table: its data (4014080 bytes" in result.output
