@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from caffemem.api.analyze import Options, analyze, planning_runs, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, net_batch, planning_runs, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, NetText, load
@@ -40,6 +40,7 @@ class Verdict:
     made_for: MadeFor | None = None  # what the plan records it was made for
     checked_at: str = ""  # the run it was checked at, in words
     notes: tuple[str, ...] = ()
+    batch: int | None = None  # the batch it was checked at (analyze.net_batch; None: no data layer)
 
     @property
     def safe(self) -> bool:
@@ -86,7 +87,7 @@ def verify(
             notes = (f"the net is not the one the table was planned for (fingerprint {current}, planned for {record.net}): checked against the net as it is now",)
         if record is None:
             notes = ("the plan records no run it was made for: checked at the file's own shapes and the flags given",)
-        verdicts.append(Verdict(built.phase, len(plan.slot_bytes), tuple(violations), record, _describe(at, built.shaped), notes))
+        verdicts.append(Verdict(built.phase, len(plan.slot_bytes), tuple(violations), record, _describe(at, built.shaped), notes, net_batch(built.shaped, specs)))
     return tuple(verdicts)
 
 

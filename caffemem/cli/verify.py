@@ -12,6 +12,7 @@ import sys
 import click
 
 from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, reports_errors
+from caffemem.units import plural
 
 # The flags that override what the plan records it was made for (api/verify.py RECORDED),
 # by the parameter that carries each.
@@ -48,6 +49,8 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     label = plan or net
     verdicts = verify(net, plan, options, explicit=given)
+    for verdict in verdicts:  # the answer first: one verdict per phase, with its batch
+        click.echo(f"{label}: {verdict_line(verdict)}")
     for verdict in verdicts:
         if verdict.made_for is not None:
             click.echo(f"{label}: {verdict.phase}: planned for {verdict.made_for.describe()}")
@@ -57,7 +60,16 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
         for violation in verdict.violations:
             said = f"the patched Caffe stops at Net::Init: {violation.message}" if violation.step_name == "Net::Init" else str(violation)
             click.echo(f"{label}: {verdict.phase}: {said}")
-        if verdict.safe:
-            click.echo(f"{label}: {verdict.phase}: plan is safe ({verdict.slots} slot{'s' if verdict.slots != 1 else ''})")
     if not all(verdict.safe for verdict in verdicts):
         sys.exit(EXIT_FINDING)
+
+
+def verdict_line(verdict) -> str:
+    """One phase's answer: "TRAIN, batch 16: the table is safe (3 slots)", or what stops it."""
+    where = f"{verdict.phase}{'' if verdict.batch is None else f', batch {verdict.batch}'}"
+    slots = plural(verdict.slots, "slot")
+    if verdict.safe:
+        return f"{where}: the table is safe ({slots})"
+    if verdict.violations[0].step_name == "Net::Init":
+        return f"{where}: the table is not safe: the patched Caffe would stop at Net::Init"
+    return f"{where}: the table is not safe: {plural(len(verdict.violations), 'violation')} in the replay of its {slots}"

@@ -106,8 +106,9 @@ CUDNN_HANDLE = Constant(
 CUBLAS_HANDLE = Constant(
     "cublas_handle",
     32 * 1024 * 1024,
-    "cuBLAS's own workspace per handle: 4 MiB, 32 MiB on Hopper (cuBLAS documentation as cited in NVIDIA/MatX#545 "
-    "and pytorch/pytorch#120925; ../shared/caffe/GPU-MEMORY.md section 7), the larger taken since the card is not known",
+    "cuBLAS's own workspace per handle: 4 MiB, 32 MiB on Hopper (the cuBLAS API reference, cublasSetWorkspace, "
+    "https://docs.nvidia.com/cuda/cublas/index.html#cublassetworkspace; NVIDIA/MatX#545, pytorch/pytorch#120925), "
+    "the larger taken since the card is not known",
     measured_for_caffe=False,
 )
 
@@ -126,11 +127,11 @@ class HandleMargin:
         return self.cudnn_bytes + self.cublas_bytes
 
     def describe(self) -> str:
-        from caffemem.units import format_size
+        from caffemem.units import format_size, plural
 
         return (
-            f"{self.handles.cudnn} cuDNN handles x {format_size(CUDNN_HANDLE.bytes)} + {self.handles.cublas} cuBLAS handles x "
-            f"{format_size(CUBLAS_HANDLE.bytes)} ({self.handles.curand} cuRAND generators: no published size, not included)"
+            f"{plural(self.handles.cudnn, 'cuDNN handle')} x {format_size(CUDNN_HANDLE.bytes)} + {plural(self.handles.cublas, 'cuBLAS handle')} x "
+            f"{format_size(CUBLAS_HANDLE.bytes)} ({plural(self.handles.curand, 'cuRAND generator')}: no published size, not included)"
         )
 
 

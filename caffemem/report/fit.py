@@ -6,7 +6,7 @@ from typing import Any
 
 from caffemem.api.fit import FitResult
 from caffemem.report.schemas import schema_version
-from caffemem.units import format_size
+from caffemem.units import format_size, mib_gib
 
 
 def fit_json(result: FitResult) -> dict[str, Any]:
@@ -45,33 +45,41 @@ def _sized(n: int) -> str:
     return format_size(n) if abs(n) < 2**10 else f"{format_size(n)} ({n:,} B)"
 
 
+def _figure(n: int) -> str:
+    """A figure the answer states: MiB and GiB (as analyze's headline), then exact bytes."""
+    return f"{mib_gib(n)}, {n:,} B"
+
+
 def fit_lines(result: FitResult) -> list[str]:
-    """The answer for a person: the batch, its bytes, the next batch's, and how it was found."""
+    """The answer for a person, first: the batch per GPU and what it needs (then the
+    effective batch's schedule when asked); then the budget, the next batch's bytes, the
+    per-sample figures and how the batch was found."""
     request, search, subject = result.request, result.search, result.subject
     counted = "caffemem optimize's plan" if request.optimized else "stock Caffe"
     what = "training process (solver)" if subject.kind == "solver" else f"{subject.phase} net"
-    lines = [
-        f"{result.path}: {what}, {counted}",
-        f"  budget: {_sized(request.budget)} = GPU {format_size(request.gpu_memory)} - reserve {format_size(request.reserve or 0)}"
-        + (" (estimated margin for the library handles, see the note; --reserve overrides)" if result.margin is not None else ""),
-    ]
+    budget = (
+        f"  budget: {_figure(request.budget)} = GPU {format_size(request.gpu_memory)} - reserve {format_size(request.reserve or 0)}"
+        + (" (estimated margin for the library handles, see the note; --reserve overrides)" if result.margin is not None else "")
+    )
+    head = f"{result.path}: {what}, {counted}"
     if not result.fits:
-        lines.append(f"  nothing fits: batch 1 needs {_sized(result.at(1).bytes or 0)}")
-        return lines + [f"note: {note}" for note in result.notes]
+        needed = result.at(1).bytes or 0
+        return [f"{head}: nothing fits: batch 1 needs {_figure(needed)}, {format_size(needed - request.budget)} more than the budget", budget] + [f"note: {note}" for note in result.notes]
+    lines = [f"{head}: largest batch per GPU {search.batch}, needs {_figure(result.bytes or 0)}"]
+    schedule = result.schedule
+    if schedule is not None and (request.effective_batch is not None or schedule.gpus > 1):  # else it is the batch itself
+        gpus = f"{schedule.gpus} GPU{'s' if schedule.gpus > 1 else ''}"
+        lines.append(f"{head}: effective batch {schedule.effective_batch} = batch {schedule.batch} × iter_size {schedule.iter_size} × {gpus}, needs {_figure(schedule.bytes)} per GPU")
+    lines.append(budget)
     following = result.following
-    lines.append(f"  largest batch per GPU: {search.batch}, needs {_sized(result.bytes or 0)}")
     if following is None:
         lines.append(f"  (batch {search.batch} is Caffe's largest)")
     elif following.bytes is None:
         lines.append(f"  batch {following.batch} cannot be built: {following.error}")
     else:
-        lines.append(f"  batch {following.batch} needs {_sized(following.bytes)}: over the budget")
+        lines.append(f"  batch {following.batch} needs {_figure(following.bytes)}: over the budget")
     if result.bytes_per_sample is not None and result.fixed_bytes is not None:
         lines.append(f"  per sample: {_sized(result.bytes_per_sample)}; fixed part: {_sized(result.fixed_bytes)}")
-    schedule = result.schedule
-    if schedule is not None:
-        gpus = f"{schedule.gpus} GPU{'s' if schedule.gpus > 1 else ''}"
-        lines.append(f"  effective batch {schedule.effective_batch} = batch {schedule.batch} × iter_size {schedule.iter_size} × {gpus}")
     found = "confirmed" if search.guess == search.batch else "searched"
     guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
     lines.append(f"  found by: {guess}{found} with {len(result.evaluations)} exact evaluations, at {search.batch} and {search.batch + 1} among them")

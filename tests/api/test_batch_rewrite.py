@@ -51,7 +51,8 @@ def test_googlenet_at_batch_16_changes_only_its_two_batch_size_lines_and_verifie
     assert without_block(written) == expected and written.startswith(expected)
     result = run("verify", out)
     assert result.exit_code == 0, result.output
-    assert result.output.count("plan is safe") == 2 and "TRAIN: planned for batch 16, --input data=3,224,224" in result.output
+    assert result.output.splitlines()[:2] == [f"{out}: TRAIN, batch 16: the table is safe (1 slot)", f"{out}: TEST, batch 16: the table is safe (1 slot)"]
+    assert "TRAIN: planned for batch 16, --input data=3,224,224" in result.output
 
 
 @needs_shared

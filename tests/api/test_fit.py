@@ -270,11 +270,32 @@ def test_cli_json_is_one_document_with_the_answer_and_its_neighbour(lenet_1gib):
     assert document["budget"] == GiB - 500 * MiB
 
 
-def test_cli_text_names_the_batch_and_the_bytes_of_the_next(lenet_1gib):
-    output = run(LENET, "--gpu-memory", "1GiB").output
-    batch = lenet_1gib.search.batch
-    assert f"largest batch per GPU: {batch}, needs" in output
-    assert f"batch {batch + 1} needs" in output and f"({lenet_1gib.following.bytes:,} B): over the budget" in output
+def test_the_first_line_is_the_answer_with_its_batch_in_mib_and_gib():
+    # LeNet at 1 GiB - 500 MiB: 3,637,232 B fixed + 172,368 B per sample (CPU mode).
+    lines = run(LENET, "--gpu-memory", "1GiB").output.splitlines()
+    assert lines[0] == f"{LENET}: TRAIN net, stock Caffe: largest batch per GPU 3166, needs 523.91 MiB (0.51 GiB), 549,354,320 B"
+    assert lines[1] == "  budget: 524.00 MiB (0.51 GiB), 549,453,824 B = GPU 1.00 GiB - reserve 500.00 MiB"
+    assert lines[2] == "  batch 3167 needs 524.07 MiB (0.51 GiB), 549,526,688 B: over the budget"
+
+
+def test_the_json_carries_the_figures_the_first_lines_state():
+    document = json.loads(run(LENET, "--gpu-memory", "1GiB", "--effective-batch", "256", "--json").output)
+    assert (document["batch"], document["bytes"], document["schedule"]["bytes"]) == (3166, 549_354_320, 47_763_440)
+
+
+def test_the_effective_batch_asked_for_is_the_second_line():
+    lines = run(LENET, "--gpu-memory", "1GiB", "--effective-batch", "256").output.splitlines()
+    assert lines[1] == f"{LENET}: TRAIN net, stock Caffe: effective batch 256 = batch 256 × iter_size 1 × 1 GPU, needs 45.55 MiB (0.04 GiB), 47,763,440 B per GPU"
+
+
+def test_without_effective_batch_or_gpus_no_schedule_line_repeats_the_batch():
+    assert "effective batch" not in run(LENET, "--gpu-memory", "1GiB").output
+    assert f"{LENET}: TRAIN net, stock Caffe: effective batch 6332 = batch 3166 × iter_size 1 × 2 GPUs" in run(LENET, "--gpu-memory", "1GiB", "--gpus", "2").output
+
+
+def test_nothing_fits_is_the_first_line():
+    lines = run(LENET, "--gpu-memory", "1MiB", "--reserve", "0").output.splitlines()
+    assert lines[0] == f"{LENET}: TRAIN net, stock Caffe: nothing fits: batch 1 needs 3.63 MiB (0.00 GiB), 3,809,600 B, 2.63 MiB more than the budget"
 
 
 def test_nothing_fits_exits_1_saying_what_batch_1_needs(nets):
@@ -344,7 +365,13 @@ def test_gpu_mode_keeps_an_estimated_margin_for_the_handles_and_says_so():
     assert (document["reserve"], document["reserve_is_estimate"], document["budget"]) == (35_704_832, True, GiB - 35_704_832)
     text = run(LENET, "--gpu-memory", "1GiB", "--device", "gpu").output
     assert "- reserve 34.05 MiB (estimated margin for the library handles, see the note; --reserve overrides)" in text
-    assert "note: the reserve is an estimate of what the library handles hold (7 cuDNN handles x 300.00 KiB + 1 cuBLAS handles x 32.00 MiB" in text
+    assert "note: the reserve is an estimate of what the library handles hold (7 cuDNN handles x 300.00 KiB + 1 cuBLAS handle x 32.00 MiB" in text
+
+
+def test_the_margin_cites_upstream_sources_not_files_of_this_repository():
+    text = run(LENET, "--gpu-memory", "1GiB", "--device", "gpu").output
+    assert "(the cuBLAS API reference, cublasSetWorkspace, https://docs.nvidia.com/cuda/cublas/index.html#cublassetworkspace;" in text
+    assert not any(path in text for path in ("../shared", "GPU-MEMORY.md", "benchmarks/"))
 
 
 def test_reserve_overrides_the_gpu_margin():

@@ -40,7 +40,17 @@ def test_verify_with_no_flags_checks_the_files_own_table(tmp_path):
     out = planned(tmp_path)
     result = run("verify", out)
     assert result.exit_code == 0, result.output
-    assert f"{out}: TRAIN: plan is safe" in result.output and f"{out}: TEST: plan is safe" in result.output
+    assert result.output.splitlines()[:2] == [f"{out}: TRAIN, batch 64: the table is safe (1 slot)", f"{out}: TEST, batch 64: the table is safe (1 slot)"]
+
+
+def test_the_first_lines_give_each_phases_verdict_at_the_batch_checked(tmp_path):
+    out = planned(tmp_path, "--batch", "16")
+    result = run("verify", out, "--batch", "8")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[:2] == [
+        f"{out}: TRAIN, batch 8: the table is not safe: the patched Caffe would stop at Net::Init",
+        f"{out}: TEST, batch 8: the table is not safe: the patched Caffe would stop at Net::Init",
+    ]
 
 
 def test_other_inputs_fail_at_the_first_blob_that_no_longer_fits(tmp_path):
