@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from caffemem.api.analyze import Options, build_net, measure, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
-from caffemem.errors import CaffememError, Location
+from caffemem.errors import CaffememError, Location, UnsafePlan
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
@@ -181,11 +181,13 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     rejected: dict[str, str] = {}
     chosen = None
     for cost, _, _, name, data in ranked:
-        violations = [] if name == "fork" else verify_plan_on(schedules, data)
+        violations = fork_violations if name == "fork" else verify_plan_on(schedules, data)
         if not violations:
             chosen = (name, data)
             break
         rejected[name] = str(violations[0])
+    if chosen is None and settings.strategy == "fork":
+        raise UnsafePlan(f"the fork's plan is unsafe ({rejected['fork']}); nothing written: --strategy auto keeps the smallest safe plan", Location(file=shaped.graph.source))
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
     name, data = chosen

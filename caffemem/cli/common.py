@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from caffemem.errors import CaffememError, one_line
+from caffemem.errors import CaffememError, UnsafePlan, one_line
 
 EXIT_FINDING = 1
 EXIT_BAD_INPUT = 2
@@ -33,6 +33,9 @@ def reports_errors(command: Callable) -> Callable:
     def run(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except UnsafePlan as error:
+            click.echo(f"caffemem: {error}", err=True)
+            sys.exit(EXIT_FINDING)
         except CaffememError as error:
             click.echo(f"caffemem: error: {error}", err=True)
             sys.exit(EXIT_BAD_INPUT)
