@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, console, device_flags, device_options, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, console, device_flags, device_options, distinct_outputs, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
@@ -66,6 +66,7 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     if update_baseline and not baseline:
         raise click.UsageError("--update-baseline needs --baseline FILE")
     extra_reports = [_report_target(value) for value in reports]
+    distinct_outputs(("--baseline", baseline), *(("--report", file) for _, file in extra_reports))
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
     options = device_options(Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file, engine=engine))

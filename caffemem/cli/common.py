@@ -224,6 +224,37 @@ def input_files(subject, options) -> list[str]:
     return files + ([options.layers_file] if options.layers_file else [])
 
 
+def distinct_outputs(*named: tuple[str, str | None]) -> None:
+    """Refuse, before any work, outputs that cannot all land: an empty name (it would
+    write nothing and say nothing), and two flags naming one file or both standard output
+    (the later would silently replace the earlier).  ``named``: (flag, path) pairs, None
+    for a flag not given.  Symlinks and hard links are followed, as for inputs."""
+    from caffemem.errors import Location
+    from caffemem.prototxt.write import STDOUT
+
+    seen: list[tuple[str, str]] = []
+    for flag, path in named:
+        if path is None:
+            continue
+        if not path:
+            raise CaffememError(f"{flag} names no file (an empty name); give a file name, or - for standard output")
+        for other_flag, other in seen:
+            if path == other == STDOUT:
+                raise CaffememError(f"{other_flag} - and {flag} - would both write to standard output")
+            if STDOUT not in (path, other) and _same_file(path, other):
+                raise CaffememError(f"{flag} names the same file as {other_flag} ({other}); give each output its own file", Location(file=path))
+        seen.append((flag, path))
+
+
+def _same_file(path: str, other: str) -> bool:
+    if os.path.realpath(path) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(path, other)  # hard links
+    except OSError:  # one of them does not exist yet
+        return False
+
+
 def write_html(path: str, subject, options) -> None:
     from caffemem.prototxt.write import write_output
     from caffemem.report.html import html_report

@@ -13,6 +13,7 @@ from caffemem.cli.common import (
     GPUS_OPTION,
     HTML_HELP,
     console,
+    distinct_outputs,
     input_files,
     net_options,
     options_from,
@@ -57,21 +58,20 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     from caffemem.report.document import optimize_json
     from caffemem.report.terminal import print_optimize
 
-    if STDOUT in (output, plan_json) and as_json:
+    distinct_outputs(("-o", output), ("--plan-json", plan_json), ("--html", html_file))
+    if STDOUT in (output, plan_json, html_file) and as_json:
         raise CaffememError("--json prints to standard output; write the prototxt or plan to a file, not -")
     if output and batch is not None:
         raise CaffememError(
             f"--batch {batch} plans another batch than the file's data layers say, and a slot table must match the net it is written into: "
             "edit the batch in the file and optimize that, or leave out -o to see the figures"
         )
-    if output == STDOUT and plan_json == STDOUT:
-        raise CaffememError("-o - and --plan-json - would both write to standard output")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     with progress(f"caffemem: planning {net}"):
         result = run_optimize(net, options, OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace), force=force)
     document = optimize_json(result)
     inputs_read = input_files(result, options)
-    if output:
+    if output is not None:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
         exclude_written = result.exclude
@@ -93,14 +93,14 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
         written = encode_exact(rewrite_text(original, mem_param(result.phases, exclude_written, target, previous)))
         write_output(output, written, inputs=inputs_read, allow_input=in_place_file)
-    if plan_json:
+    if plan_json is not None:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
-    if html_file:
+    if html_file is not None:
         write_html(html_file, result, options)
     if as_json:
         click.echo(json.dumps(document, indent=1))
         return
-    report_to_stderr = STDOUT in (output, plan_json)  # standard output carries the file
+    report_to_stderr = STDOUT in (output, plan_json, html_file)  # standard output carries the file
     print_optimize(result, console(stderr=report_to_stderr))
     if output and output != STDOUT:
         click.echo(f"wrote {output}")
