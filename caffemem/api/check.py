@@ -327,7 +327,7 @@ def read_baseline(path: str, optimized: bool, missing_ok: bool = False, device: 
             raise ValueError(f"unknown format {document.get('format')!r}")
         nets = {
             file: {
-                key: BaselineEntry(int(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else int(e["budget"]), {str(k): int(v) for k, v in e.get("layers", {}).items()})
+                key: BaselineEntry(_count(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else _count(e["budget"]), {str(k): _count(v) for k, v in e.get("layers", {}).items()})
                 for key, e in entries.items()
             }
             for file, entries in document["nets"].items()
@@ -342,6 +342,14 @@ def read_baseline(path: str, optimized: bool, missing_ok: bool = False, device: 
     if recorded_device != device and not missing_ok:
         raise CaffememError(f"the baseline was measured with --device {recorded_device}: check the same way, or rewrite it with --update-baseline", where)
     return Baseline(path, recorded_optimized, nets, recorded_device)
+
+
+def _count(value: object) -> int:
+    """A byte count of the baseline: a whole number a run can measure (JSON's 1e999 is
+    infinity, a float; `true` is no count)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or not 0 <= value < 2**63 or value != int(value):
+        raise ValueError(f"{value!r} is not a byte count")
+    return int(value)
 
 
 def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool, budget: int | None, device: str = "cpu") -> Baseline:

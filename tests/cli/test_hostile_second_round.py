@@ -104,3 +104,91 @@ def test_check_refuses_a_report_over_its_baseline(tmp_path):
     result = run("check", LENET, "--baseline", baseline, "--update-baseline", "--report", f"json:{baseline}")
     assert result.exit_code == 2 and "--report names the same file as --baseline" in one_error_line(result)
     assert not baseline.exists()
+
+
+# ----------------------------------------------------------------------------- 4. exit 3 where the contract says 2
+
+SOLVER_WITH_A_LIST = """net: "{net}"
+test_net_param [{{ layer {{ name: "a" type: "Input" top: "x" input_param {{ shape {{ dim: 1 }} }} }} }},
+                {{ layer {{ name: "a" type: "Input" top: "x" input_param {{ shape {{ dim: 2 }} }} }} }}]
+test_iter: 1
+test_iter: 1
+"""
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["check"], ["fit", "--gpu-memory", "1GiB"], ["optimize"]])
+def test_a_solvers_test_nets_written_as_a_list_are_read(tmp_path, command):
+    # Protobuf's text format reads `field [{...}, {...}]` as two repeated messages: two test nets.
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text(SOLVER_WITH_A_LIST.format(net=LENET))
+    result = run(command[0], solver, *command[1:])
+    if command[0] == "optimize":  # optimize takes a net, and says so
+        assert result.exit_code == 2 and "not a solver" in one_error_line(result)
+    else:
+        assert result.exit_code == 0, result.output
+
+
+def test_a_solvers_test_net_list_gets_both_nets(tmp_path):
+    import caffemem
+
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text(SOLVER_WITH_A_LIST.format(net=LENET))
+    shapes = [net.shaped.blob_shapes["x"] for net in caffemem.analyze(str(solver)).nets if "x" in net.shaped.blob_shapes]
+    assert shapes == [(1,), (2,)]
+
+
+@pytest.mark.parametrize("field", ["bytes", "budget", "layers"])
+def test_a_baseline_figure_of_1e999_is_not_a_baseline(tmp_path, field):
+    baseline = tmp_path / "b.json"
+    assert run("check", LENET, "--baseline", baseline, "--update-baseline").exit_code == 0
+    text = baseline.read_text()
+    if field == "layers":
+        text = text.replace('"conv1": ', '"conv1": 1e999, "was": ', 1)
+    elif field == "budget":
+        text = text.replace('"bytes": ', '"budget": 1e999, "bytes": ', 1)
+    else:
+        text = text.replace('"bytes": ', '"bytes": 1e999, "was": ', 1)
+    baseline.write_text(text)
+    result = run("check", LENET, "--baseline", baseline)
+    assert result.exit_code == 2 and "not a caffemem baseline" in one_error_line(result)
+
+
+NINES = "9" * 400
+
+
+@pytest.mark.parametrize("command", [["check", LENET, "--budget", NINES], ["fit", LENET, "--gpu-memory", "12GiB", "--reserve", NINES], ["fit", LENET, "--gpu-memory", NINES]])
+def test_a_size_of_hundreds_of_nines_is_refused(command):
+    result = run(*command)
+    assert result.exit_code == 2 and "larger than any memory" in one_error_line(result)
+
+
+def test_a_binary_net_whose_name_is_not_utf8_is_refused(tmp_path):
+    # field 1 (name), 2 bytes "\xc2x": not UTF-8; then one layer {name: "a" type: "ReLU"}.
+    net = tmp_path / "b.caffemodel"
+    net.write_bytes(b"\x0a\x02\xc2x\xa2\x06\x09\x0a\x01a\x12\x04ReLU")
+    result = run("analyze", net)
+    assert result.exit_code == 2 and "binary file is not a Caffe NetParameter" in one_error_line(result)
+
+
+# ----------------------------------------------------------------------------- 7. names and edges
+
+
+def test_an_output_with_a_255_byte_name_is_written(tmp_path):
+    out = tmp_path / ("o" * 251 + ".txt")  # 255 bytes: the most ext4 allows
+    assert run("optimize", LENET, "-o", out).exit_code == 0
+    assert out.read_bytes().startswith(LENET.read_bytes())
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+@pytest.mark.parametrize("flag", ["-o", "--plan-json", "--html"])
+def test_an_empty_output_name_is_refused(tmp_path, flag):
+    result = CliRunner().invoke(main, ["optimize", str(LENET), flag, ""])
+    assert result.exit_code == 2 and f"{flag} names no file" in one_error_line(result)
+
+
+def test_a_cr_only_file_gets_its_block_with_cr_endings(tmp_path):
+    net, out = tmp_path / "net.prototxt", tmp_path / "out.prototxt"
+    net.write_bytes(LENET.read_bytes().replace(b"\n", b"\r"))
+    assert run("optimize", net, "-o", out).exit_code == 0
+    ours = out.read_bytes()[len(net.read_bytes()) :]
+    assert ours.startswith(b"mem_param {\r") and b"\n" not in ours
