@@ -47,9 +47,13 @@ def encode_exact(text: str) -> bytes:
 
 
 def line_ending(text: str) -> str:
-    """The file's own line ending: CRLF when most of its lines end so, else LF."""
+    """The file's own line ending: CRLF when most of its lines end so, a lone CR (classic
+    Mac OS) when more lines end so than in LF, else LF."""
     crlf = text.count("\r\n")
-    return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
+    lf, cr = text.count("\n") - crlf, text.count("\r") - crlf
+    if cr > lf and cr > crlf:
+        return "\r"
+    return "\r\n" if crlf and crlf >= lf else "\n"
 
 
 def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter) -> str:
@@ -128,7 +132,7 @@ def _write_atomically(target: str, data: bytes, where: Location) -> None:
     directory = os.path.dirname(target) or "."
     temporary: str | None = None
     try:
-        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{_short(os.path.basename(target))}.", suffix=".tmp")
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -148,6 +152,14 @@ def _write_atomically(target: str, data: bytes, where: Location) -> None:
         if temporary is not None:  # an error or Ctrl-C: no half file, no temporary left behind
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _short(name: str, limit: int = 100) -> str:
+    """A file name cut to ``limit`` bytes for the temporary file's: the target's own name
+    may take all of a file system's 255 bytes, and ours adds a dot, 8 random characters
+    and `.tmp`."""
+    raw = os.fsencode(name)
+    return name if len(raw) <= limit else os.fsdecode(raw[:limit])
 
 
 def _write_error(error: OSError, where: Location) -> CaffememError:
