@@ -84,7 +84,7 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
             raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=old.path)) from None
         with locked(old.path):  # another run may have updated it since we read it
             current = _measured_as(read_baseline(old.path, optimized, missing_ok=True, device=device), optimized, device)
-            write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes, device)).encode("utf-8"), inputs=checked, flag="--baseline")
+            write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes, device)).encode("utf-8"), inputs=checked, flag="--baseline", now=True)
         wrote = old.path
     report = make_report(outcomes, gate, optimized, wrote)
     for report_format, file in extra_reports:

@@ -195,3 +195,88 @@ def test_a_cr_only_file_gets_its_block_with_cr_endings(tmp_path):
     assert run("optimize", net, "-o", out).exit_code == 0
     ours = out.read_bytes()[len(net.read_bytes()) :]
     assert ours.startswith(b"mem_param {\r") and b"\n" not in ours
+
+
+# ----------------------------------------------------------------------------- the contract, whatever the environment
+
+INTERRUPT_WHEN_IMPORTING = """
+import os, sys
+import caffemem.__main__ as entry  # the `caffemem` script's entry: installs its Ctrl-C handler first
+
+class CtrlC:  # sends Ctrl-C to this process when {module} is first imported
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            os.kill(os.getpid(), 2)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["caffemem", "optimize", {net!r}, "-o", "out.prototxt", "--plan-json", "plan.json", "--html", "r.html"]
+entry.run()
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "caffemem.cli",  # while the command is still being imported: nothing has begun
+        "caffemem.plan.rewrite",  # inside optimize, after planning, before -o is written
+        "caffemem.report.html",  # after -o and --plan-json are written (staged), before --html
+    ],
+)
+def test_ctrl_c_at_any_point_is_one_line_exit_130_and_no_file(tmp_path, module):
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_WHEN_IMPORTING.format(module=module, net=str(LENET))], cwd=tmp_path, env=HERE, capture_output=True)
+    assert done.returncode == 130 and stderr_line(done) == "caffemem: interrupted"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_report_that_cannot_reach_standard_output_fails_the_run_before_any_file_lands(tmp_path):
+    done = shell(f"caffemem optimize {LENET} -o out.prototxt --plan-json plan.json > /dev/full", cwd=tmp_path)
+    assert done.returncode == 2 and stderr_line(done) == "caffemem: error: cannot write to standard output: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["analyze", "fit --gpu-memory 1GiB", "verify {plan}", "check", "--help"])
+def test_standard_output_on_a_full_disk_is_exit_2_with_one_line(tmp_path, command):
+    plan = tmp_path / "plan.json"
+    assert run("optimize", LENET, "--plan-json", plan).exit_code == 0
+    line = f"caffemem {command.format(plan=plan)} {LENET}" if command != "--help" else "caffemem --help"
+    done = shell(line.replace(f"verify {plan} {LENET}", f"verify {LENET} {plan}") + " > /dev/full", cwd=tmp_path)
+    assert done.returncode == 2 and "cannot write to standard output: No space left on device" in stderr_line(done)
+
+
+def test_a_closed_standard_output_is_exit_2(tmp_path):
+    done = shell(f"caffemem optimize {LENET} -o out.prototxt >&-", cwd=tmp_path)
+    assert done.returncode == 2 and "cannot write to standard output: Bad file descriptor" in stderr_line(done)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_closed_standard_error_changes_nothing_but_the_lost_message(tmp_path):
+    assert shell(f"caffemem optimize {LENET} -o out.prototxt 2>&-", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "out.prototxt").read_bytes().startswith(LENET.read_bytes())
+    assert shell("caffemem analyze missing.prototxt 2>&-", cwd=tmp_path).returncode == 2
+
+
+@pytest.mark.parametrize("environment", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}])
+def test_a_terminal_that_cannot_encode_the_report_gets_it_with_replacements(tmp_path, environment):
+    env = {k: v for k, v in HERE.items() if k not in ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONIOENCODING", "PYTHONUTF8")} | environment
+    done = shell(f"caffemem optimize {LENET} -o out.prototxt", cwd=tmp_path, env=env)
+    assert done.returncode == 0 and done.stderr == b"", done.stderr
+    assert b"ototxt ? TRAIN: plan 'packed'" in done.stdout and b"wrote out.prototxt" in done.stdout  # the title's dash, replaced
+    assert (tmp_path / "out.prototxt").read_bytes().startswith(LENET.read_bytes())
+
+
+def test_a_deleted_working_directory_is_exit_2_and_absolute_paths_still_work(tmp_path):
+    gone = tmp_path / "g"
+    gone.mkdir()
+    done = shell(f"rmdir {gone}; caffemem optimize {LENET} -o out.prototxt", cwd=gone)
+    assert done.returncode == 2 and "the working directory no longer exists" in stderr_line(done)
+    gone.mkdir()
+    done = shell(f"rmdir {gone}; caffemem optimize {LENET} -o {tmp_path / 'out.prototxt'}", cwd=gone)
+    assert done.returncode == 0 and (tmp_path / "out.prototxt").exists()
+
+
+def test_the_script_is_the_guarded_entry_point():
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"caffemem": "caffemem.__main__:run"}
