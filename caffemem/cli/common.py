@@ -119,7 +119,9 @@ def environment_problem(error: OSError) -> str:
 
 
 def say(line: str) -> None:
-    """One line on stderr; a closed or full stderr only loses the line (the exit code stays)."""
+    """The run's last line on stderr; a closed or full stderr only loses the line (the exit
+    code stays).  The run is ending: a Ctrl-C now cannot add a second line."""
+    ignore_late_interrupts()
     with contextlib.suppress(OSError, ValueError):
         click.echo(line, err=True)
 
@@ -138,6 +140,19 @@ def raise_on_interrupt() -> None:
 
     if getattr(signal.getsignal(signal.SIGINT), "caffemem_startup", False):
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        _ENTRY["owns_the_process"] = True
+
+
+_ENTRY = {"owns_the_process": False}  # run from caffemem/__main__.py, not from a test or a program
+
+
+def ignore_late_interrupts() -> None:
+    """The command has ended (its exit code is decided): a Ctrl-C now, while the
+    interpreter flushes and exits, is ignored rather than turned into a traceback."""
+    if _ENTRY["owns_the_process"]:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _quiet_stdout() -> None:
@@ -359,6 +374,8 @@ class CaffememGroup(click.Group):
         except OSError as error:  # --help or a usage message to a full or closed stream
             say(f"caffemem: error: {environment_problem(error)}")
             sys.exit(EXIT_BAD_INPUT)
+        finally:
+            ignore_late_interrupts()
 
     def make_context(self, info_name, args, parent=None, **extra):
         try:
