@@ -28,7 +28,11 @@ _EXPORTS = {
     "load": "caffemem.passes.load",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "Analysis", "CaffememError", "FitRequest", "FitResult", "Location", "NetAnalysis", "NetText", "OptimizeResult",
+    "OptimizeSettings", "Options", "PhasePlan", "Verdict", "__version__", "analyze", "fit", "load", "optimize",
+    "verify",
+]  # fmt: skip
 
 
 def __getattr__(name: str):

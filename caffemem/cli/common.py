@@ -50,7 +50,8 @@ def reports_errors(command: Callable) -> Callable:
                     if done.code in (None, 0, EXIT_FINDING):  # a finding (check over budget) still writes its reports
                         _land(commit)
                     raise
-                except BrokenPipeError:
+                except BrokenPipeError:  # the reader has what it wanted: the run has succeeded
+                    ignore_late_interrupts()
                     commit()
                     raise
                 _land(commit)
@@ -92,11 +93,13 @@ def _land(commit: Callable[[], None]) -> None:
         if sys.stdout is not None:
             sys.stdout.flush()
     except BrokenPipeError:
+        ignore_late_interrupts()
         commit()
         raise
     except OSError as error:
         _quiet_stdout()
         raise CaffememError(f"cannot write to standard output: {error.strerror or error}; nothing written") from None
+    ignore_late_interrupts()  # the run has succeeded: what it wrote lands whatever comes
     commit()
 
 
@@ -119,8 +122,8 @@ def environment_problem(error: OSError) -> str:
 
 
 def say(line: str) -> None:
-    """The run's last line on stderr; a closed or full stderr only loses the line (the exit
-    code stays).  The run is ending: a Ctrl-C now cannot add a second line."""
+    """A line on stderr as the run ends (its error, or what it wrote); a closed or full
+    stderr only loses the line, the exit code stays.  A Ctrl-C now cannot add a line."""
     ignore_late_interrupts()
     with contextlib.suppress(OSError, ValueError):
         click.echo(line, err=True)
@@ -348,11 +351,11 @@ def _same_file(path: str, other: str) -> bool:
 
 
 def write_html(path: str, subject, options) -> None:
-    from caffemem.prototxt.write import write_output
+    from caffemem.prototxt.write import after_landing, write_output
     from caffemem.report.html import html_report
 
     write_output(path, html_report(subject, options).encode("utf-8"), inputs=input_files(subject, options), flag="--html")
-    click.echo(f"wrote {path}", err=True)  # stderr: --json keeps stdout one document
+    after_landing(lambda: say(f"wrote {path}"))  # stderr: --json keeps stdout one document
 
 
 class _OneLineUsageError(click.UsageError):

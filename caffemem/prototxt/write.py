@@ -97,8 +97,19 @@ def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_in
 
 
 # The temporary files (with their targets) written by the command running now, waiting
-# for it to succeed; None outside a stage (the API writes at once).
+# for it to succeed, and what to do once they have landed; None outside a stage (the API
+# writes at once).
 _stage: list[tuple[str, str]] | None = None
+_landed: list[Callable[[], None]] | None = None
+
+
+def after_landing(action: Callable[[], None]) -> None:
+    """Run ``action`` (say "wrote FILE") once the staged outputs have landed, or at once
+    outside a stage: a run interrupted before it lands never claims a file it left out."""
+    if _landed is None:
+        action()
+    else:
+        _landed.append(action)
 
 
 @contextlib.contextmanager
@@ -107,9 +118,10 @@ def staged_outputs() -> Iterator[Callable[[], None]]:
     beside the target; the function the block receives renames them all into place (with
     Ctrl-C held off, so that they land together).  What has not landed when the block
     ends (an error, Ctrl-C) is deleted: a failed command leaves no file behind."""
-    global _stage
-    outer, pending = _stage, []
-    _stage = pending
+    global _stage, _landed
+    outer, pending = (_stage, _landed), []
+    actions: list[Callable[[], None]] = []
+    _stage, _landed = pending, actions
 
     def commit() -> None:
         held = _hold_interrupts()
@@ -125,11 +137,13 @@ def staged_outputs() -> Iterator[Callable[[], None]]:
         finally:
             if held:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        while actions:
+            actions.pop(0)()
 
     try:
         yield commit
     finally:
-        _stage = outer
+        _stage, _landed = outer
         for temporary, _ in pending:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)

@@ -53,11 +53,11 @@ def _judge(case, before, after, code, stderr="", tmp_path=Path(".")):
 @pytest.mark.parametrize(
     ("code", "stderr", "found"),
     [
-        (3, "caffemem: internal error: ValueError: x (set CAFFEMEM_DEBUG=1 for details)", "exit code 3"),
-        (1, "Traceback (most recent call last):\n  File \"x\"\nKeyError: 1", "traceback"),
-        (2, "caffemem: error: one\ncaffemem: error: two", "2 lines on stderr"),
-        (120, "Exception ignored on flushing sys.stdout", "exit code 120"),
-        (130, "caffemem: interrupted", "exit 130 without Ctrl-C"),
+        (3, "caffemem: internal error: ValueError: x (set CAFFEMEM_DEBUG=1 for details)", "exit code: 3"),
+        (1, 'Traceback (most recent call last):\n  File "x"\nKeyError: 1', "traceback"),
+        (2, "caffemem: error: one\ncaffemem: error: two", "stderr lines: 2"),
+        (120, "Exception ignored on flushing sys.stdout", "exit code: 120"),
+        (130, "caffemem: interrupted", "exit code: 130 without Ctrl-C"),
     ],
 )
 def test_the_judge_counts_each_way_a_run_may_end_badly(code, stderr, found):
@@ -69,7 +69,7 @@ def test_the_judge_counts_an_altered_input_a_file_written_on_failure_and_a_lefto
     after = {"net.prototxt": (0o100644, "b"), "out.prototxt": (0o100644, "c"), ".out.prototxt.x1.tmp": (0o100600, "d")}
     defects = _judge(_case(), before, after, 2)
     assert "altered input: net.prototxt" in defects
-    assert "written on failure (exit 2): out.prototxt" in defects
+    assert "written on failure: exit 2: out.prototxt" in defects
     assert "temporary file left: .out.prototxt.x1.tmp" in defects
 
 
