@@ -47,7 +47,7 @@ def reports_errors(command: Callable) -> Callable:
                 try:
                     command(*args, **kwargs)
                 except SystemExit as done:
-                    if done.code in (None, 0, EXIT_FINDING):  # a finding (check over budget) still writes its reports
+                    if isinstance(done, Reported) or done.code in (None, 0, EXIT_FINDING):  # a finding still writes its reports
                         _land(commit)
                     raise
                 except BrokenPipeError:  # the reader has what it wanted: the run has succeeded
@@ -84,6 +84,11 @@ def reports_errors(command: Callable) -> Callable:
             sys.exit(EXIT_INTERNAL)
 
     return run
+
+
+class Reported(SystemExit):
+    """The command ran to its end and reported, with this exit code whatever it is
+    (`check` exits 2 when one of its files is bad input): its outputs land."""
 
 
 def _land(commit: Callable[[], None]) -> None:

@@ -278,3 +278,11 @@ def test_the_script_is_the_guarded_entry_point():
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"caffemem": "caffemem.__main__:run"}
+
+
+def test_check_updates_its_baseline_only_once_its_reports_can_be_written(tmp_path):
+    baseline, fifo = tmp_path / "b.json", tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    result = run("check", LENET, "--baseline", baseline, "--update-baseline", "--report", f"json:{fifo}")
+    assert result.exit_code == 2 and "--report names a FIFO" in one_error_line(result)
+    assert not baseline.exists()
