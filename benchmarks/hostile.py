@@ -244,7 +244,7 @@ SIZES = ["11GiB", "0", "1", "1.5GB", ".5GiB", "12G", "-1", "1e9", "9" * 400, "",
 
 
 def _net_flags(rng: random.Random, base: Base, odd: float) -> list[str]:
-    flags = list(base.options) if rng.random() < 0.8 else []
+    flags = list(base.options) if rng.random() < 0.95 else []
     while rng.random() < odd:
         flag = rng.choice(list(NET_FLAG_VALUES))
         flags += [flag, rng.choice(NET_FLAG_VALUES[flag])]
@@ -268,7 +268,7 @@ def _case(number: int, family: str, rng: random.Random, bases: list[Base], fresh
     data = base.data
     if family == "mutated":
         for _ in range(rng.randint(1, 4)):
-            data, _ = mutate(rng, data, benign=rng.random() < 0.5)
+            data, _ = mutate(rng, data, benign=rng.random() < 0.6)
     name = "net.prototxt"
     files = [(name, data)]
     if family == "binary":
@@ -826,19 +826,71 @@ def summarize(results: list[Result], seconds: float) -> dict:
     }
 
 
-def campaign(seed: int, count: int, limit: float = TIME_LIMIT, only: int | None = None, fresh_share: float = 0.03, progress=None) -> dict:
-    """Generate and run ``count`` cases (or case ``only``); the summary as a dict."""
+def campaign(seed: int, count: int, limit: float = TIME_LIMIT, only: int | None = None, fresh_share: float = 0.03, progress=None, jobs: int = 1) -> dict:
+    """Generate and run ``count`` cases (or case ``only``), in ``jobs`` worker processes;
+    the summary as a dict."""
     cases = generate(seed, count if only is None else only + 1, fresh_share)
     if only is not None:
         cases = [cases[only]]
     started = time.monotonic()
+    if jobs <= 1:
+        results = _run_all(cases, limit, progress)
+    else:
+        results = sorted(_in_workers(cases, limit, progress, jobs), key=lambda r: r.number)
+    return summarize(results, time.monotonic() - started)
+
+
+def _in_workers(cases: list[Case], limit: float, progress, jobs: int) -> list[Result]:
+    """Every ``jobs``-th case in each of ``jobs`` forked workers (plain processes: a
+    multiprocessing pool's daemonic workers could not give `check --jobs` its own)."""
+    with tempfile.TemporaryDirectory(prefix="caffemem-hostile-workers-") as folder:
+        workers = []
+        for k in range(jobs):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover
+                code = 0
+                try:
+                    done = _run_all(cases[k::jobs], limit, progress)
+                    Path(folder, f"{k}.json").write_text(json.dumps([vars(r) for r in done]))
+                except BaseException:  # noqa: BLE001
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    os._exit(code)
+            workers.append(pid)
+        for pid in workers:
+            os.waitpid(pid, 0)
+        results = []
+        for k in range(jobs):
+            path = Path(folder, f"{k}.json")
+            if path.exists():
+                results += [Result(**fields) for fields in json.loads(path.read_text())]
+        return results
+
+
+def _run_all(cases: list[Case], limit: float, progress) -> list[Result]:
     results = []
     with tempfile.TemporaryDirectory(prefix="caffemem-hostile-") as root:
         for case in cases:
             results.append(run_case(case, Path(root), limit))
             if progress is not None:
                 progress(results[-1])
-    return summarize(results, time.monotonic() - started)
+    return results
+
+
+_DONE: Counter = Counter()
+
+
+def progress(result: Result) -> None:
+    """Each defect as it is found (with the command that reproduces it), and a count."""
+    _DONE["runs"] += 1
+    _DONE["defective"] += bool(result.defects)
+    if result.defects:
+        print(f"case {result.number}: {'; '.join(result.defects)}\n    {result.command}\n    {result.stderr.strip()[-300:]}", file=sys.stderr)
+    if _DONE["runs"] % 250 == 0:
+        print(f"... {_DONE['runs']} runs in this worker, {_DONE['defective']} defective", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -848,21 +900,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT)
     parser.add_argument("--only", type=int, help="run this case number alone (of --seed's sequence) and show it")
     parser.add_argument("--json", type=Path, help="write the summary here too")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (each forks its cases)")
     args = parser.parse_args(argv)
     os.environ.setdefault("CAFFEMEM_DEVICE", "cpu")
     import caffemem.cli  # noqa: F401  (imported once; each forked case starts from it)
 
-    done = Counter()
-
-    def progress(result: Result) -> None:
-        done["runs"] += 1
-        done["defective"] += bool(result.defects)
-        if result.defects:
-            print(f"case {result.number}: {'; '.join(result.defects)}\n    {result.command}\n    {result.stderr.strip()[-300:]}", file=sys.stderr)
-        if done["runs"] % 250 == 0:
-            print(f"... {done['runs']} runs, {done['defective']} defective", file=sys.stderr)
-
-    summary = campaign(args.seed, args.cases, args.time_limit, args.only, progress=progress)
+    summary = campaign(args.seed, args.cases, args.time_limit, args.only, progress=progress, jobs=args.jobs)
     if args.only is not None:
         print(generate(args.seed, args.only + 1)[args.only].command())
     shown = {k: v for k, v in summary.items() if k != "defects"}

@@ -267,13 +267,29 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
             if advance:
                 advance()
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_leave_interrupts_to_the_parent)
+        try:
             futures = {pool.submit(check_file, file, settings): file for file in files}
             for future in as_completed(futures):
                 by_file[futures[future]] = future.result()
                 if advance:
                     advance()
+        except BaseException:  # Ctrl-C, an error: stop the workers now, not after their current file
+            for worker in list((getattr(pool, "_processes", None) or {}).values()):  # (shutdown forgets them)
+                worker.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     return tuple(outcome for target in targets for outcome in ((target,) if isinstance(target, Problem) else by_file[target]))
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker of check_files: Ctrl-C reaches the terminal's whole process group, and the
+    parent alone answers it (one line, exit 130) and stops the workers; a worker's own
+    KeyboardInterrupt would print its traceback and break the pool."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # ----------------------------------------------------------------------------- baseline

@@ -286,3 +286,32 @@ def test_check_updates_its_baseline_only_once_its_reports_can_be_written(tmp_pat
     result = run("check", LENET, "--baseline", baseline, "--update-baseline", "--report", f"json:{fifo}")
     assert result.exit_code == 2 and "--report names a FIFO" in one_error_line(result)
     assert not baseline.exists()
+
+
+CTRL_C_IN_A_CHECK_WORKER = """
+import os, sys, time
+import caffemem.__main__ as entry
+import caffemem.api.check as api_check
+
+parent, real = os.getpid(), api_check.check_file
+
+def check_file(*args):  # in a worker: Ctrl-C reaches the whole group while the file is being measured
+    if os.getpid() != parent:
+        os.killpg(0, 2)
+        time.sleep(30)
+    return real(*args)
+
+api_check.check_file = check_file
+sys.argv = ["caffemem", "check", {folder!r}, "--jobs", "2", "--report", "json:report.json"]
+entry.run()
+"""
+
+
+def test_ctrl_c_during_a_parallel_check_is_one_line_and_stops_the_workers(tmp_path):
+    folder = tmp_path / "nets"
+    folder.mkdir()
+    for name in ("a.prototxt", "b.prototxt"):
+        (folder / name).write_bytes(LENET.read_bytes())
+    done = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_CHECK_WORKER.format(folder=str(folder))], check=False, cwd=tmp_path, env=HERE, capture_output=True, start_new_session=True, timeout=25)
+    assert done.returncode == 130 and stderr_line(done) == "caffemem: interrupted"  # not a worker's traceback, not exit 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nets"]
