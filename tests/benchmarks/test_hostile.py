@@ -3,25 +3,15 @@ cases keeps the contract, and its judge recognises each breach it counts."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_shared
+from conftest import load_script, needs_shared
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "hostile.py"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("hostile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-hostile = _script()
+hostile = load_script(SCRIPT)
 
 # Bounded for CI (2 shared cores): about a minute; `python benchmarks/hostile.py` runs 5,000.
 SAMPLE_SEED, SAMPLE_CASES = 20261126, 120
