@@ -33,7 +33,8 @@ def reports_errors(command: Callable) -> Callable:
 
     Outputs are staged (prototxt.write.staged_outputs): each waits, complete and fsynced,
     in its temporary file, and all are renamed into place only once the command has
-    finished with 0 or 1 and its report has reached standard output.  A full disk or a
+    finished with 0, 1 or a code it reported (Reported) and its report has reached
+    standard output.  A full disk or a
     closed descriptor behind standard output is then exit 2 with nothing written; Ctrl-C
     anywhere is exit 130 with nothing written."""
 
