@@ -826,6 +826,26 @@ def summarize(results: list[Result], seconds: float) -> dict:
     }
 
 
+def markdown(summary: dict) -> str:
+    """The summary as the README's table."""
+    codes = ", ".join(f"{code}: {n:,}" for code, n in summary["exit_codes"].items())
+    families = ", ".join(f"{family} {n:,}" for family, n in summary["families"].items())
+    rows = [
+        ("runs", f"{summary['runs']:,} ({families})"),
+        ("exit codes", codes),
+        ("tracebacks", summary["tracebacks"]),
+        ("hangs (past the time limit)", summary["hangs"]),
+        ("altered inputs", summary["altered_inputs"]),
+        ("outputs written by a failed run", summary["written_on_failure"]),
+        ("`-o` round-trip failures", summary["round_trip_failures"]),
+        ("unsafe tables (of those verified)", f"{summary['unsafe_tables']} (of {summary['tables_verified']:,})"),
+        ("Ctrl-C inside Python's own start-up (not counted)", summary["interrupted_in_python_start_up"]),
+        ("peak memory of a run (RSS)", f"{summary['peak_memory_mib']} MiB"),
+        ("defects", summary["defective_runs"]),
+    ]
+    return "| | |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in rows) + "\n"
+
+
 def campaign(seed: int, count: int, limit: float = TIME_LIMIT, only: int | None = None, fresh_share: float = 0.03, progress=None, jobs: int = 1) -> dict:
     """Generate and run ``count`` cases (or case ``only``), in ``jobs`` worker processes;
     the summary as a dict."""
@@ -901,7 +921,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, help="run this case number alone (of --seed's sequence) and show it")
     parser.add_argument("--json", type=Path, help="write the summary here too")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (each forks its cases)")
+    parser.add_argument("--markdown", type=Path, metavar="JSON", help="only print the README's table of a summary written by --json")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())), end="")
+        return 0
     os.environ.setdefault("CAFFEMEM_DEVICE", "cpu")
     import caffemem.cli  # noqa: F401  (imported once; each forked case starts from it)
 

@@ -70,3 +70,13 @@ def test_the_round_trip_allows_only_our_block_and_a_blanked_old_one():
     assert hostile.round_trip_problem(source, blanked + b"mem_param {\r\n}\r\n") is None
     assert hostile.round_trip_problem(source, source.replace(b"\r\n", b"\n") + b"mem_param {\n}\n").startswith("byte 9 changed")
     assert hostile.round_trip_problem(source, source + b"layer {}") == "no mem_param block after the input's bytes"
+
+
+def test_the_summary_counts_runs_codes_and_defects_and_reads_as_the_readmes_table():
+    ok = hostile.Result(0, "mutated", "caffemem analyze net.prototxt", 0, 0.1, 51_200, "", verified=True)
+    hung = hostile.Result(1, "special", "caffemem analyze /proc/kmsg", None, 60.0, 40_960, "", ["hang: still running after the time limit"])
+    summary = hostile.summarize([ok, hung], 61.0)
+    assert summary["exit_codes"] == {"0": 1, "killed": 1} and summary["hangs"] == 1 and summary["defective_runs"] == 1
+    assert summary["tables_verified"] == 1 and summary["peak_memory_mib"] == 50.0
+    table = hostile.markdown(summary)
+    assert "| runs | 2 (mutated 1, special 1) |" in table and "| hangs (past the time limit) | 1 |" in table and "| defects | 1 |" in table
