@@ -582,6 +582,7 @@ def _child(case: Case, folder: Path, out: Path, err: Path, head_fd: int | None) 
         import caffemem.__main__ as entry
 
         signal.signal(signal.SIGINT, entry._interrupted_while_starting)  # as when the script starts
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # held since the fork (_forked): a Ctrl-C sent meanwhile lands here
         try:
             entry.run()
             code = 0
@@ -648,6 +649,17 @@ def _fresh(case: Case, folder: Path, out: Path, err: Path, limit: float) -> tupl
     return _wait(process.pid, case, limit, None)
 
 
+def _forked() -> int:
+    """os.fork with Ctrl-C held in the child until it has reached the `caffemem` script's
+    entry (the child's own set-up stands in for Python's start-up, which in a real run
+    takes milliseconds, not the harness's)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    pid = os.fork()
+    if pid != 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    return pid
+
+
 def run_case(case: Case, root: Path, limit: float = TIME_LIMIT) -> Result:
     """Run one case in its own folder under ``root`` and judge it."""
     folder = root / f"case{case.number}"
@@ -664,7 +676,7 @@ def run_case(case: Case, root: Path, limit: float = TIME_LIMIT) -> Result:
             head_read, head_write = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        pid = _forked()
         if pid == 0:  # pragma: no cover
             if head_read is not None:
                 os.close(head_read)
@@ -692,7 +704,7 @@ def _verify(case: Case, folder: Path, root: Path, limit: float) -> str | None:
     check = Case(case.number, "verify", ("verify", str(folder / "out.prototxt"), str(folder / "plan.json"), *case.verify_with))
     io_folder = root / "io"
     out, err = io_folder / f"v{case.number}.out", io_folder / f"v{case.number}.err"
-    pid = os.fork()
+    pid = _forked()
     if pid == 0:  # pragma: no cover
         _child(check, folder, out, err, None)
     code, _, _, _ = _wait(pid, check, limit, None)
