@@ -27,7 +27,7 @@ from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
-from caffemem.prototxt.read import read_input
+from caffemem.prototxt.read import HEAD_BYTES, looks_binary, read_input
 from caffemem.prototxt.textmap import top_level_blocks
 from caffemem.units import DTYPE_BYTES, mib
 
@@ -310,10 +310,15 @@ def problem_of(path: str, phase: str | None, error: CaffememError | RecursionErr
 
 
 def _layer_line(file: str, layer: str) -> int | None:
+    """The line of a layer named in a message that gave none, read as every input is (a
+    binary net has no lines: it is not tokenized as text)."""
     try:
-        text = Path(file).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        data = read_input(file)
+    except CaffememError:
         return None
+    if looks_binary(data[:HEAD_BYTES]):
+        return None
+    text = data.decode("utf-8", errors="replace")
     return next((block.line for block in top_level_blocks(text) if block.name == layer), None)
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import collections
 import itertools
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape
 from caffemem.prototxt.parse import parse_net
 from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input, text_with_nul
-from caffemem.prototxt.textmap import LAYER_FIELDS, check_nesting, layer_blocks, tokenize, top_level_blocks, unknown_fields
+from caffemem.prototxt.textmap import LAYER_FIELDS, Token, check_nesting, iter_tokens, iter_top_level_blocks, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2, is_repeated
 from caffemem.schema.forks import fork_defining
 
@@ -158,7 +159,7 @@ def _check_names(source: NetSource) -> NetSource:
         # passes: 200,000 empty layers took 490 MB to be refused at the registry.
         if not layer.type and not len(layer.include) and not len(layer.exclude):
             where = Location(file=source.file, line=source.line_of(layer.name), layer=layer.name or None)
-            raise CaffememError(f"layer {index + 1} has no type (Caffe refuses it: \"Unknown layer type: \")", where)
+            raise CaffememError(f'layer {index + 1} has no type (Caffe refuses it: "Unknown layer type: ")', where)
     return source
 
 
@@ -271,8 +272,12 @@ def _located(error: text_format.ParseError, text: str, file: str) -> CaffememErr
     detail = _explain_parse_error(str(error), text, line)
     unknown = _UNKNOWN_FIELD.search(_head(error))
     offset = _offset_of(text, line, column)
-    before = tokenize(text[:offset])
-    layer = _layer_finder(top_level_blocks(text, before), text)(offset) if line is not None else None
+    before: collections.deque = collections.deque(maxlen=2)  # the last two tokens before the error
+    last_layer = None  # the last top-level layer block before it: the one _layer_finder can name
+    for block in iter_top_level_blocks(text, _kept(iter_tokens(text, offset), before)):
+        if block.field in LAYER_FIELDS:
+            last_layer = block
+    layer = _layer_finder([last_layer] if last_layer else [], text)(offset) if line is not None else None
     if detail.startswith("Expected") and len(text) - offset < 100 and len(tokenize(text[offset:])) <= 1:
         detail = f"the file ends in the middle of a definition (is it cut short?): {detail}"
     elif not unknown and not detail.startswith("Expected") and len(before) >= 2 and before[-1].text == ":":
@@ -282,6 +287,13 @@ def _located(error: text_format.ParseError, text: str, file: str) -> CaffememErr
     if _PLACEHOLDER.search(at_line):
         hint += f" — the file is a template: fill in its placeholders ({excerpt(_PLACEHOLDER.search(at_line).group(), 40)}) first, e.g. with the script that generates it or envsubst"
     return CaffememError(detail + hint, Location(file=file, line=line, column=column, layer=layer))
+
+
+def _kept(tokens: Iterator[Token], into: collections.deque) -> Iterator[Token]:
+    """``tokens``, each also put into ``into`` as it passes."""
+    for token in tokens:
+        into.append(token)
+        yield token
 
 
 # A template's placeholder where a value should be: ${VAR}, $VAR, {{ var }}, @VAR@.

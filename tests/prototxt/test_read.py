@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from caffemem.cli import main
 from caffemem.errors import CaffememError, Location
 from caffemem.prototxt.read import _read_up_to, read_input
 
@@ -68,3 +70,22 @@ def test_a_binary_proto_over_the_text_limit_is_read_whole(tmp_path):
     data = b"\x0a\x03net" + b"\xa2\x06\x00" * 60_000  # its name, then 60,000 empty layers (field 100, length 0)
     net.write_bytes(data)
     assert read_input(str(net), max_text_bytes=1024) == data
+
+
+SAVE = ": save it to a regular file first"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda tmp: "/dev/zero", "is a device, not a net or solver file"),
+        (lambda tmp: os.mkfifo(tmp / "fifo") or str(tmp / "fifo"), "is a FIFO (named pipe), not a net or solver file" + SAVE),
+        (lambda tmp: str(tmp), "is a directory, not a net or solver file"),
+        (lambda tmp: "/proc/self/status", "is a kernel file (/proc, /sys), not a net or solver file" + SAVE),
+    ],
+    ids=["dev-zero", "fifo", "directory", "proc"],
+)
+def test_special_files_are_refused_by_the_command_in_one_line(tmp_path, make, message):
+    path = make(tmp_path)
+    result = CliRunner().invoke(main, ["analyze", path])
+    assert (result.exit_code, result.output) == (2, f"caffemem: error: {path}: {message}\n")

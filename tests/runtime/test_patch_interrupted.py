@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -242,7 +243,7 @@ def test_ctrl_c_from_outside_while_the_journal_exists_leaves_the_tree_whole(smal
     tree = _copy(small, tmp_path, "outside")
     proc = subprocess.Popen([sys.executable, "-m", "caffemem", "patch", str(tree)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while proc.poll() is None and not (tree / JOURNAL).exists():
-        pass
+        time.sleep(0.0005)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert (proc.returncode, snapshot(tree)) in ((130, original), (0, patched), (130, patched)), stderr
