@@ -133,7 +133,7 @@ def staged_outputs() -> Iterator[Callable[[], None]]:
                 except OSError as error:
                     raise _write_error(error, Location(file=target)) from None
                 pending.pop(0)
-                _sync_folder(os.path.dirname(target) or ".")
+                sync_folder(os.path.dirname(target) or ".")
         finally:
             if held:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
@@ -159,8 +159,9 @@ def _hold_interrupts() -> bool:
         return False
 
 
-def _sync_folder(directory: str) -> None:
-    """The rename itself, on file systems that need it."""
+def sync_folder(directory: str | os.PathLike) -> None:
+    """Make a rename or removal in ``directory`` durable (a file system without folder
+    fsync only loses that guarantee)."""
     with contextlib.suppress(OSError):
         folder = os.open(directory, os.O_RDONLY)
         try:
@@ -218,7 +219,7 @@ def _write_atomically(target: str, data: bytes, where: Location, stage: list[tup
             stage.append((temporary, target))
         else:
             os.replace(temporary, target)
-            _sync_folder(directory)
+            sync_folder(directory)
         temporary = None
     except OSError as error:
         raise _write_error(error, where) from None
