@@ -111,8 +111,9 @@ def test_a_run_makes_one_put_per_file_and_one_for_the_journal(small, states, tmp
     put = runtime._put
     monkeypatch.setattr(runtime, "_put", lambda *args: (calls.append(args[0]), put(*args)))
     runtime.apply_patch(tree)
-    # 20 edited files + 3 new ones, after the journal
-    assert len(calls) == puts == 24 and calls[0] == tree / JOURNAL
+    # the journal, then each edited file and each new one (BVLC, patch v2: 1 + 20 + 3)
+    assert len(calls) == puts and calls[0] == tree / JOURNAL
+    assert sorted(str(c.relative_to(tree)) for c in calls[1:]) == sorted({e.path for e in runtime._read_edits(runtime.Flavour.BVLC)} | set(runtime._new_files(runtime.Flavour.BVLC)))
 
 
 def test_ctrl_c_at_any_step_of_patch_leaves_the_original_bytes(small, states, tmp_path, monkeypatch):
@@ -205,9 +206,10 @@ _SIGNALLED = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("k", [1, 12, 24])
-def test_a_real_sigint_during_patch_exits_130_in_one_line_with_the_tree_untouched(small, states, tmp_path, k):
-    original, _, _ = states
+@pytest.mark.parametrize("when", ["after the journal", "half-way", "after the last file"])
+def test_a_real_sigint_during_patch_exits_130_in_one_line_with_the_tree_untouched(small, states, tmp_path, when):
+    original, _, puts = states
+    k = {"after the journal": 1, "half-way": puts // 2, "after the last file": puts}[when]
     tree = _copy(small, tmp_path, "sigint")
     proc = subprocess.run([sys.executable, "-c", _SIGNALLED, str(tree), str(k), "SIGINT"], capture_output=True, text=True, timeout=120, check=False)
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, "caffemem: interrupted\n", "")
