@@ -514,7 +514,8 @@ def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, not
     if field_name.endswith("_param"):
         found = [b for b in blocks if b.field == field_name]
         lines: dict[str, tuple[int, ...]] = {}
-        if len(found) == len(getattr(solver, field_name)):  # not so where the text lists them: `test_net_param [{...}, {...}]`
+        given = 1 if index is None else len(getattr(solver, field_name))  # net_param once, test_net_param repeated
+        if len(found) == given:  # not so where the text lists them: `test_net_param [{...}, {...}]`
             block = found[index or 0]
             inner = text[block.start : block.end]
             first_brace = inner.find("{")
