@@ -5,21 +5,21 @@ and environment would make them, each judged against the contract the README pro
     python benchmarks/hostile.py --cases 300 --seed 7 --json summary.json
     python benchmarks/hostile.py --only 1234 --seed 0     # one case again, its command shown
 
-A seeded generator (:func:`generate`) draws each case from six families:
+A seeded generator (:func:`generate`) draws each case from six families (the last two together):
 
 * ``mutated``: a real net (``../shared/models``, ``fixtures/``) after one to four edits —
   an extreme number, another string of the file, a line deleted or repeated, the text cut
   short, byte noise, a NUL, CR / CRLF / mixed line ends, a BOM, Latin-1 or broken UTF-8
   comments, a name of thousands of characters, deep nesting, an old ``mem_param`` — run
   through analyze, optimize (``-o`` with ``--plan-json`` or ``--html``), verify, check or
-  fit, with the ground truth's ``--input`` shapes where the net needs them;
-  (one in twelve inline in a solver's ``net_param``);
+  fit, with the ground truth's ``--input`` shapes where the net needs them (one net in
+  twelve inline in a solver's ``net_param``);
 * ``binary``: the same nets as a binary NetParameter, bytes flipped or cut;
 * ``flags``: valid nets with odd flag values (zero, negative, huge, empty, garbage);
 * ``special``: inputs and outputs that are folders, FIFOs, sockets, devices, symlink
   loops, dangling links, links to an input or to another output, 255-byte names, empty
   names, missing folders;
-* ``environment`` and ``signal`` (two families): standard output on ``/dev/full``, closed or a pipe closed
+* ``environment`` and ``signal``: standard output on ``/dev/full``, closed or a pipe closed
   after 10 bytes, standard error closed, a deleted working folder, a terminal width of 0,
   ``PYTHONIOENCODING=ascii``, ``LC_ALL=C PYTHONUTF8=0``, and Ctrl-C after a random delay
   (in a fresh interpreter too, to hit its start-up).
