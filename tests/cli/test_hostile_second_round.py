@@ -315,3 +315,15 @@ def test_ctrl_c_during_a_parallel_check_is_one_line_and_stops_the_workers(tmp_pa
     done = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_CHECK_WORKER.format(folder=str(folder))], check=False, cwd=tmp_path, env=HERE, capture_output=True, start_new_session=True, timeout=25)
     assert done.returncode == 130 and stderr_line(done) == "caffemem: interrupted"  # not a worker's traceback, not exit 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nets"]
+
+
+def test_a_run_interrupted_after_staging_its_html_neither_writes_it_nor_says_it_did(tmp_path, monkeypatch):
+    from caffemem.report import terminal
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while the tables print, after --html is staged
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(terminal, "print_tables", interrupted)
+    result = run("analyze", LENET, "--html", tmp_path / "r.html")
+    assert result.exit_code == 130 and one_error_line(result) == "caffemem: interrupted"  # no "wrote r.html" before it
+    assert list(tmp_path.iterdir()) == []
