@@ -73,7 +73,14 @@ class CaffememError(Exception):
         for key, value in location.items():
             if merged.get(key) is None:
                 merged[key] = value
-        return CaffememError(self.message, Location(**merged))  # type: ignore[arg-type]
+        return type(self)(self.message, Location(**merged))  # type: ignore[arg-type]
+
+
+class UnsafePlan(CaffememError):
+    """No plan of the strategy asked for passes the verifier (``optimize --strategy fork``
+    on a net the fork's own optimizer corrupts): a finding, not bad input.  Raised by
+    api.optimize.plan_phase; the CLI (cli.common.reports_errors) says it in one line and
+    exits 1, with nothing written."""
 
 
 class NeedsInput(Exception):

@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from caffemem.errors import CaffememError
+from caffemem.errors import CaffememError, excerpt
 
 # Caffe's Dtype (float by default) and the int of its shape buffers and masks.
 DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8}
 INT_BYTES = 4
 
-KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
+KIB, MIB, GIB, TIB, EIB = 2**10, 2**20, 2**30, 2**40, 2**60
+MAX_SIZE = 8 * EIB  # a 64-bit address space: no size flag means more
 SIZE_UNITS = {
     "": 1, "B": 1,
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -35,8 +36,12 @@ def parse_size(text: str, flag: str) -> int:
     unit = match[2].upper() if match else ""
     if match is None or unit not in SIZE_UNITS:
         what = f"unknown unit '{match[2]}'; " if match else ""
-        raise CaffememError(f"{flag} '{text}': {what}expected a size such as 11GiB, 800MB or 4096 (KiB, MiB, GiB, TiB: powers of 1024; KB, MB, GB, TB: powers of 1000)")
-    return int(Decimal(match[1]) * SIZE_UNITS[unit])
+        raise CaffememError(f"{flag} '{excerpt(text)}': {what}expected a size such as 11GiB, 800MB or 4096 (KiB, MiB, GiB, TiB: powers of 1024; KB, MB, GB, TB: powers of 1000)")
+    whole_digits = len(match[1].partition(".")[0].lstrip("0"))
+    size = int(Decimal(match[1]) * SIZE_UNITS[unit]) if whole_digits <= 30 else MAX_SIZE + 1  # a million nines: no arithmetic on them
+    if size > MAX_SIZE:
+        raise CaffememError(f"{flag} '{excerpt(text)}' is larger than any memory ({MAX_SIZE // EIB} EiB at most)")
+    return size
 
 
 def mib(n: int) -> str:

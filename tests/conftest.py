@@ -25,6 +25,19 @@ def gpu_default_commands(monkeypatch, request):
         monkeypatch.delenv("CAFFEMEM_DEVICE", raising=False)
 
 
+def load_script(path: Path):
+    """A script of benchmarks/ imported as a module under its file's stem (registered in
+    sys.modules: its dataclasses look their module up)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (models and ground truth) is not beside the repo")
 
 

@@ -346,13 +346,29 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
             if advance:
                 advance()
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_leave_interrupts_to_the_parent)
+        try:
             futures = {pool.submit(check_file, file, settings): file for file in files}
             for future in as_completed(futures):
                 by_file[futures[future]] = future.result()
                 if advance:
                     advance()
+        except BaseException:  # Ctrl-C, an error: stop the workers now, not after their current file
+            for worker in list((getattr(pool, "_processes", None) or {}).values()):  # (shutdown forgets them)
+                worker.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     return tuple(outcome for target in targets for outcome in ((target,) if isinstance(target, Problem) else by_file[target]))
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker of check_files: Ctrl-C reaches the terminal's whole process group, and the
+    parent alone answers it (one line, exit 130) and stops the workers; a worker's own
+    KeyboardInterrupt would print its traceback and break the pool."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # ----------------------------------------------------------------------------- baseline
@@ -406,7 +422,7 @@ def read_baseline(path: str, optimized: bool, missing_ok: bool = False, device: 
             raise ValueError(f"unknown format {document.get('format')!r}")
         nets = {
             file: {
-                key: BaselineEntry(int(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else int(e["budget"]), {str(k): int(v) for k, v in e.get("layers", {}).items()})
+                key: BaselineEntry(_count(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else _count(e["budget"]), {str(k): _count(v) for k, v in e.get("layers", {}).items()})
                 for key, e in entries.items()
             }
             for file, entries in document["nets"].items()
@@ -421,6 +437,14 @@ def read_baseline(path: str, optimized: bool, missing_ok: bool = False, device: 
     if recorded_device != device and not missing_ok:
         raise CaffememError(f"the baseline was measured with --device {recorded_device}: check the same way, or rewrite it with --update-baseline", where)
     return Baseline(path, recorded_optimized, nets, recorded_device)
+
+
+def _count(value: object) -> int:
+    """A byte count of the baseline: a whole number a run can measure (JSON's 1e999 is
+    infinity, a float; `true` is no count)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or not 0 <= value < 2**63 or value != int(value):
+        raise ValueError(f"{value!r} is not a byte count")
+    return int(value)
 
 
 def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool, budget: int | None, device: str = "cpu") -> Baseline:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from caffemem.api.analyze import Options, analyze, build_net, inputs_for, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
-from caffemem.errors import CaffememError, Location
+from caffemem.errors import CaffememError, Location, UnsafePlan
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
@@ -237,11 +237,13 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     rejected: dict[str, str] = {}
     chosen, at = None, len(ranked)
     for at, found in enumerate(ranked):  # verified best first, until one passes
-        violations = [] if found.fork else verify_plan_on(schedules, found.data)
+        violations = fork_violations if found.fork else verify_plan_on(schedules, found.data)
         if not violations:
             chosen = found
             break
         rejected.setdefault(found.name, str(violations[0]))
+    if chosen is None and settings.strategy == "fork":
+        raise UnsafePlan(f"the fork's plan is unsafe ({rejected['fork']}); nothing written: --strategy auto keeps the smallest safe plan", Location(file=shaped.graph.source))
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
     assignment = fork_slots if chosen.fork else assignment_of(chosen.data, schedule)

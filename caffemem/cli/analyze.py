@@ -12,6 +12,7 @@ from caffemem.cli.common import (
     GPUS_OPTION,
     HTML_HELP,
     console,
+    distinct_outputs,
     net_options,
     options_from,
     progress,
@@ -45,10 +46,11 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
     from caffemem.report.document import to_json
     from caffemem.report.terminal import print_tables
 
+    distinct_outputs(("--html", html_file))
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     with progress(f"caffemem: analyzing {net}"):
         analysis = run_analysis(net, options)
-    if html_file:
+    if html_file is not None:
         write_html(html_file, analysis, options)
     if as_json:
         click.echo(json.dumps(to_json(analysis), indent=1))

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, OVERRIDE_INPUT_OPTION, console, device_flags, device_options, given_inputs, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, OVERRIDE_INPUT_OPTION, Reported, console, device_flags, device_options, distinct_outputs, given_inputs, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 from caffemem.units import DTYPE_BYTES
 
@@ -74,6 +74,7 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
     if update_baseline and not baseline:
         raise click.UsageError("--update-baseline needs --baseline FILE")
     extra_reports = [_report_target(value) for value in reports]
+    distinct_outputs(("--baseline", baseline), *(("--report", file) for _, file in extra_reports))
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
     options = device_options(
@@ -87,16 +88,9 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
     config = read_config(config_path) if config_path else None
     outcomes = _run_with_progress(targets, CheckSettings(options, optimized, config, budget_bytes), jobs)
     gate = Gate(budget_bytes, old, tolerance_fraction, accept_growth=update_baseline)
-    wrote = None
-    if update_baseline and old is not None and any(isinstance(outcome, Measurement) for outcome in outcomes):
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(old.path)), exist_ok=True)
-        except OSError as error:
-            raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=old.path)) from None
-        with locked(old.path):  # another run may have updated it since we read it
-            current = _measured_as(read_baseline(old.path, optimized, missing_ok=True, device=device), optimized, device)
-            write_output(old.path, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes, device)).encode("utf-8"), inputs=checked, flag="--baseline")
-        wrote = old.path
+    # The baseline is updated under its lock and lands at once: everything that can fail
+    # without harm (the reports, staged to land with the run; standard output) goes first.
+    wrote = old.path if update_baseline and old is not None and any(isinstance(outcome, Measurement) for outcome in outcomes) else None
     report = make_report(outcomes, gate, optimized, wrote)
     for report_format, file in extra_reports:
         write_output(file, RENDERERS[report_format](report).encode("utf-8"), inputs=checked, flag="--report")
@@ -105,7 +99,16 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
         click.echo(render_text(report, shutil.get_terminal_size().columns if terminal else 160, color=terminal), nl=False)
     else:
         click.echo(RENDERERS[output_format](report), nl=False)
-    sys.exit(report.exit_code)
+    sys.stdout.flush()
+    if wrote is not None:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(wrote)), exist_ok=True)
+        except OSError as error:
+            raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=wrote)) from None
+        with locked(wrote):  # another run may have updated it since we read it
+            current = _measured_as(read_baseline(wrote, optimized, missing_ok=True, device=device), optimized, device)
+            write_output(wrote, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes, device)).encode("utf-8"), inputs=checked, flag="--baseline", now=True)
+    raise Reported(report.exit_code)
 
 
 def _measured_as(baseline, optimized: bool, device: str):

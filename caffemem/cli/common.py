@@ -9,6 +9,7 @@ output (``caffemem analyze NET | head``) ends the run quietly with 0.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from caffemem.errors import CaffememError, one_line
+from caffemem.errors import CaffememError, UnsafePlan, one_line
 
 EXIT_FINDING = 1
 EXIT_BAD_INPUT = 2
@@ -27,37 +28,140 @@ EXIT_CODES_HELP = "Exit codes: 0 ok, 1 a finding (over budget, unsafe plan, noth
 
 
 def reports_errors(command: Callable) -> Callable:
-    """Turn CaffememError into one line on stderr and exit code 2; never a traceback."""
+    """Run a command under the contract: exit 0, 1, 2 or 130 with at most one line on
+    stderr, never a traceback, and no output file before the command has succeeded.
+
+    Outputs are staged (prototxt.write.staged_outputs): each waits, complete and fsynced,
+    in its temporary file, and all are renamed into place only once the command has
+    finished with 0, 1 or a code it reported (Reported) and its report has reached
+    standard output.  A full disk or a
+    closed descriptor behind standard output is then exit 2 with nothing written; Ctrl-C
+    anywhere is exit 130 with nothing written."""
 
     @functools.wraps(command)
     def run(*args, **kwargs):
+        from caffemem.prototxt.write import staged_outputs
+
+        raise_on_interrupt()
         try:
-            return command(*args, **kwargs)
+            with staged_outputs() as commit:
+                try:
+                    command(*args, **kwargs)
+                except SystemExit as done:
+                    if isinstance(done, Reported) or done.code in (None, 0, EXIT_FINDING):  # a finding still writes its reports
+                        _land(commit)
+                    raise
+                except BrokenPipeError:  # the reader has what it wanted: the run has succeeded
+                    ignore_late_interrupts()
+                    commit()
+                    raise
+                _land(commit)
+        except UnsafePlan as error:
+            say(f"caffemem: {error}")
+            sys.exit(EXIT_FINDING)
         except CaffememError as error:
-            click.echo(f"caffemem: error: {error}", err=True)
+            say(f"caffemem: error: {error}")
             sys.exit(EXIT_BAD_INPUT)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except KeyboardInterrupt:
-            _quiet_stdout()  # what was printed so far is all; no traceback
-            click.echo("caffemem: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            interrupted()
         except BrokenPipeError:  # `| head` closed the pipe: the reader has what it wanted
             _quiet_stdout()
             sys.exit(0)
         except MemoryError:
-            click.echo("caffemem: error: the input needs more memory than this machine has (is it a real net definition?)", err=True)
+            say("caffemem: error: the input needs more memory than this machine has (is it a real net definition?)")
             sys.exit(EXIT_BAD_INPUT)
         except RecursionError:
-            click.echo("caffemem: error: the input nests too deeply to be a Caffe definition", err=True)
+            say("caffemem: error: the input nests too deeply to be a Caffe definition")
+            sys.exit(EXIT_BAD_INPUT)
+        except OSError as error:  # the environment: a deleted working folder, a failing disk
+            say(f"caffemem: error: {environment_problem(error)}")
             sys.exit(EXIT_BAD_INPUT)
         except Exception as error:  # a bug: say so in one line
             if os.environ.get("CAFFEMEM_DEBUG"):
                 raise
-            click.echo(f"caffemem: internal error: {type(error).__name__}: {one_line(str(error))} (set CAFFEMEM_DEBUG=1 for details)", err=True)
+            say(f"caffemem: internal error: {type(error).__name__}: {one_line(str(error))} (set CAFFEMEM_DEBUG=1 for details)")
             sys.exit(EXIT_INTERNAL)
 
     return run
+
+
+class Reported(SystemExit):
+    """The command ran to its end and reported, with this exit code whatever it is
+    (`check` exits 2 when one of its files is bad input): its outputs land."""
+
+
+def _land(commit: Callable[[], None]) -> None:
+    """The report first (flushed: a full disk behind standard output shows here), then the
+    staged outputs."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        ignore_late_interrupts()
+        commit()
+        raise
+    except OSError as error:
+        _quiet_stdout()
+        raise CaffememError(f"cannot write to standard output: {error.strerror or error}; nothing written") from None
+    ignore_late_interrupts()  # the run has succeeded: what it wrote lands whatever comes
+    commit()
+
+
+_WRITE_ERRORS = {errno.ENOSPC, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG}
+
+
+def environment_problem(error: OSError) -> str:
+    """An OSError no pass expected, worded for the user (the file it names, if any)."""
+    try:
+        os.getcwd()
+    except OSError:
+        return "the working directory no longer exists (deleted?): cd to a folder that exists, or give absolute paths"
+    if error.filename is None and error.errno in _WRITE_ERRORS:
+        # Every file caffemem opens is named in its errors: this was a report's write to
+        # standard output (a full disk, a descriptor closed or opened read-only).
+        _quiet_stdout()
+        return f"cannot write to standard output: {error.strerror or error}"
+    where = f"{one_line(os.fsdecode(error.filename))}: " if error.filename is not None else ""
+    return f"{where}{error.strerror or error}"
+
+
+def say(line: str) -> None:
+    """A line on stderr as the run ends (its error, or what it wrote); a closed or full
+    stderr only loses the line, the exit code stays.  A Ctrl-C now cannot add a line."""
+    ignore_late_interrupts()
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(line, err=True)
+
+
+def interrupted() -> None:
+    """Ctrl-C: what was printed so far is all; one line, exit 130, no traceback."""
+    _quiet_stdout()
+    say("caffemem: interrupted")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def raise_on_interrupt() -> None:
+    """From here on Ctrl-C raises KeyboardInterrupt, so that each command's cleanup runs
+    (the entry point, caffemem/__main__.py, exits at once while nothing has begun)."""
+    import signal
+
+    if getattr(signal.getsignal(signal.SIGINT), "caffemem_startup", False):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _ENTRY["owns_the_process"] = True
+
+
+_ENTRY = {"owns_the_process": False}  # run from caffemem/__main__.py, not from a test or a program
+
+
+def ignore_late_interrupts() -> None:
+    """The command has ended (its exit code is decided): a Ctrl-C now, while the
+    interpreter flushes and exits, is ignored rather than turned into a traceback."""
+    if _ENTRY["owns_the_process"]:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _quiet_stdout() -> None:
@@ -242,13 +346,44 @@ def input_files(subject, options) -> list[str]:
     return files + ([options.layers_file] if options.layers_file else [])
 
 
+def distinct_outputs(*named: tuple[str, str | None]) -> None:
+    """Refuse, before any work, outputs that cannot all land: an empty name (it would
+    write nothing and say nothing), and two flags naming one file or both standard output
+    (the later would silently replace the earlier).  ``named``: (flag, path) pairs, None
+    for a flag not given.  Symlinks and hard links are followed, as for inputs."""
+    from caffemem.errors import Location
+    from caffemem.prototxt.write import STDOUT
+
+    seen: list[tuple[str, str]] = []
+    for flag, path in named:
+        if path is None:
+            continue
+        if not path:
+            raise CaffememError(f"{flag} names no file (an empty name); give a file name, or - for standard output")
+        for other_flag, other in seen:
+            if path == other == STDOUT:
+                raise CaffememError(f"{other_flag} - and {flag} - would both write to standard output")
+            if STDOUT not in (path, other) and _same_file(path, other):
+                raise CaffememError(f"{flag} names the same file as {other_flag} ({other}); give each output its own file", Location(file=path))
+        seen.append((flag, path))
+
+
+def _same_file(path: str, other: str) -> bool:
+    if os.path.realpath(path) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(path, other)  # hard links
+    except OSError:  # one of them does not exist yet
+        return False
+
+
 def write_html(path: str, subject, options, settings=None) -> None:
     """``settings``: optimize's flags, named on the page with the options."""
-    from caffemem.prototxt.write import write_output
+    from caffemem.prototxt.write import after_landing, write_output
     from caffemem.report.html import html_report
 
     write_output(path, html_report(subject, options, settings).encode("utf-8"), inputs=input_files(subject, options), flag="--html")
-    click.echo(f"wrote {path}", err=True)  # stderr: --json keeps stdout one document
+    after_landing(lambda: say(f"wrote {path}"))  # stderr: --json keeps stdout one document
 
 
 class _OneLineUsageError(click.UsageError):
@@ -256,24 +391,39 @@ class _OneLineUsageError(click.UsageError):
 
     def show(self, file=None) -> None:
         command = f" (see '{self.ctx.command_path} --help')" if self.ctx else ""
-        click.echo(f"caffemem: error: {one_line(self.format_message())}{command}", file=file, err=file is None)
+        with contextlib.suppress(OSError, ValueError):  # a closed stderr loses the line, not the exit code
+            click.echo(f"caffemem: error: {one_line(self.format_message())}{command}", file=file, err=file is None)
 
 
 class CaffememGroup(click.Group):
     """click's own usage errors come out of make_context (the group's flags) and invoke
     (the command's): both are reworded as one line."""
 
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
+        except OSError as error:  # --help or a usage message to a full or closed stream
+            say(f"caffemem: error: {environment_problem(error)}")
+            sys.exit(EXIT_BAD_INPUT)
+        finally:
+            ignore_late_interrupts()
+
     def make_context(self, info_name, args, parent=None, **extra):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as error:
             raise one_line_usage(error) from None
+        except KeyboardInterrupt:  # click's own handler would print "Aborted!" and exit 1
+            interrupted()
 
     def invoke(self, ctx):
+        raise_on_interrupt()
         try:
             return super().invoke(ctx)
         except click.UsageError as error:
             raise one_line_usage(error) from None
+        except KeyboardInterrupt:
+            interrupted()
 
 
 # `caffemem` alone prints the help (click raises it as a usage error): keep that as it is.

@@ -13,6 +13,7 @@ from caffemem.cli.common import (
     GPUS_OPTION,
     HTML_HELP,
     console,
+    distinct_outputs,
     input_files,
     net_options,
     options_from,
@@ -63,10 +64,9 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     from caffemem.report.document import optimize_json
     from caffemem.report.terminal import print_optimize
 
-    if STDOUT in (output, plan_json) and as_json:
+    distinct_outputs(("-o", output), ("--plan-json", plan_json), ("--html", html_file))
+    if STDOUT in (output, plan_json, html_file) and as_json:
         raise CaffememError("--json prints to standard output; write the prototxt or plan to a file, not -")
-    if output == STDOUT and plan_json == STDOUT:
-        raise CaffememError("-o - and --plan-json - would both write to standard output")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     settings = OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace)
     with progress(f"caffemem: planning {net}"):
@@ -76,7 +76,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         entry["made_for"] = record.to_json()
     inputs_read = input_files(result, options)
     losing = [phase for phase in result.phases if phase.totals()["planned"] > phase.totals()["stock"]]
-    if losing and (output or plan_json):
+    if losing and (output is not None or plan_json is not None):
         where = "on the card" if options.device == "gpu" else "in all"
         for phase in losing:
             totals = phase.totals()
@@ -86,7 +86,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
                 err=True,
             )
         sys.exit(EXIT_FINDING)
-    if output:
+    if output is not None:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
         exclude_written = result.exclude
@@ -111,14 +111,14 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
             click.echo(f"caffemem: note: {note}", err=True)
         write_output(output, encode_exact(text), inputs=inputs_read, allow_input=in_place_file)
-    if plan_json:
+    if plan_json is not None:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
-    if html_file:
+    if html_file is not None:
         write_html(html_file, result, options, settings)
     if as_json:
         click.echo(json.dumps(document, indent=1))
         return
-    report_to_stderr = STDOUT in (output, plan_json)  # standard output carries the file
+    report_to_stderr = STDOUT in (output, plan_json, html_file)  # standard output carries the file
     print_optimize(result, console(stderr=report_to_stderr))
     if output and output != STDOUT:
         click.echo(f"wrote {output}")

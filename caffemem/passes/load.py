@@ -26,7 +26,7 @@ from caffemem.graph import Shape
 from caffemem.prototxt.parse import parse_net
 from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input, text_with_nul
 from caffemem.prototxt.textmap import LAYER_FIELDS, Token, check_nesting, iter_tokens, iter_top_level_blocks, layer_blocks, tokenize, top_level_blocks, unknown_fields
-from caffemem.schema import caffe_pb2
+from caffemem.schema import caffe_pb2, is_repeated
 from caffemem.schema.forks import fork_defining
 
 MAX_LAYERS = 200_000  # a few GiB of memory for the whole pipeline (README: Benchmarks)
@@ -427,8 +427,11 @@ def _load_binary(data: bytes, file: str) -> NetSource:
         for warning in caught:
             if issubclass(warning.category, RuntimeWarning):
                 raise DecodeError(str(warning.message))
-    except (DecodeError, RuntimeError, ValueError) as error:
+    except (DecodeError, RuntimeError, ValueError) as error:  # a string that is not UTF-8: UnicodeDecodeError, a ValueError
         raise CaffememError(f"binary file is not a Caffe NetParameter ({error})", Location(file=file)) from None
+    bad_string = _first_non_utf8(net)
+    if bad_string is not None:
+        raise CaffememError(f"binary file is not a Caffe NetParameter (its {bad_string} is not UTF-8 text)", Location(file=file))
     if not (len(net.layer) or len(net.layers)):
         raise CaffememError("binary file has no layers: not a Caffe net or .caffemodel", Location(file=file))
     stored: dict[str, tuple[Shape, ...]] = {}
@@ -438,6 +441,26 @@ def _load_binary(data: bytes, file: str) -> NetSource:
             stored[layer.name] = shapes
         del layer.blobs[:]  # the weights are not needed: shapes are kept above
     return NetSource(net, file, {}, stored, binary=True, notes=(f"read binary NetParameter with {len(stored)} layers' stored parameters",))
+
+
+def _first_non_utf8(message, prefix: str = "") -> str | None:
+    """The first string field holding bytes that are not UTF-8, by its path (`name`,
+    `layer.top`).  The upb runtime parses them without a word and raises only when the
+    field is read, deep in a pass; protobuf's C++ (Caffe) refuses such a message."""
+    for field, value in message.ListFields():
+        values = value if is_repeated(field) else [value]
+        if field.type == field.TYPE_MESSAGE:
+            for item in values:
+                found = _first_non_utf8(item, f"{prefix}{field.name}.")
+                if found is not None:
+                    return found
+        elif field.type == field.TYPE_STRING:
+            try:
+                if any(isinstance(item, bytes) for item in values):
+                    return prefix + field.name
+            except UnicodeDecodeError:  # runtimes that decode as they hand the value out
+                return prefix + field.name
+    return None
 
 
 def _blob_shape(blob) -> Shape:
@@ -499,12 +522,16 @@ def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, not
     if index is not None:
         value = value[index]
     if field_name.endswith("_param"):
-        block = [b for b in blocks if b.field == field_name][index or 0]
-        inner = text[block.start : block.end]
-        first_brace = inner.find("{")
-        body = inner[first_brace + 1 : inner.rfind("}")] if first_brace >= 0 else ""
-        offset = text.count("\n", 0, block.start + first_brace + 1)
-        lines = _layer_lines(body, _net_layer_blocks(body), offset)
+        found = [b for b in blocks if b.field == field_name]
+        lines: dict[str, tuple[int, ...]] = {}
+        given = 1 if index is None else len(getattr(solver, field_name))  # net_param once, test_net_param repeated
+        if len(found) == given:  # not so where the text lists them: `test_net_param [{...}, {...}]`
+            block = found[index or 0]
+            inner = text[block.start : block.end]
+            first_brace = inner.find("{")
+            body = inner[first_brace + 1 : inner.rfind("}")] if first_brace >= 0 else ""
+            offset = text.count("\n", 0, block.start + first_brace + 1)
+            lines = _layer_lines(body, _net_layer_blocks(body), offset)
         return _check_names(NetSource(value, file, lines, notes=(f"{field_name} is given inline in the solver",)))
     path, note = resolve_net_path(value, file, cwd, field_name)
     notes.append(note)

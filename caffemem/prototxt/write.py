@@ -20,10 +20,11 @@ import contextlib
 import errno
 import fcntl
 import os
+import signal
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -47,9 +48,13 @@ def encode_exact(text: str) -> bytes:
 
 
 def line_ending(text: str) -> str:
-    """The file's own line ending: CRLF when most of its lines end so, else LF."""
+    """The file's own line ending: CRLF when most of its lines end so, a lone CR (classic
+    Mac OS) when more lines end so than in LF, else LF."""
     crlf = text.count("\r\n")
-    return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
+    lf, cr = text.count("\n") - crlf, text.count("\r") - crlf
+    if cr > lf and cr > crlf:
+        return "\r"
+    return "\r\n" if crlf and crlf >= lf else "\n"
 
 
 def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter, comments: Iterable[str] = ()) -> str:
@@ -65,9 +70,11 @@ def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter, co
     return text + separator + ours.replace("\n", eol)
 
 
-def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_input: bool = False, flag: str = "-o") -> None:
+def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_input: bool = False, flag: str = "-o", now: bool = False) -> None:
     """Write ``data`` to ``path`` (``-``: standard output) as the module docstring says;
-    every refusal and failure is a CaffememError naming the file."""
+    every refusal and failure is a CaffememError naming the file.  Inside
+    :func:`staged_outputs` the file lands when the stage commits, unless ``now`` (a file
+    updated under its lock must land before the lock is let go)."""
     if path == STDOUT:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -87,7 +94,81 @@ def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_in
             with contextlib.suppress(OSError):
                 if not allow_input and os.path.samefile(target, given):
                     raise CaffememError(f"{flag} names an input of this run ({given}); choose another file" + (" or pass --in-place-file" if flag == "-o" else ""), where)
-    _write_atomically(target, data, where)
+    _write_atomically(target, data, where, stage=None if now else _stage)
+
+
+# The temporary files (with their targets) written by the command running now, waiting
+# for it to succeed, and what to do once they have landed; None outside a stage (the API
+# writes at once).
+_stage: list[tuple[str, str]] | None = None
+_landed: list[Callable[[], None]] | None = None
+
+
+def after_landing(action: Callable[[], None]) -> None:
+    """Run ``action`` (say "wrote FILE") once the staged outputs have landed, or at once
+    outside a stage: a run interrupted before it lands never claims a file it left out."""
+    if _landed is None:
+        action()
+    else:
+        _landed.append(action)
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[Callable[[], None]]:
+    """Within the block, each output waits complete and fsynced in its temporary file
+    beside the target; the function the block receives renames them all into place (with
+    Ctrl-C held off, so that they land together).  What has not landed when the block
+    ends (an error, Ctrl-C) is deleted: a failed command leaves no file behind."""
+    global _stage, _landed
+    outer, pending = (_stage, _landed), []
+    actions: list[Callable[[], None]] = []
+    _stage, _landed = pending, actions
+
+    def commit() -> None:
+        held = _hold_interrupts()
+        try:
+            while pending:
+                temporary, target = pending[0]
+                try:
+                    os.replace(temporary, target)
+                except OSError as error:
+                    raise _write_error(error, Location(file=target)) from None
+                pending.pop(0)
+                sync_folder(os.path.dirname(target) or ".")
+        finally:
+            if held:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        while actions:
+            actions.pop(0)()
+
+    try:
+        yield commit
+    finally:
+        _stage, _landed = outer
+        for temporary, _ in pending:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+
+
+def _hold_interrupts() -> bool:
+    """Block SIGINT in this thread (it is delivered when unblocked); False where the
+    platform cannot."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def sync_folder(directory: str | os.PathLike) -> None:
+    """Make a rename or removal in ``directory`` durable (a file system without folder
+    fsync only loses that guarantee)."""
+    with contextlib.suppress(OSError):
+        folder = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 @contextlib.contextmanager
@@ -125,30 +206,36 @@ def _write_in_place(target: str, data: bytes, where: Location) -> None:
         raise _write_error(error, where) from None
 
 
-def _write_atomically(target: str, data: bytes, where: Location) -> None:
+def _write_atomically(target: str, data: bytes, where: Location, stage: list[tuple[str, str]] | None = None) -> None:
     directory = os.path.dirname(target) or "."
     temporary: str | None = None
     try:
-        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{_short(os.path.basename(target))}.", suffix=".tmp")
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, _mode_for(Path(target)))
-        os.replace(temporary, target)
+        if stage is not None:
+            stage.append((temporary, target))
+        else:
+            os.replace(temporary, target)
+            sync_folder(directory)
         temporary = None
-        with contextlib.suppress(OSError):  # the rename itself, on file systems that need it
-            folder = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(folder)
-            finally:
-                os.close(folder)
     except OSError as error:
         raise _write_error(error, where) from None
     finally:
         if temporary is not None:  # an error or Ctrl-C: no half file, no temporary left behind
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _short(name: str, limit: int = 100) -> str:
+    """A file name cut to ``limit`` bytes for the temporary file's: the target's own name
+    may take all of a file system's 255 bytes, and ours adds a dot, 8 random characters
+    and `.tmp`."""
+    raw = os.fsencode(name)
+    return name if len(raw) <= limit else os.fsdecode(raw[:limit])
 
 
 def _write_error(error: OSError, where: Location) -> CaffememError:

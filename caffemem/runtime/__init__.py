@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from caffemem.errors import CaffememError
+from caffemem.prototxt.write import sync_folder
 
 __all__ = [
     "PATCH_VERSION",
@@ -340,17 +341,6 @@ def _put(path: Path, data: bytes | None, mode: int) -> None:
         raise
 
 
-def _sync_directory(path: Path) -> None:
-    """Make a rename or removal in ``path`` durable (a file system without directory
-    fsync only loses that guarantee)."""
-    with contextlib.suppress(OSError):
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-
-
 @contextlib.contextmanager
 def _signals_held() -> Iterator[list[int]]:
     """Hold SIGINT, SIGTERM and SIGHUP (those not ignored: under nohup SIGHUP stays
@@ -419,7 +409,7 @@ def _undo(root: Path, entries: list[_Entry]) -> None:
             f"{error.filename or root}: cannot write it ({error.strerror}) while undoing an interrupted caffemem patch run; "
             f"{_JOURNAL} is kept: run `caffemem patch --revert` again once the tree can be written"
         ) from error
-    _sync_directory(root)
+    sync_folder(root)
 
 
 def _recover(root: Path) -> None:
@@ -458,7 +448,7 @@ def _transact(root: Path, writes: dict[str, bytes | None], originals: dict[str, 
                 raise CaffememError(f"{error.filename or root}: {error.strerror}; the tree was restored, nothing changed") from error
             raise
         (root / _JOURNAL).unlink()  # the commit
-        _sync_directory(root)
+        sync_folder(root)
 
 
 def _applied(text: str, edit: _Edit) -> bool:

@@ -5,11 +5,10 @@ downloaded set (kept outside the project)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "outside_set.py"
 
@@ -19,11 +18,7 @@ UNKNOWN = 'layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("outside_set", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _set(tmp_path: Path, rows: list[tuple[str, str, str]]) -> Path:
