@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -95,6 +96,33 @@ def test_the_corpus_is_every_bvlc_ground_truth_file_and_the_net_it_names():
     assert "groundtruth/bvlc_alexnet__deploy.json" in files
     assert "models/bvlc_alexnet/deploy.prototxt" in files
     assert all((gg.SHARED / f).is_file() for f in files)
+
+
+def _fake_tree(tmp_path: Path, name: str) -> Path:
+    """A build tree of stand-ins, system programs with known NEEDED lists: libcaffe is
+    Debian's gflags (libstdc++, libgcc_s, glibc), the tools are xz (liblzma, glibc)."""
+    tree = tmp_path / name
+    (tree / "build" / "lib").mkdir(parents=True)
+    (tree / "build" / "tools").mkdir()
+    shutil.copy(Path("/usr/lib/x86_64-linux-gnu/libgflags.so.2.2").resolve(), tree / "build" / "lib" / "libcaffe.so.1.0.0")
+    for tool in kit.TOOLS:
+        shutil.copy("/usr/bin/xz", tree / "build" / "tools" / tool)
+    return tree
+
+
+@pytest.mark.skipif(not Path("/usr/lib/x86_64-linux-gnu/libgflags.so.2.2").exists(), reason="Debian's libgflags2.2 is not installed")
+def test_stage_carries_every_library_but_glibcs_and_cudas(tmp_path):
+    trees = {v: _fake_tree(tmp_path, v) for v in kit.VARIANTS}
+    probes = {v: Path("/usr/bin/xz") for v in kit.VARIANTS}
+    manifest = kit.stage(trees, probes, tmp_path / "no-cuda", tmp_path / "kit")
+    assert sorted(p.name for p in (tmp_path / "kit" / "lib").iterdir()) == ["libgcc_s.so.1", "liblzma.so.5", "libstdc++.so.6"]
+    assert sorted(manifest["libraries"]) == ["libgcc_s.so.1", "liblzma.so.5", "libstdc++.so.6"]
+    assert manifest["variants"]["stock"]["programs"] == [
+        "stock/bin/caffe", f"stock/bin/{kit.PROBE_NAME}", "stock/bin/upgrade_net_proto_text", "stock/lib/libcaffe.so.1.0.0"]
+    assert manifest["runtime_patch"] == kit.patch_key()
+    assert manifest["glibc_needed"] == "2.36"  # Debian 12's libstdc++ asks for glibc 2.36
+    assert manifest["corpus"] == [str(f) for f in kit.corpus_files()]
+    assert (tmp_path / "kit" / "corpus" / "models" / "bvlc_alexnet" / "deploy.prototxt").is_file()
 
 
 def _fake_kit(root: Path, manifest: dict | None = None) -> Path:
