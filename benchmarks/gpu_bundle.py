@@ -31,7 +31,6 @@ there); its size limit, 48 MiB, leaves room for the repository within the 64 MiB
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import lzma
@@ -423,28 +422,24 @@ def preflight(kit: Kit) -> list[str]:
 
 
 def rehearse(kit: Kit) -> tuple[list[str], int]:
-    """Checks the kit as the GPU machine will use it, with only the kit's libraries and
-    CUDA's folders on the library path (nothing inherited): `ldd` finds every library of
-    every program, inside the kit, CUDA's folders or glibc; each program starts with every
-    symbol bound (LD_BIND_NOW) and does what it does without a GPU: the probe says so and
-    exits 3, `caffe --version` prints its version, `upgrade_net_proto_text` upgrades a V1 net
-    of the corpus. Returns (the problems, the probes' exit code: 0 with a GPU, 3 without)."""
+    """Checks the kit as the GPU machine will use it. `ldd` (where the machine has it), with
+    only the kit's libraries and CUDA's folders on the library path, finds every library of
+    every program and libcaffe, inside the kit, CUDA's folders or glibc, with every symbol
+    version. Each program then starts with every symbol bound (LD_BIND_NOW) and does what it
+    does without a GPU: the probe's `--devices` exits 3 (0 with a GPU), `caffe --version`
+    prints its version, `upgrade_net_proto_text` upgrades a V1 net of the corpus. The
+    programs run as the measurement will, the machine's LD_LIBRARY_PATH after the kit's
+    (where a container puts the driver's libcuda). Returns (the problems, the probes' exit
+    code)."""
     problems: list[str] = []
-    allowed = (kit.root, *kit.cuda)
+    allowed = [a.resolve() for a in (kit.root, *kit.cuda)]
     probe_exit = 0
     v1 = next((kit.root / "corpus" / f for f in kit.manifest["corpus"] if "legacy_v1" in f and f.endswith(".prototxt")), None)
     for variant in VARIANTS:
-        path = kit.library_path(variant, inherited=False)
-        env = {**kit.env(variant, inherited=False), "LD_BIND_NOW": "1"}
-        for program in sorted((kit.root / variant / "bin").iterdir()) + sorted((kit.root / variant / "lib").iterdir()):
-            resolved = ldd(program, path)
-            name = program.relative_to(kit.root)
-            for lib, found in sorted(resolved.libraries.items()):
-                if found is None:
-                    problems.append(f"{name}: ldd finds no {lib}")
-                elif kind(lib) != "glibc" and not any(Path(found).resolve().is_relative_to(a.resolve()) for a in allowed):
-                    problems.append(f"{name}: {lib} resolves to {found}, outside the kit and CUDA's folders")
-            problems += [f"{name}: {m}" for m in resolved.missing_versions]
+        if shutil.which("ldd"):
+            for program in sorted((kit.root / variant / "bin").iterdir()) + sorted((kit.root / variant / "lib").iterdir()):
+                problems += _ldd_problems(program.relative_to(kit.root), ldd(program, kit.library_path(variant, inherited=False)), allowed)
+        env = {**kit.env(variant), "LD_BIND_NOW": "1"}
         runs = [([str(kit.program(variant, PROBE_NAME)), "--devices"], {0, gg.EXIT_NO_GPU}),
                 ([str(kit.program(variant, "caffe")), "--version"], {0})]
         if v1 is not None:
@@ -453,17 +448,29 @@ def rehearse(kit: Kit) -> tuple[list[str], int]:
             proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=120)
             if proc.returncode not in ok:
                 problems.append(f"{Path(cmd[0]).relative_to(kit.root)} {' '.join(cmd[1:2])}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
-            if Path(cmd[0]).name == PROBE_NAME:
-                probe_exit = max(probe_exit, proc.returncode if proc.returncode in ok else 0)
+            elif Path(cmd[0]).name == PROBE_NAME:
+                probe_exit = max(probe_exit, proc.returncode)
                 gg.log(f"{variant} probe --devices: exit {proc.returncode}: {(proc.stdout + proc.stderr).strip()}")
     return problems, probe_exit
 
 
+def _ldd_problems(name: Path, resolved: Resolved, allowed: list[Path]) -> list[str]:
+    problems = []
+    for lib, found in sorted(resolved.libraries.items()):
+        if found is None:
+            problems.append(f"{name}: ldd finds no {lib}")
+        elif kind(lib) != "glibc" and not any(Path(found).resolve().is_relative_to(a) for a in allowed):
+            problems.append(f"{name}: {lib} resolves to {found}, outside the kit and CUDA's folders")
+    return problems + [f"{name}: {m}" for m in resolved.missing_versions]
+
+
 def run_bundle(archive: Path, out: Path, pack_to: Path | None, names: list[str] | None, device: int, budget: float,
                cuda: list[Path] | None, rehearsal: bool, jobs: int) -> int:
-    """`run-bundle`: unpack, check, then (not `rehearsal`) measure the corpus with the kit's
-    programs and this checkout's caffemem, writing `run`'s JSON into `out` (and packing `out`
-    into `pack_to`)."""
+    """`run-bundle`: unpack, check (preflight, rehearse), then (not `rehearsal`) measure the
+    corpus with the kit's programs and this checkout's caffemem, writing `run`'s JSON into
+    `out` (and packing `out` into `pack_to`). Exit codes: 0 measured; 1 the kit is broken
+    or a run failed or was left; 2 bad input or the kit cannot run on this machine; 3 the
+    kit is sound but there is no GPU."""
     if not archive.is_file():
         gg.log(f"{archive}: no such file; make it with `python benchmarks/gpu_groundtruth.py bundle`")
         return 2
@@ -471,28 +478,25 @@ def run_bundle(archive: Path, out: Path, pack_to: Path | None, names: list[str] 
     work = Path(tempfile.mkdtemp(prefix="caffemem-kit-"))
     try:
         kit = open_kit(archive, work, cuda)
-        gg.log(f"kit unpacked in {time.monotonic() - t0:.1f} s; CUDA from {', '.join(map(str, kit.cuda)) or 'nowhere'}")
+        gg.log(f"kit of {kit.manifest['built']} unpacked in {time.monotonic() - t0:.1f} s; CUDA from {', '.join(map(str, kit.cuda)) or 'nowhere'}")
         problems = preflight(kit)
-        if rehearsal:
-            found, probe_exit = rehearse(kit)
-            problems += found
-            for p in problems:
-                gg.log(f"rehearsal: {p}")
-            if problems:
-                return 1
-            gg.log(f"rehearsal passed: every library found, every program starts; probes exit {probe_exit}")
-            return probe_exit
+        for p in problems:
+            gg.log(p)
         if problems:
-            for p in problems:
-                gg.log(p)
             return 2
-        programs = {v: kit.programs(v) for v in VARIANTS}
-        count, reason = gg.gpu_devices(programs["stock"])
-        if count == 0:
-            gg.log(f"the kit is sound, but there is no GPU here: {reason} (exit {gg.EXIT_NO_GPU})")
+        problems, probe_exit = rehearse(kit)
+        for p in problems:
+            gg.log(f"rehearsal: {p}")
+        if problems:
+            return 1
+        gg.log(f"rehearsal passed: every library found, every program starts; probes exit {probe_exit}")
+        if rehearsal:
+            return probe_exit
+        if probe_exit == gg.EXIT_NO_GPU:
+            gg.log(f"the kit is sound, but there is no GPU here (exit {gg.EXIT_NO_GPU})")
             return gg.EXIT_NO_GPU
-        deadline = t0 + budget
-        code = gg.measure(gg.CONFIGS, programs, kit.root / "corpus", names, out, device, deadline=deadline, jobs=jobs,
+        programs = {v: kit.programs(v) for v in VARIANTS}
+        code = gg.measure(gg.CONFIGS, programs, kit.root / "corpus", names, out, device, deadline=t0 + budget, jobs=jobs,
                           caffe=f"bvlc 9b89154, CUDA build from the kit of {kit.manifest['built']}")
         if pack_to is not None:
             pack_results(out, pack_to)
@@ -512,7 +516,3 @@ def pack_results(out: Path, dest: Path) -> None:
         tar.add(out, arcname=out.name)
     tmp.replace(dest)
     gg.log(f"results packed: {dest} ({dest.stat().st_size / 1024:.0f} KiB)")
-
-
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
