@@ -245,6 +245,18 @@ def test_runs_past_the_time_budget_are_recorded_as_not_measured(tmp_path, fake_p
     assert doc["runs"] == [{"phase": p, "ok": False, "error": "not measured: the time budget ran out"} for p in ("TRAIN", "TEST")]
 
 
+def test_the_nets_with_the_most_convolution_groups_are_measured_last():
+    """MobileNet v1: 13 depthwise convolutions with 4,960 groups in all, and 15 others of
+    1 group (each group is 3 cuDNN handles and streams in BVLC); lenet: 2 convolutions."""
+    assert gg.convolution_groups(gg.SHARED / "models/mobilenet/mobilenet_deploy.prototxt") == 4960 + 15
+    assert gg.convolution_groups(gg.SHARED / "models/bvlc_examples_mnist/lenet.prototxt") == 2
+    assert gg.convolution_groups(gg.SHARED / "models/legacy_v0_bvlc_imagenet/imagenet_deploy.prototxt") == 1 + 2 + 1 + 2 + 2  # V0: conv1..conv5, 2, 4, 5 of group 2
+    order = list(dict.fromkeys(t.gt_file.stem for t in gg.tasks(gg.SHARED, gg.CONFIGS[:1], None)))
+    assert len(order) == 34
+    assert order[0] == "bvlc_examples_mnist__mnist_autoencoder"  # no convolution
+    assert order[-2:] == ["bvlc_mobilenet__mobilenet_deploy", "bvlc_mobilenet__mobilenet_v2_deploy"]
+
+
 # ----------------------------------------------------------------------------- the built kit
 
 
