@@ -254,7 +254,7 @@ def test_the_nets_with_the_most_convolution_groups_are_measured_last():
     order = list(dict.fromkeys(t.gt_file.stem for t in gg.tasks(gg.SHARED, gg.CONFIGS[:1], None)))
     assert len(order) == 34
     assert order[0] == "bvlc_examples_mnist__mnist_autoencoder"  # no convolution
-    assert order[-2:] == ["bvlc_mobilenet__mobilenet_deploy", "bvlc_mobilenet__mobilenet_v2_deploy"]
+    assert order[-2:] == ["mobilenet__mobilenet_deploy", "mobilenet__mobilenet_v2_deploy"]
 
 
 # ----------------------------------------------------------------------------- the built kit
