@@ -22,6 +22,7 @@ build or a measurement failed.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -277,18 +278,22 @@ def build(variant: Variant) -> Path:
     dest, built = build_path(variant)
     if built:
         return dest
-    # An interrupted or failed build resumes in its .partial tree (make is incremental).
-    work = dest.with_name(dest.name + ".partial")
-    if not (work / ".caffemem-unpacked").is_file():
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        unpack(variant, work, cuda)
-        (work / ".caffemem-unpacked").touch()
-    (work / "Makefile.config").write_text(makefile_config(cuda))
-    seconds = make(work, ["lib", "tools"], "build.log")
-    log(f"{variant.name}: Caffe built with CUDA in {seconds / 60:.1f} min")
-    (work / "build-seconds.txt").write_text(f"{seconds:.0f}\n")
-    return _publish(work, dest)
+    with open(dest.with_name(dest.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one make per tree: a second `build`/`bundle` waits for the first
+        if (dest / ".caffemem-ok").is_file():
+            return dest
+        # An interrupted or failed build resumes in its .partial tree (make is incremental).
+        work = dest.with_name(dest.name + ".partial")
+        if not (work / ".caffemem-unpacked").is_file():
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            unpack(variant, work, cuda)
+            (work / ".caffemem-unpacked").touch()
+        (work / "Makefile.config").write_text(makefile_config(cuda))
+        seconds = make(work, ["lib", "tools"], "build.log")
+        log(f"{variant.name}: Caffe built with CUDA in {seconds / 60:.1f} min")
+        (work / "build-seconds.txt").write_text(f"{seconds:.0f}\n")
+        return _publish(work, dest)
 
 
 def compile_probe(tree: Path, cuda: Path, kit: bool = False) -> Path:
