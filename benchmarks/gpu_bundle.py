@@ -501,6 +501,9 @@ def run_bundle(archive: Path, out: Path, pack_to: Path | None, names: list[str] 
         if pack_to is not None:
             pack_results(out, pack_to)
         return code
+    except (tarfile.TarError, lzma.LZMAError, EOFError) as e:
+        gg.log(f"{archive}: not a readable tar.xz ({e}); copy it again, or rebuild it with `bundle`")
+        return 2
     except RuntimeError as e:
         gg.log(str(e))
         return 1

@@ -187,6 +187,14 @@ def test_run_bundle_without_the_archive_says_how_to_make_it(tmp_path):
     assert "none.tar.xz: no such file; make it with `python benchmarks/gpu_groundtruth.py bundle`" in proc.stderr
 
 
+def test_run_bundle_on_a_damaged_archive_says_so(tmp_path):
+    archive = tmp_path / "kit.tar.xz"
+    archive.write_bytes(b"\xfd7zXZ\x00" + bytes(100))  # an xz header, then nothing
+    proc = subprocess.run([sys.executable, str(SCRIPT), "run-bundle", str(archive)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "kit.tar.xz: not a readable tar.xz (" in proc.stderr and "Traceback" not in proc.stderr
+
+
 # A stand-in for the probe: what benchmarks/gpu/probe.cpp writes, for any net, with the bytes
 # of the net's prototxt as its "device peak" (so each configuration's file shows its own net).
 FAKE_PROBE = """#!/bin/sh
