@@ -310,7 +310,7 @@ def compile_probe(tree: Path, cuda: Path, kit: bool = False) -> Path:
         "-DUSE_CUDNN", "-DUSE_HDF5", f"-I{tree / 'include'}", f"-I{tree / '.build_release' / 'src'}",
         f"-I{cuda / 'include'}", "-I/usr/include/hdf5/serial",
         f"-L{tree / 'build' / 'lib'}", f"-L{cuda / 'lib64'}",
-        f"-Wl,-rpath,{rpath}",
+        f"-Wl,-rpath,{rpath}", f"-Wl,-rpath-link,{tree / 'build' / 'lib'}:{cuda / 'lib64'}",  # libcaffe's own NEEDED, at link time
         "-lcaffe", "-lcudart", "-lglog", "-lgflags", "-lprotobuf", "-lboost_system", "-ldl", "-lpthread",
     ]
     tmp = out.with_name(out.name + ".tmp")
