@@ -50,6 +50,8 @@ import gpu_groundtruth as gg
 MIB = 1 << 20
 #: The archive's limit: the repository (~10 MiB) and the archive travel together in 64 MiB.
 ARCHIVE_LIMIT = 48 * MIB
+#: What `run-bundle --pack` may write: the device tool brings back files of at most 16 MiB.
+RESULTS_LIMIT = 15 * MIB
 #: The layout of the kit; bump it when the layout or what the kit holds changes.
 FORMAT = "caffemem gpu bundle v1"
 #: Where `bundle` puts the archive in the checkout: ignored by git, so the device tool's
@@ -511,11 +513,16 @@ def run_bundle(archive: Path, out: Path, pack_to: Path | None, names: list[str] 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def pack_results(out: Path, dest: Path) -> None:
-    """`out` as one .tar.xz (the device tool brings back at most 8 files)."""
+def pack_results(out: Path, dest: Path, limit: int = RESULTS_LIMIT) -> None:
+    """`out` as one .tar.xz (the device tool brings back at most 8 files, each at most
+    16 MiB); over `limit`, packed again without the probes' glog logs, the bulk of it."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
-    with tarfile.open(tmp, "w:xz") as tar:
-        tar.add(out, arcname=out.name)
+    for skip_logs in (False, True):
+        with tarfile.open(tmp, "w:xz") as tar:
+            tar.add(out, arcname=out.name, filter=lambda info: None if skip_logs and info.name.endswith(".probe.log") else info)
+        if tmp.stat().st_size <= limit:
+            break
+        gg.log(f"results packed: {tmp.stat().st_size / MIB:.1f} MiB, over {limit / MIB:.0f} MiB" + ("" if skip_logs else "; again without the probe logs"))
     tmp.replace(dest)
     gg.log(f"results packed: {dest} ({dest.stat().st_size / 1024:.0f} KiB)")

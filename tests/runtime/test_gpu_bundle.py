@@ -265,6 +265,16 @@ def test_the_nets_with_the_most_convolution_groups_are_measured_last():
     assert order[-2:] == ["mobilenet__mobilenet_deploy", "mobilenet__mobilenet_v2_deploy"]
 
 
+def test_results_over_the_limit_are_packed_without_the_probe_logs(tmp_path):
+    out = tmp_path / "gpu-groundtruth"
+    (out / "stock" / "nets").mkdir(parents=True)
+    (out / "stock" / "net.json").write_text("{}")
+    (out / "stock" / "nets" / "net.TEST.probe.log").write_bytes(os.urandom(2 * kit.MIB))  # random: xz cannot shrink it
+    kit.pack_results(out, tmp_path / "results.tar.xz", limit=kit.MIB)
+    with tarfile.open(tmp_path / "results.tar.xz") as tar:
+        assert sorted(tar.getnames()) == ["gpu-groundtruth", "gpu-groundtruth/stock", "gpu-groundtruth/stock/net.json", "gpu-groundtruth/stock/nets"]
+
+
 # ----------------------------------------------------------------------------- the built kit
 
 
