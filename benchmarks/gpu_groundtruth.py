@@ -62,6 +62,7 @@ CHECK_OBJECTS = [
     ".build_release/src/caffe/layers/cudnn_deconv_layer.o",
     ".build_release/src/caffe/layers/cudnn_softmax_layer.o",  # g++ with thrust (CCCL path)
     ".build_release/cuda/src/caffe/layers/cudnn_conv_layer.o",
+    ".build_release/cuda/src/caffe/layers/cudnn_deconv_layer.o",  # patch v3: planned_workspace.hpp
     ".build_release/cuda/src/caffe/layers/conv_layer.o",  # base_conv_layer.hpp
     ".build_release/cuda/src/caffe/layers/softmax_loss_layer.o",  # softmax(_loss)_layer.hpp
     ".build_release/cuda/src/caffe/layers/batch_norm_layer.o",

@@ -44,6 +44,30 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB" if abs(n) >= KIB * 100 else f"{n:,} B"
 
 
+def mib_column(n: int) -> str:
+    """Bytes as MiB with two decimals whatever the size, for a column that compares in
+    one unit; a few bytes read "<0.01 MiB", not "0.00 MiB" (the exact count: --json)."""
+    return f"{n / MIB:,.2f} MiB" if abs(n) >= MIB // 200 or n == 0 else "<0.01 MiB"
+
+
+def mib_gib(n: int) -> str:
+    """A headline's figure: MiB as nvidia-smi prints it, and GiB as a card is sold."""
+    return f"{n / MIB:,.2f} MiB ({n / GIB:,.2f} GiB)"
+
+
+def signed_percent(part: int, whole: int) -> str:
+    """`part` as a signed percentage of `whole`, one decimal; what rounds to zero is
+    "0.0%" (never "-0.0%")."""
+    text = f"{100.0 * part / whole:+.1f}%" if whole else "0.0%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+def plural(n: int, thing: str, many: str | None = None) -> str:
+    """`1 shared slot`, `3 shared slots` (``many``: an irregular plural): a count with its
+    noun, as every report writes it."""
+    return f"{n:,} {thing if n == 1 else many or thing + 's'}"
+
+
 def format_size(n: int) -> str:
     """Bytes in the largest binary unit that keeps a whole part, two decimals."""
     for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):

@@ -73,6 +73,7 @@ class NetAnalysis:
     memory: MemoryReport  # CPU mode: the heap, as the ground truth measures it
     notes: tuple[str, ...] = ()
     device: DeviceReport | None = None  # GPU mode: device and host bytes
+    batch: int | None = None  # images (sequences) per iteration: see net_batch
 
     @property
     def phase(self) -> str:
@@ -196,7 +197,7 @@ def analyze(
     except CaffememError as error:
         raise error.at(phase=phase) from None
     notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes
-    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device),))
+    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device, net_batch(net, specs)),))
 
 
 def prepare_run(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Run:
@@ -228,6 +229,24 @@ def measure(shaped: ShapedGraph, specs: SpecTable, options: Options) -> tuple[Me
         return memory, None
     run = prepare_run(shaped, specs, options)
     return memory, device_footprint(run, specs, options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
+
+
+def net_batch(shaped: ShapedGraph, specs: SpecTable) -> int | None:
+    """The batch a net runs, as the headlines state it: N of the blobs a recurrent layer
+    reads T x N x ... (recurrent_layer.cpp), else the first axis of the first data layer's
+    first top; None for a net without data layers (or whose data top is a scalar)."""
+    for layer in shaped.graph.layers:
+        spec = specs.get(layer.type)
+        if spec is not None and spec.time_major_bottoms is not None:
+            for i in spec.time_major_bottoms(layer.proto, len(layer.bottoms)):
+                shape = shaped.blob_shapes.get(layer.bottoms[i], ())
+                if len(shape) >= 2:
+                    return shape[1]
+    for layer in shaped.graph.layers:
+        spec = specs.get(layer.type)
+        if spec is not None and spec.is_data and layer.tops and shaped.blob_shapes.get(layer.tops[0]):
+            return shaped.blob_shapes[layer.tops[0]][0]
+    return None
 
 
 def placeholder_notes(shaped: ShapedGraph, options: Options) -> tuple[str, ...]:
@@ -370,7 +389,8 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
         run_state.level = options.level
     shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
     memory, device = measure(shaped, specs, options)
-    return NetAnalysis(role, index, net.file, shaped, memory, tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes, device)
+    notes = tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes
+    return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs))
 
 
 def parse_inputs(values: Sequence[str]) -> dict[str, Shape]:

@@ -29,7 +29,7 @@ from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.prototxt.read import read_input
 from caffemem.prototxt.textmap import top_level_blocks
-from caffemem.units import DTYPE_BYTES, mib
+from caffemem.units import DTYPE_BYTES, mib, signed_percent
 
 NET_PATTERN = "*.prototxt"  # what a folder is searched for
 BASELINE_FORMAT = 1
@@ -70,6 +70,7 @@ class Measurement:
     # Each layer's bytes and the line it starts on, keyed by name (a repeated name gets
     # "#2", "#3"...): a change of the total is explained by the layers that changed.
     layers: tuple[tuple[str, int, int | None], ...] = ()
+    batch: int | None = None  # the batch measured (a process: its train net's), as analyze states it
 
     @property
     def key(self) -> str:
@@ -174,7 +175,7 @@ def _net_measurement(path: str, options: Options, optimized: bool) -> Measuremen
     with every layer's share."""
     net = analyze(path, options).nets[0]
     report = _memory_reports([net], options, optimized)[0]
-    return Measurement(path, "net", options.phase or net.phase, report.total_bytes, layer_figures(net.shaped, report))
+    return Measurement(path, "net", options.phase or net.phase, report.total_bytes, layer_figures(net.shaped, report), net.batch)
 
 
 def layer_figures(shaped, report: MemoryReport) -> tuple[tuple[str, int, int | None], ...]:
@@ -195,7 +196,7 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
     if options.phase == "TEST":
         analysis = analyze(path, options)
         reports = _memory_reports(analysis.nets, options, optimized)
-        return tuple(Measurement(path, f"test{net.index}", "TEST", report.total_bytes, layer_figures(net.shaped, report)) for net, report in zip(analysis.nets, reports))
+        return tuple(Measurement(path, f"test{net.index}", "TEST", report.total_bytes, layer_figures(net.shaped, report), net.batch) for net, report in zip(analysis.nets, reports))
     analysis = analyze(path, replace(options, phase=None))
     process = analysis.process
     reports = _memory_reports(analysis.nets, options, optimized)
@@ -206,7 +207,8 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
         pairs = [(net.shaped, report) for net, report in zip(analysis.nets, reports)]
         process = solver_footprint(solver, pairs[0], pairs[1:], DTYPE_BYTES[options.dtype])
     assert process is not None  # a TRAIN analysis of a solver always has its process
-    return (Measurement(path, "process", "TRAIN", process.total_bytes, layer_figures(analysis.nets[0].shaped, reports[0])),)  # the train net's layers
+    train = analysis.nets[0]
+    return (Measurement(path, "process", "TRAIN", process.total_bytes, layer_figures(train.shaped, reports[0]), train.batch),)  # the train net's layers
 
 
 def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
@@ -407,6 +409,7 @@ class Row:
     message: str
     at_file: str  # where an annotation goes
     line: int
+    batch: int | None = None
 
     @property
     def delta(self) -> int | None:
@@ -453,7 +456,7 @@ def judge(outcome: Outcome, gate: Gate) -> Row:
             line = next((at for _, at in changes if at is not None), 1)
         notes.append(note)
     status = next((s for s in FAILING + ("accepted", "shrank", "new") if s in statuses), "pass")
-    return Row(outcome.file, outcome.net, outcome.phase, size, gate.budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), line)
+    return Row(outcome.file, outcome.net, outcome.phase, size, gate.budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), line, outcome.batch)
 
 
 LAYERS_NAMED = 3  # the layers a changed figure is explained by, largest change first
@@ -482,7 +485,7 @@ def layer_changes(outcome: Measurement, entry: BaselineEntry) -> list[tuple[str,
 
 def _against_baseline(size: int, entry: BaselineEntry, gate: Gate) -> tuple[str, str]:
     delta = size - entry.bytes
-    change = f"by {mib(abs(delta))} ({signed_percent(delta, entry.bytes)})"
+    change = f"by {mib(abs(delta))} ({change_percent(delta, entry.bytes)})"
     version = f" (baseline measured by caffemem {entry.caffemem})" if entry.caffemem != __version__ else ""
     if delta > gate.tolerance * entry.bytes:
         if gate.accept_growth:
@@ -500,8 +503,9 @@ def signed(n: int) -> str:
     return ("+" if n > 0 else "-" if n < 0 else "") + mib(abs(n))
 
 
-def signed_percent(delta: int, base: int) -> str:
-    return f"{delta / base:+.1%}" if base else "from 0 B"
+def change_percent(delta: int, base: int) -> str:
+    """A change against the baseline: `+4.8%` (never `-0.0%`), or `from 0 B`."""
+    return signed_percent(delta, base) if base else "from 0 B"
 
 
 def used(size: int, budget: int) -> str:

@@ -11,6 +11,8 @@ promise is the one checked: the batch reported fits and the next one does not.
 from __future__ import annotations
 
 import math
+import os
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -26,7 +28,8 @@ from caffemem.api.analyze import (
 )
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
-from caffemem.passes.load import SolverSource, load
+from caffemem.passes.device import CUBLAS_HANDLE, CUDNN_HANDLE, HandleMargin, handle_margin, process_handles
+from caffemem.passes.load import NetText, SolverSource, load
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
@@ -35,11 +38,19 @@ from caffemem.units import DTYPE_BYTES, format_size, parse_size
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
 
 
-def default_reserve(device: str) -> int:
-    """What --reserve leaves free when not given: in GPU mode the figure already holds the
-    CUDA context (and the workspaces at their bound), so nothing; in CPU mode the context
-    and the handles the heap does not see."""
-    return 0 if device == "gpu" else parse_size(DEFAULT_RESERVE, "--reserve")
+def default_reserve(path: str | NetText, options: Options) -> tuple[int, HandleMargin | None]:
+    """What --reserve leaves free when not given.  CPU mode: 500 MiB for the CUDA context
+    and the handles the heap does not see.  GPU mode: the figure already holds the context
+    (and the workspaces at their bound), but not what the library handles it counts hold:
+    their estimate (passes/device.py ``handle_margin``, from published figures), for every
+    net the fitted process builds."""
+    if options.device != "gpu":
+        return parse_size(DEFAULT_RESERVE, "--reserve"), None
+    nets = analyze(path, options).nets
+    margin = handle_margin(process_handles(net.device.handles for net in nets if net.device is not None))
+    return margin.bytes, margin
+
+
 # The first exact evaluations; the line through the last two predicts the answer (the
 # smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
 PROBES = (1, 2, 4, 8)
@@ -51,15 +62,16 @@ class FitRequest:
     """The card, what stays free on it, and how training is spread (the CLI flags)."""
 
     gpu_memory: int
-    reserve: int = parse_size(DEFAULT_RESERVE, "--reserve")
+    reserve: int | None = None  # None: default_reserve's margin for the mode
     gpus: int = 1
     effective_batch: int | None = None
     optimized: bool = False  # count caffemem optimize's plan instead of stock Caffe
 
     @property
     def budget(self) -> int:
-        """What Caffe's own allocations (SyncedMemory and cuDNN workspaces) may use."""
-        return self.gpu_memory - self.reserve
+        """What Caffe's own allocations (SyncedMemory and cuDNN workspaces) may use (once
+        ``fit`` has settled the reserve)."""
+        return self.gpu_memory - (self.reserve or 0)
 
 
 @dataclass(frozen=True)
@@ -240,6 +252,7 @@ class FitResult:
     schedule: BatchSchedule | None  # None when nothing fits
     evaluations: tuple[Evaluation, ...]  # every exact evaluation, in the order made
     notes: tuple[str, ...]
+    margin: HandleMargin | None = None  # GPU mode without --reserve: what the reserve estimates
 
     @property
     def fits(self) -> bool:
@@ -290,15 +303,19 @@ class FitResult:
 def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | None = None, inputs: Mapping[str, Sequence[int]] | None = None) -> FitResult:
     """The largest batch per GPU whose footprint fits `request.budget`, and the batch and
     iter_size that reach `request.effective_batch`.  `options.batch` is ignored: the batch
-    is what varies."""
+    is what varies.  `request.reserve` None: :func:`default_reserve`."""
+    options = with_overrides(options, phase, inputs, None)
+    path = as_source(net)
+    margin = None
+    if request.reserve is None:
+        reserve, margin = default_reserve(path, replace(options, batch=None))
+        request = replace(request, reserve=reserve)
     if request.budget <= 0:
         raise CaffememError(f"--reserve {format_size(request.reserve)} leaves nothing of --gpu-memory {format_size(request.gpu_memory)}")
     if request.gpus < 1 or (request.effective_batch is not None and request.effective_batch < 1):
         raise CaffememError("--gpus and --effective-batch must be at least 1")
     if request.effective_batch is not None and request.effective_batch % request.gpus:
         raise CaffememError(f"--effective-batch {request.effective_batch} is not a multiple of --gpus {request.gpus} (every GPU runs the same batch)")
-    options = with_overrides(options, phase, inputs, None)
-    path = as_source(net)
     subject = subject_of(path, options, request.optimized)
     evaluations = Evaluations(subject.measure, request.budget)
     search = largest_fitting_batch(evaluations)
@@ -315,7 +332,11 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
         notes += ("with several GPUs only the root solver (the first GPU) builds the test nets: these figures are that GPU's, the others need less",)
     if schedule is not None and request.effective_batch is not None:
         notes += schedule_notes(schedule, search.batch)
-    return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)))
+    if margin is not None:
+        notes += (f"the reserve is an estimate of what the library handles hold ({margin.describe()}), from published figures, none measured for Caffe: {CUDNN_HANDLE.source}; {CUBLAS_HANDLE.source}; --reserve SIZE overrides it",)
+    if request.optimized and search.batch:
+        notes += (f"to run the plan counted here, write it for batch {search.batch}: {optimize_command(path, subject, options, search.batch)}",)
+    return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)), margin)
 
 
 def search_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...]) -> tuple[str, ...]:
@@ -408,7 +429,37 @@ def _report(net: NetAnalysis, options: Options, optimized: bool) -> MemoryReport
 def _optimized_notes(optimized: bool) -> tuple[str, ...]:
     if not optimized:
         return ()
-    return ("counts caffemem optimize's plan at each batch: write it for the batch you choose (`caffemem optimize --batch N -o ...`)",)
+    return ("counts caffemem optimize's plan at each batch",)
+
+
+def optimize_command(path: str | NetText, subject: Subject, options: Options, batch: int) -> str:
+    """The `caffemem optimize` command line that writes the plan fit counted, at ``batch``,
+    into the current folder (a solver: its train net, TRAIN only, since the test nets keep their
+    own batch), with the flags this run was given."""
+    net = str(path)
+    phase = options.phase
+    if subject.kind == "solver":
+        source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+        net, phase = source.train.file, "TRAIN"  # type: ignore[union-attr]
+        if net == str(path):
+            return f"the solver defines its train net inline (train_net_param): move it to a file, then caffemem optimize THAT_FILE --phase TRAIN --batch {batch} -o OUT"
+    stem, _ = os.path.splitext(os.path.basename(net))  # written where the command runs: the net's folder may be read-only
+    words = ["caffemem", "optimize", net]
+    words += ["--phase", phase] if phase else []
+    words += [flag for stage in options.stages for flag in ("--stage", stage)]
+    words += ["--level", str(options.level)] if options.level is not None else []
+    phases = {"TRAIN": "TRAIN", "train": "TRAIN", "TEST": "TEST", "test": "TEST", "test0": "TEST"}  # fit's prefixes, as optimize takes them
+    for key, shape in options.inputs.items():
+        prefix, sep, name = key.rpartition(":")
+        if sep and (phases.get(prefix) is None or phase not in (None, phases[prefix])):
+            continue  # another net's input (a later test net, or the phase not written)
+        words += ["--input", f"{phases[prefix] + ':' if sep else ''}{name}={','.join(map(str, shape))}"]
+    words += ["--layers", options.layers_file] if options.layers_file else []
+    words += ["--lenient"] if options.lenient else []
+    words += ["--dtype", options.dtype] if options.dtype != "float32" else []
+    words += ["--engine", options.engine] if options.engine else []
+    words += ["--device", options.device, "--batch", str(batch), "-o", f"{stem}.b{batch}.prototxt"]
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def _notes(analysis: Analysis, net: NetAnalysis, options: Options) -> tuple[str, ...]:

@@ -1,8 +1,9 @@
 """`caffemem optimize` as an API: plan shared storage for a net, per phase, and prove it.
 
-schedule → liveness → plan (every strategy asked for) → replay each candidate over the
-memory model (exact bytes, lazy slots) → verify each (independent checker) → keep the
-smallest safe one; the fork's own plan is computed alongside as the baseline.
+schedule → liveness → plan (every strategy asked for) → rank the candidates by the figure
+the reports print (the card's in GPU mode) → verify them, best first (independent
+checker) → keep the first safe one and replay it over the memory model; the fork's own
+plan is computed alongside as the baseline.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, build_net, measure, net_phases, planning_runs, prepare_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, build_net, inputs_for, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.graph import ShapedGraph
@@ -32,9 +33,11 @@ from caffemem.passes.memory import (
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
-from caffemem.plan.strategies import Plan, make_plan
+from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
+from caffemem.plan.rewrite import mem_param, with_batch
+from caffemem.plan.strategies import Plan, make_plan, packed_onto
 from caffemem.plan.verify import PlanData, verify_plan_on
-from caffemem.prototxt.write import read_exact
+from caffemem.prototxt.write import read_exact, rewrite_text
 from caffemem.schema import caffe_pb2
 from caffemem.units import DTYPE_BYTES
 
@@ -72,12 +75,13 @@ class PhasePlan:
     fork: MemoryReport
     fork_safe: bool
     lower_bound: int
-    candidates: dict[str, int]  # strategy -> whole-run bytes (candidates not rejected)
+    candidates: dict[str, int]  # strategy -> the figure reported as planned, were it kept (not rejected), best first
     rejected: dict[str, str] = field(default_factory=dict)  # strategy -> first violation
     as_given: int | None = None  # with --inplace: stock Caffe's total bytes for the file as given
     devices: DeviceFigures | None = None  # GPU mode: the figures on the card
     # Every run the plan was verified on: ``schedule``, and in GPU mode the CPU run's too.
     schedules: tuple[Schedule, ...] = ()
+    batch: int | None = None  # the batch planned for (analyze.net_batch), as the headline states it
 
     @property
     def savings(self) -> int:
@@ -149,70 +153,122 @@ def fork_plan_data(assignment: SlotAssignment) -> PlanData:
     return PlanData(dict(assignment.slot_bytes), tuple((blob.name, part, slot, 0) for (blob, part), slot in assignment.slot_of.items()))
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """One plan the optimizer may keep, with the figure it is ranked by: the whole-run
+    figure the reports print as ``planned`` (the card's in GPU mode)."""
+
+    figure: int
+    slots: int
+    name: str
+    data: PlanData
+    fork: bool = False
+    blobs_only: bool = False  # a --share-buffers candidate that shares no layer buffer
+
+    @property
+    def rank(self) -> tuple[int, int, bool, bool]:
+        # Ties: fewer slots, then caffemem's own plan before the fork's, then buffers shared.
+        return (self.figure, self.slots, self.fork, self.blobs_only)
+
+
+ON_HOST_ONLY = "touched only on the host in a GPU run: a slot is cudaMalloc'd on the card, so sharing it would only add to the card"
+
+
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
-    """Plan one built net (one phase): every strategy asked for, replayed and verified."""
+    """Plan one built net (one phase): every strategy asked for, ranked by the figure the
+    reports print (the card's in GPU mode), verified, the smallest safe one kept.
+
+    A plan never loses: in GPU mode storage the card never holds is kept private (the
+    patched runtime cudaMallocs every slot whole, mem_slots.cpp, so a slot of host-only
+    storage is all loss), and with ``--share-buffers`` every strategy's plan of the blobs
+    alone stays a candidate, with the buffers added to its packing where each pays
+    (:func:`packed_onto`), so sharing buffers never ends above not sharing them."""
     on_card_run = prepare_run(shaped, specs, options)
     run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
     stock = replay(run)
     schedule = build_schedule(shaped, specs, options.dtype, run=run)
     cpu_schedule = build_schedule(shaped, specs, options.dtype, run=on_cpu) if on_cpu is not None else None
-    keep = kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)) if cpu_schedule is not None else None
-    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep and {member: f"on the CPU: {why}" for member, why in keep.items()})
-
+    keep: dict[tuple[BlobId, str], str] = {}
+    if cpu_schedule is not None:
+        keep = {member: f"on the CPU: {why}" for member, why in kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)).items()}
+    on_card = stock_card = None
+    if options.device == "gpu":
+        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
+        stock_card = on_card(on_card_run)
+        on_host = [c for c in schedule.classes if not any(member in stock_card.on_device for member in c.members)]
+        keep |= {member: ON_HOST_ONLY for c in on_host for member in c.members if member not in keep}
+    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
     schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
 
     fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
     fork = replay(fork_run(run), fork_slots)  # the fork running its own plan
+    fork_card = on_card(fork_run(on_card_run), slots=fork_slots) if on_card is not None else None
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan_on(schedules, fork_data)
 
-    # Every shareable class is touched, so a plan's run costs the stock run, less the
-    # classes' own storage, plus its slots: candidates are ranked by that, and only the
-    # best one that passes the verifier is replayed.
+    # Every shareable class is touched (on the card, in GPU mode), so a plan's run costs the
+    # stock run, less the storage of the classes it places, plus its slots (each holds a
+    # class the card touches, so the card holds it whole, as the runtime cudaMallocs it):
+    # candidates are ranked by that, unreplayed, in the figure the reports print.
     shareable = sum(life.bytes for life in liveness.shareable)
-    ranked: list[tuple[int, int, bool, str, PlanData]] = []
+    stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
+
+    def candidates_of(plans: Mapping[str, Plan], blobs_only: bool = False) -> list[_Candidate]:
+        found = []
+        for name, plan in plans.items():
+            figure = stock_figure - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes
+            found.append(_Candidate(figure, len(plan.slots), name, plan_data(plan, schedule), blobs_only=blobs_only))
+        return found
+
+    ranked: list[_Candidate] = []
     if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations):
-        ranked.append((fork.heap_total, len(fork_data.slot_bytes), True, "fork", fork_data))
+        figure = fork_card.device_bytes if fork_card is not None else fork.total_bytes
+        ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork=True))
     if settings.strategy != "fork":
-        for name, candidate in make_plan(liveness, settings.strategy).items():
-            cost = stock.heap_total - shareable + candidate.slot_bytes
-            ranked.append((cost, len(candidate.slots), False, name, plan_data(candidate, schedule)))
-    ranked.sort(key=lambda item: item[:3])
+        ranked += candidates_of(make_plan(liveness, settings.strategy))
+        buffers = tuple(life for life in liveness.shareable if schedule.classes[life.storage].kind == "buffer")
+        if settings.share_buffers and buffers:
+            blobs = lifetimes(schedule, settings.exclude, False, keep or None)
+            alone = make_plan(blobs, settings.strategy)
+            ranked += candidates_of(alone, blobs_only=True)
+            onto = {name: packed_onto(plan, blobs.shareable, buffers) for name, plan in alone.items() if len(plan.slots) == 1 and plan.slots[0].offsets}
+            ranked += candidates_of(onto)
+    ranked.sort(key=lambda c: c.rank)
     rejected: dict[str, str] = {}
-    chosen = None
-    for cost, _, _, name, data in ranked:
-        violations = [] if name == "fork" else verify_plan_on(schedules, data)
+    chosen, at = None, len(ranked)
+    for at, found in enumerate(ranked):  # verified best first, until one passes
+        violations = [] if found.fork else verify_plan_on(schedules, found.data)
         if not violations:
-            chosen = (name, data)
+            chosen = found
             break
-        rejected[name] = str(violations[0])
+        rejected.setdefault(found.name, str(violations[0]))
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
-    name, data = chosen
-    assignment = fork_slots if name == "fork" else assignment_of(data, schedule)
-    planned = fork if name == "fork" else replay(run, assignment)
+    assignment = fork_slots if chosen.fork else assignment_of(chosen.data, schedule)
+    planned = fork if chosen.fork else replay(run, assignment)
     devices = None
-    if options.device == "gpu":
-        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
-        devices = DeviceFigures(on_card(on_card_run), on_card(fork_run(on_card_run), slots=fork_slots), on_card(on_card_run, slots=assignment))
-
-    shareable = sum(life.bytes for life in liveness.shareable)
+    if on_card is not None:
+        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else on_card(on_card_run, slots=assignment))
+    candidates: dict[str, int] = {}  # each strategy's best variant not rejected, best first
+    for found in ranked[at:]:
+        candidates.setdefault(found.name, found.figure)
     return PhasePlan(
         phase=shaped.graph.phase,
         shaped=shaped,
         schedule=schedule,
         liveness=liveness,
-        strategy=name,
-        plan_data=data,
+        strategy=chosen.name,
+        plan_data=chosen.data,
         stock=stock,
         planned=planned,
         fork=fork,
         fork_safe=not fork_violations,
         lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak,
-        candidates={name: cost for cost, _, _, name, _ in ranked if name not in rejected},
-        rejected=rejected,
+        candidates=candidates,
+        rejected={name: why for name, why in rejected.items() if name not in candidates},
         devices=devices,
         schedules=schedules,
+        batch=net_batch(shaped, specs),
     )
 
 
@@ -316,6 +372,73 @@ def optimize(
     return OptimizeResult(str(path), source, exclude, tuple(results), inplace)
 
 
+
+
+def made_for(result: OptimizeResult, options: Options, net: str | None = None, rescaled: bool = False) -> tuple[MadeFor, ...]:
+    """What each phase's plan was made for (plan/record.py).  ``net``: the fingerprint of
+    the file the table goes into (default: the net planned).  ``rescaled``: the file now
+    states the batch planned (``optimize --batch N -o``), so the record asks for no
+    rescale and gives full --input shapes at the batch planned."""
+    records = []
+    for phase in result.phases:
+        inputs = inputs_for(options.inputs, None, result.path, phase.phase)
+        if rescaled:
+            planned = phase.shaped.blob_shapes
+            inputs = {name: planned[name] if name in planned and len(shape) == len(planned[name]) else shape for name, shape in inputs.items()}
+        records.append(
+            MadeFor(
+                phase=phase.phase,
+                batch=_planned_batch(phase.shaped),
+                rescale=None if rescaled else options.batch,
+                inputs={name: tuple(shape) for name, shape in inputs.items()},
+                stages=options.stages,
+                level=options.level,
+                dtype=options.dtype,
+                device=options.device,
+                engine=options.engine,
+                net=net or fingerprint(result.source.proto),
+            )
+        )
+    return tuple(records)
+
+
+def _planned_batch(shaped: ShapedGraph) -> int | None:
+    """The first data top's first axis (the batch in all but recurrent nets)."""
+    for layer, shapes in zip(shaped.graph.layers, shaped.layer_shapes):
+        if not layer.bottoms and shapes.tops and shapes.tops[0]:
+            return shapes.tops[0][0]
+    return None
+
+
+def written_text(result: OptimizeResult, options: Options, original: str, exclude: tuple[str, ...], target: str) -> str:
+    """The file `optimize -o` writes: ``original`` (the file's exact text) with, under
+    ``--batch N``, its data layers' batch lines at N (plan/rewrite.py ``with_batch``),
+    and the mem_param block with each phase's table and what it was made for."""
+    text = original
+    if options.batch is not None:
+        text = with_batch(text, [phase.shaped for phase in result.phases], spec_table(options), options.batch, result.source.proto, result.path)
+    net = load(NetText(text, result.path), lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    records = list(made_for(result, options, fingerprint(net.proto), rescaled=options.batch is not None))
+    previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
+    planned = {phase.phase for phase in result.phases}
+    kept = read_records(original, result.path)
+    records += [kept[phase] for phase in ("TRAIN", "TEST") if phase in kept and phase not in planned]
+    return rewrite_text(text, mem_param(result.phases, exclude, target, previous), comment_lines(records) if target == "caffemem" else ())
+
+
+def other_phases_rebatched(result: OptimizeResult, options: Options, text: str) -> tuple[str, ...]:
+    """With ``--phase P --batch N -o``: the phases not planned whose nets the rewritten
+    text changes too (a data layer with no phase rule feeds both), each in one line."""
+    upgraded, _ = upgrade_net(result.source.proto, result.path)
+    planned = {phase.phase for phase in result.phases}
+    others = [phase for phase in net_phases(upgraded, spec_table(options), options) if phase not in planned]
+    notes = []
+    for phase in others:
+        before, after = (analyze(source, replace(options, phase=phase, batch=None)).nets[0].shaped for source in (result.path, NetText(text, result.path)))
+        changed = [name for name, shape in before.blob_shapes.items() if after.blob_shapes.get(name) != shape]
+        if changed:
+            notes.append(f"the {phase} net reads the same data layers, so it now runs at batch {options.batch} too; its table was not planned (optimize without --phase plans both)")
+    return tuple(notes)
 
 
 def _run_of(source: NetSource, options: Options, specs: SpecTable):

@@ -1,42 +1,128 @@
-"""`caffemem verify` as an API: judge a plan (the JSON of ``optimize --json`` or
-``--plan-json``) against the net's own run, with the verifier that shares no code with
-the planners (plan/verify.py)."""
+"""`caffemem verify` as an API: judge a slot table against the net's own run — the table a
+prototxt carries (``optimize -o``) or a plan JSON (``optimize --json``/``--plan-json``).
+
+Each phase is built as the plan records it was made for (plan/record.py: phase, inputs,
+batch, dtype, device, engine), unless the caller overrides a field.  Then, in order:
+
+1. what the patched Caffe's Net::Init would say of the table (plan/verify.py
+   ``bind_violations``: every member a storage of this net, fitting its slot, every slot
+   exactly its members' size) — a table from another batch or other inputs stops here,
+   as it would stop Caffe;
+2. the replay over shadow memory by the verifier that shares no code with the planners.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from caffemem.api.analyze import Options, analyze, planning_runs, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
+from caffemem.errors import CaffememError, Location
+from caffemem.passes.load import NetSource, NetText, load
 from caffemem.passes.schedule import build_schedule
-from caffemem.plan.verify import Violation, read_plan, verify_plan_on
+from caffemem.plan.record import MadeFor, fingerprint, read_records
+from caffemem.plan.verify import PlanData, Violation, bind_violations, read_plan, verify_plan_on
+from caffemem.prototxt.write import read_exact
+from caffemem.schema import caffe_pb2
+
+# The Options fields a plan's record supplies when the caller does not set them.
+RECORDED = ("phase", "inputs", "batch", "stages", "level", "dtype", "device", "engine")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One phase of a plan file, judged."""
+    """One phase of a table, judged."""
 
     phase: str
     slots: int
     violations: tuple[Violation, ...]
+    made_for: MadeFor | None = None  # what the plan records it was made for
+    checked_at: str = ""  # the run it was checked at, in words
+    notes: tuple[str, ...] = ()
 
     @property
     def safe(self) -> bool:
         return not self.violations
 
 
-def verify(net: NetLike, plan_file: str, options: Options = Options(), *, phase: str | None = None, inputs: Mapping[str, Sequence[int]] | None = None) -> tuple[Verdict, ...]:
-    """Every phase the plan file holds (or only ``options.phase``), replayed over the net
-    (a path, prototxt text or a NetParameter)."""
+def verify(
+    net: NetLike,
+    plan_file: str | None = None,
+    options: Options = Options(),
+    *,
+    explicit: Collection[str] = RECORDED,
+    phase: str | None = None,
+    inputs: Mapping[str, Sequence[int]] | None = None,
+) -> tuple[Verdict, ...]:
+    """Every phase of the table (or only ``options.phase``): the one ``net`` carries in
+    its mem_param when ``plan_file`` is None, else the plan file's.  ``explicit``: the
+    Options fields the caller chose; the others come from the plan's record where it has
+    one (the library default: the caller's ``options`` throughout)."""
     options = with_overrides(options, phase, inputs, None)
     path = as_source(net)
+    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    if not isinstance(source, NetSource):
+        raise CaffememError("verify takes a net definition, not a solver: pass the net file the table is for", Location(file=str(path)))
+    wanted = options.phase if "phase" in explicit else None
+    if plan_file is None:
+        tables, records = _tables_in(source, path, wanted)
+    else:
+        entries = read_plan(plan_file, wanted)
+        tables = [(plan_phase, plan) for plan_phase, plan, _ in entries]
+        records = {plan_phase: MadeFor.from_json(record, Location(file=plan_file)) for plan_phase, _, record in entries if plan_phase and record is not None}
+    current = fingerprint(source.proto)
     verdicts = []
-    for plan_phase, plan in read_plan(plan_file, options.phase):
-        at_phase = replace(options, phase=plan_phase)
-        net = analyze(path, at_phase).nets[0]
-        specs = spec_table(at_phase)
-        runs = [run for run in planning_runs(net.shaped, specs, at_phase) if run is not None]  # GPU mode: the CPU run too
-        violations = verify_plan_on((build_schedule(net.shaped, specs, options.dtype, run=run) for run in runs), plan)
-        verdicts.append(Verdict(net.phase, len(plan.slot_bytes), tuple(violations)))
+    for plan_phase, plan in tables:
+        record = records.get(plan_phase) if plan_phase else None
+        at = _options_at(options, record, plan_phase, explicit)
+        built = analyze(path, at).nets[0]
+        specs = spec_table(at)
+        runs = [run for run in planning_runs(built.shaped, specs, at) if run is not None]  # GPU mode: the CPU run too
+        schedules = [build_schedule(built.shaped, specs, at.dtype, run=run) for run in runs]
+        violations = bind_violations(schedules[0], plan, built.shaped.graph.name) or verify_plan_on(schedules, plan)
+        notes = ()
+        if record is not None and record.net != current:
+            notes = (f"the net is not the one the table was planned for (fingerprint {current}, planned for {record.net}): checked against the net as it is now",)
+        if record is None:
+            notes = ("the plan records no run it was made for: checked at the file's own shapes and the flags given",)
+        verdicts.append(Verdict(built.phase, len(plan.slot_bytes), tuple(violations), record, _describe(at, built.shaped), notes))
     return tuple(verdicts)
+
+
+def _tables_in(source: NetSource, path, phase: str | None) -> tuple[list[tuple[str, PlanData]], dict[str, MadeFor]]:
+    """Each phase's slot table from the file's mem_param, in the order Caffe reads it."""
+    where = Location(file=source.file)
+    block = source.proto.mem_param
+    if not source.proto.HasField("mem_param") or not len(block.slot):
+        raise CaffememError("the file carries no slot table (a mem_param with slot entries): write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net", where)
+    tables: dict[str, PlanData] = {}
+    for slot in block.slot:
+        name = caffe_pb2.Phase.Name(slot.phase)
+        table = tables.setdefault(name, PlanData({}, ()))
+        table.slot_bytes[slot.id] = slot.bytes
+        tables[name] = PlanData(table.slot_bytes, table.assign + tuple((m.blob, m.kind, slot.id, m.offset) for m in slot.member))
+    if phase is not None and phase not in tables:
+        raise CaffememError(f"the file's slot table has no {phase} phase (it has {', '.join(tables)})", where)
+    chosen = [(name, table) for name, table in tables.items() if phase is None or name == phase]
+    if source.binary:  # a binary NetParameter has no comments, so no record
+        return chosen, {}
+    return chosen, read_records(path.text if isinstance(path, NetText) else read_exact(path), source.file)
+
+
+def _options_at(options: Options, record: MadeFor | None, phase: str | None, explicit: Collection[str]) -> Options:
+    """The options of one phase's check: the caller's where chosen, else the record's."""
+    if record is None:
+        return replace(options, phase=phase or options.phase)
+    chosen = {name: getattr(options, name) for name in RECORDED if name in explicit}
+    inputs = dict(record.inputs) | dict(chosen.pop("inputs", {}))
+    at = replace(options, phase=record.phase, inputs=inputs, batch=record.rescale, stages=record.stages, level=record.level, dtype=record.dtype, device=record.device, engine=record.engine)
+    chosen.pop("phase", None)
+    return replace(at, **chosen)
+
+
+def _describe(options: Options, shaped) -> str:
+    """The run a phase was checked at, in words."""
+    data = [(layer.tops[0], shaped.blob_shapes[layer.tops[0]]) for layer in shaped.graph.layers if not layer.bottoms and layer.tops and layer.tops[0] in shaped.blob_shapes]
+    shapes = ", ".join(f"{name} {'x'.join(map(str, shape))}" for name, shape in data[:3])
+    return f"{shapes}; {options.dtype}, {options.device} mode, {options.build_engine} engine"

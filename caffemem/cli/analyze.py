@@ -36,9 +36,10 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
 
     \b
     Examples:
-      caffemem analyze models/bvlc_alexnet/train_val.prototxt --input data=256,3,227,227 --input label=256
+      caffemem analyze train_val.prototxt --input data=3,224,224   # a Data layer's C,H,W; the batch from the file
       caffemem analyze deploy.prototxt --phase TEST --json > memory.json
-      caffemem analyze train_val.prototxt --device cpu    # the CPU run's heap instead
+      caffemem analyze train_val.prototxt --input data=3,224,224 --device cpu   # the CPU run's heap instead
+      caffemem analyze solver.prototxt --input data=3,224,224   # the training process: train and test nets, history
     """
     from caffemem.api.analyze import analyze as run_analysis
     from caffemem.report.document import to_json

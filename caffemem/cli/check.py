@@ -15,6 +15,7 @@ import click
 
 from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, console, device_flags, device_options, reports_errors
 from caffemem.report.check import RENDERERS, render_text
+from caffemem.units import DTYPE_BYTES
 
 PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 
@@ -23,6 +24,7 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--budget", metavar="SIZE", help="Fail a net whose footprint is larger (11GiB, 800MB, 4096; KB/MB/GB decimal, KiB/MiB/GiB binary).")
 @click.option("--phase", type=click.Choice(["TRAIN", "TEST"], case_sensitive=False), help="Check only this phase (default: every phase each net has).")
+@click.option("--stage", "stages", multiple=True, metavar="NAME", help="NetState stage, for every net (repeatable).")
 @click.option("--optimized", is_flag=True, help="Measure caffemem's shared-storage plan instead of stock Caffe.")
 @click.option("--baseline", metavar="FILE", help="Committed JSON of each net's bytes: growth beyond --tolerance fails.")
 @click.option("--update-baseline", is_flag=True, help="Rewrite --baseline with the bytes measured now (growth is accepted).")
@@ -30,13 +32,15 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--format", "output_format", type=click.Choice(list(RENDERERS)), default="text", show_default=True)
 @click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name (repeatable).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
+@click.option("--lenient", is_flag=True, help="Skip unknown fields with a warning instead of failing.")
+@click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default="float32", show_default=True, help="Caffe's Dtype.")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
 @device_flags
 @click.option("--engine", type=click.Choice(["caffe", "cudnn"]), help="Default engine of the build (default: cudnn with --device gpu, caffe with --device cpu).")
 @GPUS_OPTION
 @click.option("--report", "reports", multiple=True, metavar="FORMAT:FILE", help="Also write the report in FORMAT to FILE (repeatable), e.g. markdown:$GITHUB_STEP_SUMMARY.")
 @reports_errors
-def check_command(paths, budget, phase, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, jobs, engine, reports) -> None:
+def check_command(paths, budget, phase, stages, optimized, baseline, update_baseline, tolerance, output_format, inputs, layers_file, lenient, dtype, jobs, engine, reports) -> None:
     """Fail when a net outgrows the memory budget or its committed baseline (a CI gate).
 
     PATHs are files, folders (every *.prototxt below them) and globs; a solver is
@@ -45,6 +49,7 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     \b
     Examples:
       caffemem check models/ --budget 11GiB
+      caffemem check models/ --baseline .caffemem-baseline.json --update-baseline   # once, then commit it
       caffemem check models/ --baseline .caffemem-baseline.json --format github
     """
     from caffemem.api.analyze import Options, parse_inputs
@@ -68,7 +73,9 @@ def check_command(paths, budget, phase, optimized, baseline, update_baseline, to
     extra_reports = [_report_target(value) for value in reports]
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
-    options = device_options(Options(phase=phase.upper() if phase else None, inputs=parse_inputs(inputs), layers_file=layers_file, engine=engine))
+    options = device_options(
+        Options(phase=phase.upper() if phase else None, stages=tuple(stages), inputs=parse_inputs(inputs), layers_file=layers_file, lenient=lenient, dtype=dtype, engine=engine)
+    )
     device = options.device
     old = _measured_as(read_baseline(baseline, optimized, missing_ok=update_baseline, device=device), optimized, device) if baseline else None
     targets = collect_files(paths)

@@ -221,11 +221,12 @@ def input_files(subject, options) -> list[str]:
     return files + ([options.layers_file] if options.layers_file else [])
 
 
-def write_html(path: str, subject, options) -> None:
+def write_html(path: str, subject, options, settings=None) -> None:
+    """``settings``: optimize's flags, named on the page with the options."""
     from caffemem.prototxt.write import write_output
     from caffemem.report.html import html_report
 
-    write_output(path, html_report(subject, options).encode("utf-8"), inputs=input_files(subject, options), flag="--html")
+    write_output(path, html_report(subject, options, settings).encode("utf-8"), inputs=input_files(subject, options), flag="--html")
     click.echo(f"wrote {path}", err=True)  # stderr: --json keeps stdout one document
 
 

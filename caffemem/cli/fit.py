@@ -17,7 +17,7 @@ from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, opti
 @click.command("fit", epilog=EXIT_CODES_HELP)
 @net_options
 @click.option("--gpu-memory", required=True, metavar="SIZE", help="The card's memory: 12GiB, 11264MiB, 16GB (KiB/MiB/GiB binary, KB/MB/GB decimal).")
-@click.option("--reserve", metavar="SIZE", help="Left free for what the figure does not count: 0 with --device gpu (the context is counted; handles are not sized), 500MiB with --device cpu (context and handles).")
+@click.option("--reserve", metavar="SIZE", help="Left free for what the figure does not count. Default with --device gpu: an estimated margin for the library handles the net creates (stated in the output); with --device cpu: 500MiB (context and handles).")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs training together: each runs the batch found, so the effective batch multiplies.")
 @click.option("--effective-batch", type=click.IntRange(min=1), metavar="B", help="Also give the batch and iter_size that reach B = batch × iter_size × gpus.")
 @click.option("--optimized", is_flag=True, help="Count caffemem optimize's shared-storage plan instead of stock Caffe.")
@@ -31,16 +31,16 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
 
     \b
     Examples:
-      caffemem fit solver.prototxt --gpu-memory 11GiB
-      caffemem fit train_val.prototxt --gpu-memory 16GB --gpus 4 --effective-batch 256 --optimized
+      caffemem fit solver.prototxt --gpu-memory 11GiB --input data=3,224,224
+      caffemem fit train_val.prototxt --input data=3,224,224 --gpu-memory 16GB --gpus 4 --effective-batch 256 --optimized
     """
-    from caffemem.api.fit import FitRequest, default_reserve
+    from caffemem.api.fit import FitRequest
     from caffemem.api.fit import fit as run_fit
     from caffemem.report.fit import fit_json, fit_lines, nothing_fits_message
     from caffemem.units import parse_size
 
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, None, engine, gpus)
-    kept_free = parse_size(reserve, "--reserve") if reserve is not None else default_reserve(options.device)
+    kept_free = parse_size(reserve, "--reserve") if reserve is not None else None  # None: fit's default margin
     request = FitRequest(parse_size(gpu_memory, "--gpu-memory"), kept_free, gpus, effective_batch, optimized)
     with progress(f"caffemem: fitting {net}"):
         result = run_fit(net, options, request)

@@ -21,6 +21,7 @@ from caffemem.cli.common import (
     write_html,
 )
 from caffemem.plan.strategies import STRATEGY_NAMES
+from caffemem.units import mib
 
 
 @click.command("optimize", epilog=EXIT_CODES_HELP)
@@ -44,33 +45,47 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     Plans TRAIN and TEST for a net that trains (TEST for a deploy net) unless --phase;
     every plan is checked by the verifier before it is written.
 
+    --batch N with -o writes the net at batch N: the data layers' batch lines (batch_size,
+    an Input's first dim, input_dim) become N, every other byte is kept, and the table is
+    planned for N.  The table records what it was made for, so `caffemem verify OUT`
+    needs no flags.
+
     \b
     Examples:
-      caffemem optimize train_val.prototxt -o train_val.optimized.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 --batch 16 -o train_val.b16.prototxt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
     """
-    from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions
+    from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
-    from caffemem.plan.rewrite import mem_param
-    from caffemem.prototxt.write import STDOUT, encode_exact, read_exact, rewrite_text, write_output
+    from caffemem.prototxt.write import STDOUT, encode_exact, read_exact, write_output
     from caffemem.report.document import optimize_json
     from caffemem.report.terminal import print_optimize
 
     if STDOUT in (output, plan_json) and as_json:
         raise CaffememError("--json prints to standard output; write the prototxt or plan to a file, not -")
-    if output and batch is not None:
-        raise CaffememError(
-            f"--batch {batch} plans another batch than the file's data layers say, and a slot table must match the net it is written into: "
-            "edit the batch in the file and optimize that, or leave out -o to see the figures"
-        )
     if output == STDOUT and plan_json == STDOUT:
         raise CaffememError("-o - and --plan-json - would both write to standard output")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
+    settings = OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace)
     with progress(f"caffemem: planning {net}"):
-        result = run_optimize(net, options, OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace), force=force)
+        result = run_optimize(net, options, settings, force=force)
     document = optimize_json(result)
+    for entry, record in zip(document["phases"], made_for(result, options)):
+        entry["made_for"] = record.to_json()
     inputs_read = input_files(result, options)
+    losing = [phase for phase in result.phases if phase.totals()["planned"] > phase.totals()["stock"]]
+    if losing and (output or plan_json):
+        where = "on the card" if options.device == "gpu" else "in all"
+        for phase in losing:
+            totals = phase.totals()
+            click.echo(
+                f"caffemem: the {phase.strategy} plan of {phase.phase} holds {mib(totals['planned'])} {where}, more than stock Caffe's "
+                f"{mib(totals['stock'])}: nothing written ({net}). --strategy auto never plans above stock Caffe.",
+                err=True,
+            )
+        sys.exit(EXIT_FINDING)
     if output:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
@@ -90,13 +105,16 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
                 exclude_written = result.exclude + added
                 click.echo(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
         original = result.inplace.text if result.inplace is not None else read_exact(net)
-        previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
-        written = encode_exact(rewrite_text(original, mem_param(result.phases, exclude_written, target, previous)))
-        write_output(output, written, inputs=inputs_read, allow_input=in_place_file)
+        text = written_text(result, options, original, exclude_written, target)
+        if batch is not None and target == "caffemem":
+            check_written(text, output, options)
+        for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
+            click.echo(f"caffemem: note: {note}", err=True)
+        write_output(output, encode_exact(text), inputs=inputs_read, allow_input=in_place_file)
     if plan_json:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
     if html_file:
-        write_html(html_file, result, options)
+        write_html(html_file, result, options, settings)
     if as_json:
         click.echo(json.dumps(document, indent=1))
         return
@@ -104,3 +122,17 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     print_optimize(result, console(stderr=report_to_stderr))
     if output and output != STDOUT:
         click.echo(f"wrote {output}")
+
+
+def check_written(text: str, output: str, options) -> None:
+    """The file about to be written, verified as `caffemem verify OUT` will: at its own
+    batch lines the table must be right, or nothing is written."""
+    from dataclasses import replace
+
+    from caffemem.api.verify import verify
+    from caffemem.errors import CaffememError, Location
+    from caffemem.passes.load import NetText
+
+    for verdict in verify(NetText(text, output), None, replace(options, batch=None), explicit=("layers_file", "lenient")):
+        if not verdict.safe:
+            raise CaffememError(f"--batch {options.batch}: the file rewritten at that batch would not run its table ({verdict.phase}: {verdict.violations[0]}); nothing written", Location(file=output))

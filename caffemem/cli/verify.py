@@ -1,6 +1,8 @@
-"""`caffemem verify`: judge a plan (JSON) against the net's run, sharing no code with the planners.
+"""`caffemem verify`: judge a slot table against the net's run, sharing no code with the
+planners — the table the prototxt carries (``optimize -o``), or a plan JSON.
 
-Exit codes: 0 every phase's plan is safe, 1 a violation, 2 bad input.
+Exit codes: 0 every phase's table is safe, 1 a violation (or a table the patched Caffe
+would refuse at Net::Init), 2 bad input.
 """
 
 from __future__ import annotations
@@ -11,29 +13,49 @@ import click
 
 from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, reports_errors
 
+# The flags that override what the plan records it was made for (api/verify.py RECORDED),
+# by the parameter that carries each.
+_RECORDED_FLAGS = {"phase": "phase", "stages": "stages", "level": "level", "inputs": "inputs", "dtype": "dtype", "batch": "batch", "engine": "engine", "device": "device"}
+
 
 @click.command("verify", epilog=EXIT_CODES_HELP)
 @net_options
-@click.argument("plan", type=str)
+@click.argument("plan", type=str, required=False)
 @reports_errors
 def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine) -> None:
-    """Check a plan (JSON from `optimize --json`/`--plan-json`) against the net's run.
+    """Check the slot table NET carries (written by `optimize -o`), or a PLAN (JSON from
+    `optimize --json`/`--plan-json`), against the net's run.
 
-    Every phase the plan holds is replayed (or only --phase).
+    Each phase is checked at what the plan records it was made for (phase, inputs,
+    batch, dtype, device, engine); a flag given here overrides that field, e.g. --batch 8
+    asks whether the table runs at batch 8.  First comes what the patched Caffe's
+    Net::Init would say (the first slot or blob that does not match the net), then the
+    replay of every step.
 
     \b
     Examples:
-      caffemem verify train_val.prototxt plan.json
-      caffemem verify train_val.prototxt plan.json --phase TEST --input data=10,3,224,224
+      caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
+      caffemem verify train_val.optimized.prototxt
+      caffemem optimize deploy.prototxt --plan-json plan.json
+      caffemem verify deploy.prototxt plan.json
     """
     from caffemem.api.verify import verify
 
+    context = click.get_current_context()
+    given = {field for field, param in _RECORDED_FLAGS.items() if context.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE}
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
-    verdicts = verify(net, plan, options)
+    label = plan or net
+    verdicts = verify(net, plan, options, explicit=given)
     for verdict in verdicts:
+        if verdict.made_for is not None:
+            click.echo(f"{label}: {verdict.phase}: planned for {verdict.made_for.describe()}")
+        click.echo(f"{label}: {verdict.phase}: checked at {verdict.checked_at}")
+        for note in verdict.notes:
+            click.echo(f"{label}: {verdict.phase}: note: {note}")
         for violation in verdict.violations:
-            click.echo(f"{plan}: {verdict.phase}: {violation}")
+            said = f"the patched Caffe stops at Net::Init: {violation.message}" if violation.step_name == "Net::Init" else str(violation)
+            click.echo(f"{label}: {verdict.phase}: {said}")
         if verdict.safe:
-            click.echo(f"{plan}: {verdict.phase}: plan is safe ({verdict.slots} slots)")
+            click.echo(f"{label}: {verdict.phase}: plan is safe ({verdict.slots} slot{'s' if verdict.slots != 1 else ''})")
     if not all(verdict.safe for verdict in verdicts):
         sys.exit(EXIT_FINDING)

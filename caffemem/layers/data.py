@@ -192,7 +192,30 @@ def _python_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(verified=False, notes=notes + (layer_note(q, "what its Python code allocates is not counted"),))
 
 
-@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory, gpu="none")
+
+# ---- where each layer's text states its batch (LayerSpec.batch_fields) ---------------
+
+
+def batch_size_of(param: str):
+    """The ``batch_size`` of one parameter message (Data, ImageData, WindowData, HDF5Data,
+    MemoryData: the batch is that number, whatever the records hold)."""
+    return lambda proto: ((param, "batch_size"),)
+
+
+def _first_dims(param: str):
+    """``shape { dim }`` once or once per top: each shape's first dim is its tops' batch."""
+    return lambda proto: tuple((param, "shape", k, "dim", 0) for k in range(len(getattr(proto, param).shape)))
+
+
+def _dummy_batch_fields(proto) -> tuple[tuple[str | int, ...], ...]:
+    """DummyData: each ``shape``'s first dim, or the legacy ``num`` values."""
+    param = proto.dummy_data_param
+    if len(param.num):
+        return tuple(("dummy_data_param", "num", k) for k in range(len(param.num)))
+    return _first_dims("dummy_data_param")(proto)
+
+
+@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory, gpu="none", batch_fields=_first_dims("input_param"))
 def _input(q: ShapeQuery) -> LayerShapes:
     """input_param.shape: none (the caller reshapes the tops), one for all tops, or one per top."""
     shapes = q.proto.input_param.shape
@@ -208,7 +231,7 @@ def _input(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an Input layer without input_param.shape is shaped by its caller")
 
 
-@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp", memory=_dummy_data_memory, gpu="none")
+@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp", memory=_dummy_data_memory, gpu="none", batch_fields=_dummy_batch_fields)
 def _dummy_data(q: ShapeQuery) -> LayerShapes:
     """Shapes from dummy_data_param: ``shape`` (once or per top) or legacy num/channels/height/width."""
     param = q.proto.dummy_data_param
@@ -238,7 +261,7 @@ def _dummy_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "")
 
 
-@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp", memory=_memory_data_memory, gpu="none")
+@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp", memory=_memory_data_memory, gpu="none", batch_fields=batch_size_of("memory_data_param"))
 def _memory_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, channels, height, width] and label [batch] from memory_data_param."""
     param = q.proto.memory_data_param
@@ -250,7 +273,7 @@ def _memory_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, channels, height, width), (batch,)], "")
 
 
-@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward")
+@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("data_param"))
 def _data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] with C, H, W from the first datum (crop_size fixes H, W); label [batch]."""
     batch = positive_batch(q, q.proto.data_param.batch_size, "data_param.batch_size")
@@ -260,7 +283,7 @@ def _data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "a Data layer's channels (and height, width without crop_size) are stored in its database")
 
 
-@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward")
+@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("image_data_param"))
 def _image_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width or crop_size; label [batch]."""
     param = q.proto.image_data_param
@@ -271,7 +294,7 @@ def _image_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageData layer takes the first image's size")
 
 
-@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()), gpu="forward")
+@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()), gpu="forward", batch_fields=batch_size_of("window_data_param"))
 def _window_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
 
@@ -284,7 +307,7 @@ def _window_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, COLOR_CHANNELS, crop, crop), (batch,)], "")
 
 
-@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory, gpu="forward")
+@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory, gpu="forward", batch_fields=batch_size_of("hdf5_data_param"))
 def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     """Each top is [batch_size, dims of the HDF5 dataset of that name...]: only the batch is known."""
     q.check(not q.proto.HasField("transform_param"), "HDF5Data does not transform data (remove transform_param)")

@@ -39,6 +39,7 @@ from caffemem.layers.blob import dim, format_shape, int32, legacy4, reshaped
 from caffemem.layers.data import (
     Dim,
     Template,
+    batch_size_of,
     both_or_neither,
     color_channels,
     follow_data,
@@ -130,6 +131,7 @@ def _image_seg_data_memory(q: MemoryQuery) -> LayerMemory:
     is_data=True,
     source=DEEPLAB2 + "image_seg_data_layer.cpp, base_data_layer.cpp; " + DEEPLAB1 + "image_seg_data_layer.cpp (IMAGE_SEG_DATA)",
     memory=_image_seg_data_memory,
+    batch_fields=batch_size_of("image_data_param"),
 )
 def _image_seg_data(q: ShapeQuery) -> LayerShapes:
     """An image and its label map from a list file (image_data_param, label_type).

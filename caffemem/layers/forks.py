@@ -50,6 +50,7 @@ from caffemem.layers.data import (
     COLOR_CHANNELS,
     Dim,
     Template,
+    batch_size_of,
     both_or_neither,
     color_channels,
     follow_data,
@@ -289,6 +290,7 @@ def _video_data_memory(q: MemoryQuery) -> LayerMemory:
     is_data=True,
     source=YJXIONG + "video_data_layer.cpp; C3D variant: " + C3D + "video_data_layer.cpp",
     memory=_video_data_memory,
+    batch_fields=batch_size_of("video_data_param"),
 )
 def _video_data(q: ShapeQuery) -> LayerShapes:
     """Video clips: yjxiong's (TSN, 4-D, frames stacked in channels) or C3D's (5-D) layer.
@@ -321,7 +323,7 @@ def _divided(q: ShapeQuery, size: tuple[Dim, Dim], factor: int) -> tuple[Dim, Di
     return tuple(d // factor if isinstance(d, int) else f"{d}/{factor}" for d in size)  # type: ignore[return-value]
 
 
-@layer("DenseImageData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp", memory=_copying_prefetch_memory)
+@layer("DenseImageData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp", memory=_copying_prefetch_memory, batch_fields=batch_size_of("dense_image_data_param"))
 def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     """Image and per-pixel label image: data [batch, 3 or 1, H, W], label [batch, 1, H, W].
 
@@ -359,6 +361,7 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     is_data=True,
     source="s9xie/hed src/caffe/layers/image_labelmap_data_layer.cpp, base_data_layer.cpp",
     memory=_copying_prefetch_memory,
+    batch_fields=batch_size_of("image_data_param"),
 )
 def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
     """HED: data [batch, 3 or 1, H, W] and its edge map [batch, 1, H, W] (image_data_param, crop_size)."""
@@ -413,6 +416,7 @@ def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
     is_data=True,
     source=SSD + "annotated_data_layer.cpp, base_data_layer.cpp, data_transformer.cpp",
     memory=_annotated_data_memory,
+    batch_fields=batch_size_of("data_param"),
 )
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.

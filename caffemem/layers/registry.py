@@ -105,6 +105,11 @@ class LayerSpec:
     # they are, and is refused when it differs from the images the layer reads (Python
     # layers that allow one image a batch, see pylayers.py).
     fixed_tops: Callable[[Any], tuple[str, bool] | None] | None = None
+    # Where a data layer's text states its batch (the first axis of its tops): the field
+    # paths of those scalars in the LayerParameter, e.g. ("data_param", "batch_size") or
+    # ("input_param", "shape", 1, "dim", 0).  `optimize --batch N -o` rewrites exactly
+    # these; None: the batch is not in a field (Python layers), so it refuses.
+    batch_fields: "Callable[[Any], tuple[tuple[str | int, ...], ...]] | None" = None
     # What the memory-multiloading fork declares this type shares between top i and
     # bottom i (is_sharing_data / is_sharing_diff): "data", "diff"; Split shares every
     # top's data with bottom 0.

@@ -148,12 +148,33 @@ GEOMETRY_BLOBS = ("kernel_shape", "stride", "pad", "dilation")
 # workspace_limit_bytes; one block of the largest need per group and stream is cudaMalloc'd.
 CUDNN_WORKSPACE_LIMIT = 8 * 1024 * 1024
 CUDNN_STREAMS_PER_GROUP = 3
+WORKSPACE_BUFFER = "cudnn_workspace"  # its buffer name (the patched runtime's PlannedWorkspace::Name)
 CUDNN_WORKSPACE_NOTE = (
     "cuDNN convolution workspaces are upper bounds, not exact figures: Caffe lets cuDNN pick "
     f"algorithms needing up to {CUDNN_WORKSPACE_LIMIT // (1024 * 1024)} MiB per group and stream "
     f"({CUDNN_STREAMS_PER_GROUP} streams a group) and cudaMallocs the largest need; that limit is "
-    "counted for every cuDNN (de)convolution (very loose for grouped ones)"
+    "counted for every cuDNN (de)convolution (very loose for grouped ones). A plan made with "
+    "--share-buffers holds them in shared slots, exactly: the patched layers take the slot and "
+    "pick only algorithms that fit it"
 )
+
+
+def cudnn_workspace(q: MemoryQuery, group: int) -> Alloc:
+    """A cuDNN (de)convolution's workspace: BVLC's bound, one block of workspace_limit_bytes
+    per group and stream, cudaMalloc'd in Reshape (cudnn_conv_layer.cpp 113, 183-225; cudnn_deconv_layer.cpp 115, 251-283).
+
+    Only that layer's Forward or Backward uses it (the rule writes it there, then reads it),
+    and two layers' never at once: each Forward_gpu/Backward_gpu ends with
+    ``sync_conv_groups<<<1, 1>>>()`` on the legacy default stream (cudnn_conv_layer.cu 44,
+    111; sync_deconv_groups in cudnn_deconv_layer.cu 52, 131), which waits for the layer's
+    blocking streams and which later work waits for (GPU-MEMORY.md section 4).  So with
+    ``--share-buffers`` it is a layer buffer like the col buffer, and a plan holds the
+    largest workspace, not their sum; NVIDIA/caffe 0.17 gives every cuDNN convolution one
+    workspace (``Caffe::ws(CAFFE_WS_CONV)``) on the same grounds.  The patched runtime (v3)
+    binds the slot in place of the cudaMalloc and limits cuDNN's algorithms to these bytes,
+    so a planned workspace is exact; an unplanned one is an upper bound (see
+    CUDNN_WORKSPACE_NOTE)."""
+    return Alloc(q.buffer(WORKSPACE_BUFFER), CUDNN_STREAMS_PER_GROUP * group * CUDNN_WORKSPACE_LIMIT // 4, "int", device=True)
 
 
 def engine_note(q: MemoryQuery, why: str) -> str:
@@ -183,8 +204,8 @@ def _conv_memory(reverse: bool) -> MemoryRule:
         dilated = any(d > 1 for d in geo.dilation)
         wanted = uses_cudnn(q, param.engine) and not (dilated and param.engine == param.DEFAULT)
         if wanted and not dilated and axes == 2:
-            workspace = Alloc(q.buffer("cudnn_workspace"), CUDNN_STREAMS_PER_GROUP * param.group * CUDNN_WORKSPACE_LIMIT // 4, "int", device=True)
-            return _cudnn_conv_steps(q, bias, setup + (workspace,))
+            workspace = cudnn_workspace(q, param.group)
+            return _cudnn_conv_steps(q, bias, workspace.blob, setup + (workspace,))
         notes = (engine_note(q, "cuDNN convolves only 2-D, undilated kernels"),) if wanted else ()
         return caffe_conv_steps(q, reverse, geo, bias, multiplier, setup, notes)
 
@@ -220,18 +241,21 @@ def caffe_conv_steps(
     return LayerMemory(setup=setup, forward=forward, backward=backward, notes=notes)
 
 
-def _cudnn_conv_steps(q: MemoryQuery, bias: BlobId | None, setup: tuple[Action, ...]) -> LayerMemory:
+def _cudnn_conv_steps(q: MemoryQuery, bias: BlobId | None, workspace: BlobId, setup: tuple[Action, ...]) -> LayerMemory:
     """cudnn_conv_layer.cu / cudnn_deconv_layer.cu: no col buffer (its shape is still set by
     the base Reshape); Backward takes the weight's diff only with param_propagate_down[0]
-    and a bottom's diff only with its propagate_down."""
+    and a bottom's diff only with its propagate_down.  The workspace is scratch of the
+    step: cuDNN's forward, backward filter and backward data calls write it before they read
+    it (the bias gradient, cudnnConvolutionBackwardBias, takes none)."""
     weight = q.param(0)
+    scratch = (write(workspace), read(workspace))
     forward: tuple[Action, ...] = (read(weight),)
     backward: tuple[Action, ...] = (read(weight), write(weight, "diff")) if q.param_propagate_down[0] else ()
     backward += (write(bias, "diff"),) if bias is not None and q.param_propagate_down[1] else ()
     for i in range(len(q.bottoms)):
-        forward += (read(q.bottom(i)), write(q.top(i))) + ((read(bias),) if bias is not None else ())
-        backward += (read(q.top(i), "diff"),) + ((read(q.bottom(i)),) if q.param_propagate_down[0] else ())
-        backward += (read(weight), write(q.bottom(i), "diff")) if q.propagate_down[i] else ()
+        forward += (read(q.bottom(i)), write(q.top(i))) + ((read(bias),) if bias is not None else ()) + scratch
+        backward += (read(q.top(i), "diff"),) + ((read(q.bottom(i)),) + scratch if q.param_propagate_down[0] else ())
+        backward += (read(weight), write(q.bottom(i), "diff")) + scratch if q.propagate_down[i] else ()
     handles = CUDNN_STREAMS_PER_GROUP * q.proto.convolution_param.group
     return LayerMemory(setup=setup, forward=forward, backward=backward, notes=(CUDNN_WORKSPACE_NOTE,), cudnn_handles=handles)
 

@@ -17,11 +17,15 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
   (set_gpu_data), so the tops own no device data.
 - A cudaMalloc a layer makes itself (cuDNN's workspace and LCN temporaries) is device
   memory.  The workspace's size is cuDNN's choice at run time: BVLC asks for algorithms
-  needing at most 8 MiB per query, so it is reported as a range, 0 to that bound.
+  needing at most 8 MiB per query, so a layer's own workspace is reported as a range, 0 to
+  that bound.  A workspace a plan puts in a slot (``--share-buffers``) is exact: the
+  patched layer uses the slot instead of its cudaMalloc and asks cuDNN only for algorithms
+  that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like any other.
 
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
 handles) are kept apart: the context as a constant with its source, handles as counts.
-../shared/caffe/GPU-MEMORY.md cites every fact used here.
+../shared/caffe/GPU-MEMORY.md cites every fact used here (for the developers; no output
+names a file an installed user does not have: :func:`gpu_caveat` points to the README).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 
 from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
+from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.memory import Heap, Run, SlotAssignment, owned_params
 from caffemem.units import DTYPE_BYTES
 
@@ -47,7 +52,6 @@ CAUSES = (
     "solver_history",
     "cuda_context",
 )
-WORKSPACE_BUFFER = "cudnn_workspace"  # the name the cuDNN (de)convolution rules give it
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,7 @@ CUDA_CONTEXT = Constant(
     "cuda_context",
     300 * 1024 * 1024,
     "about 300 MB per device for a CUDA >= 11.7 context with lazy module loading, measured in a "
-    "PyTorch process (pytorch/pytorch#107667; ../shared/caffe/GPU-MEMORY.md section 7); not yet measured "
-    "for Caffe (benchmarks/gpu_groundtruth.py measures it on a GPU)",
+    "PyTorch process (pytorch/pytorch#107667); not yet measured for Caffe",
     measured_for_caffe=False,
 )
 
@@ -87,6 +90,62 @@ class Handles:
     cudnn: int  # cudnnCreate: 3 per group of a cuDNN (de)convolution, 1 per other cuDNN layer
     cublas: int  # one per Caffe instance: the main thread and each prefetch thread
     curand: int  # likewise
+
+
+# What a handle holds, where no Caffe measurement exists: estimates from published ones,
+# for `fit`'s default margin in GPU mode (handles are counted by device_footprint, their
+# memory is not in any figure).  Both are labelled estimates wherever they are used.
+CUDNN_HANDLE = Constant(
+    "cudnn_handle",
+    300 * 1024,
+    "about 300 KiB per cudnnCreate: creating 1024 cuDNN handles took 'like 300MB' and creating them lazily "
+    "brought it under 1 MB (soumith/cudnn.torch#38, cuDNN v2/v3); BVLC/caffe#5612 runs out of memory on the "
+    "3 handles per group of grouped convolutions",
+    measured_for_caffe=False,
+)
+CUBLAS_HANDLE = Constant(
+    "cublas_handle",
+    32 * 1024 * 1024,
+    "cuBLAS's own workspace per handle: 4 MiB, 32 MiB on Hopper (cuBLAS documentation as cited in NVIDIA/MatX#545 "
+    "and pytorch/pytorch#120925; ../shared/caffe/GPU-MEMORY.md section 7), the larger taken since the card is not known",
+    measured_for_caffe=False,
+)
+
+
+@dataclass(frozen=True)
+class HandleMargin:
+    """An estimate of what a GPU run's library handles hold on the card: what `fit` keeps
+    free by default in GPU mode.  cuRAND generators have no published size: not in it."""
+
+    handles: Handles
+    cudnn_bytes: int
+    cublas_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.cudnn_bytes + self.cublas_bytes
+
+    def describe(self) -> str:
+        from caffemem.units import format_size
+
+        return (
+            f"{self.handles.cudnn} cuDNN handles x {format_size(CUDNN_HANDLE.bytes)} + {self.handles.cublas} cuBLAS handles x "
+            f"{format_size(CUBLAS_HANDLE.bytes)} ({self.handles.curand} cuRAND generators: no published size, not included)"
+        )
+
+
+def handle_margin(handles: Handles) -> HandleMargin:
+    """The estimated bytes of ``handles`` (CUDNN_HANDLE, CUBLAS_HANDLE: published figures)."""
+    return HandleMargin(handles, handles.cudnn * CUDNN_HANDLE.bytes, handles.cublas * CUBLAS_HANDLE.bytes)
+
+
+def process_handles(per_net: Iterable[Handles]) -> Handles:
+    """The handles of one process running several nets (a solver's train and test nets):
+    each net's cuDNN layers and prefetch threads have their own, the main thread's cuBLAS
+    handle and cuRAND generator are one (common.cpp 107-123: one Caffe per thread)."""
+    nets = list(per_net)
+    shared = len(nets) - 1 if nets else 0
+    return Handles(sum(h.cudnn for h in nets), sum(h.cublas for h in nets) - shared, sum(h.curand for h in nets) - shared)
 
 
 @dataclass(frozen=True)
@@ -122,12 +181,15 @@ class DeviceReport:
     layers: tuple[LayerSides, ...]
     device_by_cause: dict[str, int]  # every cause of CAUSES; the workspace at its upper bound
     host_by_cause: dict[str, int]
-    workspace_bytes_max: int  # cuDNN workspaces: the most BVLC's 8 MiB limit lets them take
+    workspace_bytes_max: int  # the layers' own cuDNN workspaces (not in a plan's slot): the most BVLC's 8 MiB limit lets them take
     untouched_param_diff_bytes: int  # owners' device diffs no Backward touched (ClearParamDiffs allocates them)
     handles: Handles
     context: Constant
     gpus: int = 1
     notes: tuple[str, ...] = field(default=())
+    # Every (blob, part) the run touches on the device: a plan may share only these on the
+    # card, where the patched runtime cudaMallocs every slot whole (api/optimize.py).
+    on_device: frozenset[tuple[BlobId, str]] = frozenset()
 
     @property
     def device_bytes(self) -> int:
@@ -151,6 +213,13 @@ class DeviceReport:
     def largest_layers(self, count: int) -> tuple[tuple[int, LayerSides], ...]:
         """(index, layer) of the ``count`` layers that put the most on the card, largest first."""
         return tuple(sorted(enumerate(self.layers), key=lambda item: -item[1].device_total)[:count])
+
+    def largest_step(self) -> tuple[int, str, int] | None:
+        """(layer index, "Forward" or "Backward", bytes) of the step that cudaMallocs the
+        most (the first of equals), or None when no step allocates on the card."""
+        steps = [(layer.device[step], index, stage) for index, layer in enumerate(self.layers) for step, stage in ((1, "Forward"), (2, "Backward"))]
+        allocated, index, stage = max(steps, key=lambda step: step[0], default=(0, 0, ""))
+        return (index, stage, allocated) if allocated else None
 
 
 @dataclass(slots=True)
@@ -177,13 +246,12 @@ class _TwoSidedHeap:
         self.side = "host"
         self.charged: dict[tuple[str, Bucket], int] = {}
         self.by_cause: dict[tuple[str, str], int] = {}
+        self.on_device: set[tuple[BlobId, str]] = set()
 
     def _charge(self, blob_id: BlobId, category: str, amount: int, side: str = "host") -> None:
         key = (side, self.bucket)
         self.charged[key] = self.charged.get(key, 0) + amount
         cause = "prefetch" if self.bucket.stage == "prefetch" else category
-        if side == "device" and blob_id.kind == "buffer" and blob_id.name.endswith("/" + WORKSPACE_BUFFER):
-            cause = "cudnn_workspace"
         self.by_cause[(side, cause)] = self.by_cause.get((side, cause), 0) + amount
 
     # A Blob, its shape buffer (written on the host: _charge's default side) and its growth
@@ -201,12 +269,17 @@ class _TwoSidedHeap:
         elif isinstance(action, Alloc):
             blob = self.blob(action.blob, action.elem)
             if blob.data is None:
-                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, blob.category)
+                # A layer's own cuDNN workspace is its own cause (the range); in a slot it is not.
+                workspace = action.device and action.blob.kind == "buffer" and action.blob.name.endswith("/" + WORKSPACE_BUFFER)
+                category = "cudnn_workspace" if workspace else blob.category
+                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, category)
             self.touch(action.blob, "data", "device" if action.device else "host")
 
     def touch(self, blob_id: BlobId, part: str, side: str) -> None:
         if side == "device" and part == "data" and blob_id in self.batch_tops:
             return  # set_gpu_data: the batch's device copy, counted as prefetch
+        if side == "device":
+            self.on_device.add((blob_id, part))
         copies = getattr(self.blob(blob_id), part)
         if copies is not None and not getattr(copies, side):
             setattr(copies, side, True)
@@ -320,7 +393,7 @@ def device_footprint(
     host_causes = {cause: heap.by_cause.get(("host", cause), 0) for cause in CAUSES}
     prefetching = sum(1 for rule, side in zip(run.rules, sides) if rule.prefetch and side[0] == "device")
     handles = Handles(cudnn=sum(rule.cudnn_handles for rule in run.rules), cublas=1 + prefetching, curand=1 + prefetching)
-    notes = _notes(run, sides, engine, context, gpus)
+    notes = _notes(run, sides)
     return DeviceReport(
         phase=run.shaped.graph.phase,
         engine=engine,
@@ -333,22 +406,36 @@ def device_footprint(
         context=context,
         gpus=gpus,
         notes=notes,
+        on_device=frozenset(heap.on_device),
     )
 
 
-def _notes(run: Run, sides: Iterable[tuple[str, str]], engine: str, context: Constant, gpus: int) -> tuple[str, ...]:
+def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """What this net's layers do on the card that its figures hide: the layers without GPU
+    code.  A Flatten or Reshape only points its top at its bottom's memory (ShareData,
+    ShareDiff), so it copies nothing; the others' blobs are copied to the host and back
+    (a layer whose Forward and Backward do nothing, such as Input, is not named).
+    What holds for every GPU figure is :func:`gpu_caveat`'s, said once per output."""
+    fallback = [(layer.type, rule) for layer, rule, side in zip(run.shaped.graph.layers, run.rules, sides) if side[0] == "host"]
+    copying = sorted({kind for kind, rule in fallback if any(isinstance(a, Touch) for a in rule.forward + rule.backward)})
+    sharing = sorted({kind for kind, rule in fallback if any(isinstance(a, Share) for a in rule.forward + rule.backward)} - set(copying))
     notes = []
-    fallback = sorted({layer.type for layer, side in zip(run.shaped.graph.layers, sides) if side[0] == "host"})
-    if fallback:
-        notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(fallback)}")
-    if not context.measured_for_caffe:
-        notes.append(f"cuda_context is a published figure, not a Caffe measurement: {context.source}")
-    notes.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized: their memory is inside the driver and libraries")
-    if engine == "cudnn":
-        notes.append("cudnn_workspace is the most BVLC's 8 MiB limit per algorithm query lets cuDNN take; it picks at run time (the minimum is 0)")
-    if gpus > 1:
-        notes.append(
-            f"--gpus {gpus}: every GPU holds this figure (each worker builds the full solver, test nets included; "
-            "parallel.cpp's GPUParams take over the parameters' data and gradients); NCCL's own buffers are not counted"
-        )
+    if copying:
+        notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(copying)}")
+    if sharing:
+        notes.append(f"no GPU code, nothing copied (the top shares memory already there): {', '.join(sharing)}")
     return tuple(notes)
+
+
+def gpu_caveat(device: DeviceReport) -> str:
+    """The one line every output in GPU mode carries once (not per net): what its figures
+    rest on that no GPU has measured yet, and where the README says more."""
+    parts = ["GPU figures are derived from Caffe's source, not yet measured on a GPU"]
+    if not device.context.measured_for_caffe:
+        parts.append(f"the CUDA context is a published {device.context.bytes // (1024 * 1024)} MiB (--context-mib gives yours)")
+    parts.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized")
+    if device.engine == "cudnn" and device.device_by_cause.get("cudnn_workspace", 0) > 0:
+        parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")
+    if device.gpus > 1:
+        parts.append(f"with --gpus {device.gpus} every card holds the figure (NCCL's buffers not counted)")
+    return "; ".join(parts) + " — README: 'GPU mode (--device)'"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from caffemem.graph import ShapedGraph, count
-from caffemem.layers.access import BlobId, Bucket, Reshape, Share, Touch
+from caffemem.layers.access import Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.memory import Run, prepare
 from caffemem.units import DTYPE_BYTES, INT_BYTES
@@ -113,6 +113,11 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
                     init_members.add(member)
             elif isinstance(action, Reshape):
                 elements[action.blob] = max(elements.get(action.blob, 0), count(action.shape))
+                elem_bytes[action.blob] = INT_BYTES if action.elem == "int" else float_bytes
+            elif isinstance(action, Alloc):
+                # Sized at once, touched by the steps that use it (a cuDNN workspace): an
+                # allocation without values, so not a touch of Net::Init.
+                elements[action.blob] = max(elements.get(action.blob, 0), action.count)
                 elem_bytes[action.blob] = INT_BYTES if action.elem == "int" else float_bytes
             elif isinstance(action, Share):
                 union.union((action.dst, action.part), (action.src, action.part))

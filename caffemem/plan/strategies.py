@@ -353,6 +353,42 @@ def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     return Plan("packed", (Slot(0, size, tuple(l.storage for l, _ in placed), tuple(o for _, o in placed)),))
 
 
+def packed_onto(plan: Plan, lives: tuple[Lifetime, ...], extra: tuple[Lifetime, ...]) -> Plan:
+    """A one-slot packing (``plan``, of ``lives``) with more classes added where they pay:
+    every placement of ``plan`` stays, and each class of ``extra``, largest first, goes to
+    the lowest hole free during its steps when that grows the slot by less than its own
+    bytes; the others keep their own storage (they are not in the plan).
+
+    This is how --share-buffers falls back class by class: the scratch buffers' single
+    steps fragment a packing, so a packing of blobs and buffers together can end above the
+    packing of the blobs alone (the siamese net, fixtures/siamese, by 3%); this one cannot."""
+    size = plan.slot_bytes
+    spans = {life.storage: life for life in lives + extra}
+    occupancy = Occupancy(max((life.end for life in lives + extra), default=0) + 1)
+    members: list[int] = []
+    offsets: list[int] = []
+    for slot in plan.slots:
+        for storage, offset in slot.placements():
+            life = spans[storage]
+            occupancy.place(step_runs(life.spans), offset, offset + life.bytes)
+            members.append(storage)
+            offsets.append(offset)
+    for life in sorted(extra, key=PACKING_ORDERS["size"]):
+        if not life.bytes:
+            continue
+        runs = step_runs(life.spans)
+        offset = occupancy.lowest_hole(runs, life.bytes)
+        if offset + life.bytes - size >= life.bytes:
+            continue  # no cheaper than its own storage
+        occupancy.place(runs, offset, offset + life.bytes)
+        members.append(life.storage)
+        offsets.append(offset)
+        size = max(size, offset + life.bytes)
+    if not members:
+        return Plan(plan.strategy, (), plan.notes)
+    return Plan(plan.strategy, (Slot(0, size, tuple(members), tuple(offsets)),), plan.notes)
+
+
 # caffemem's own strategies, each a pure function from the lifetimes to a Plan (None: it
 # does not apply to a net this large).  The fork's plan (fork.py) and "auto" (every
 # strategy, the optimizer keeps the smallest safe one) are the other names a user may pass.

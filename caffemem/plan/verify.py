@@ -6,7 +6,9 @@ schedule over shadow memory that tags every slot with the storage that last wrot
 and reports — naming step, layer and blob — every read of a slot another blob has
 overwritten since, every slot smaller than one of its members, and every planned storage
 that Net::Init fills (slots take over only when Init ends).  Storage of a net blob that
-the run never touches may be assigned anywhere: Caffe never allocates it.
+the run never touches may be assigned anywhere: Caffe never allocates it; so may a layer's
+cuDNN workspace that this run does not have (the CPU run of a plan made for the card:
+Caffe's own convolution takes none).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from caffemem.errors import CaffememError, Location, excerpt
+from caffemem.graph import count
 from caffemem.layers.access import BlobId
+from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.schedule import Schedule
 from caffemem.prototxt.read import read_input
+from caffemem.units import DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,10 @@ def plan_from_json(document: dict, file: str | None = None) -> PlanData:
     return PlanData(slots, tuple(assign))
 
 
-def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, PlanData]]:
-    """(phase, plan) for each plan in a plan file: the phases of `optimize --json` or
-    `--plan-json` output (only ``phase`` when given), or one bare plan (phase None)."""
+def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, PlanData, object]]:
+    """(phase, plan, record) for each plan in a plan file: the phases of `optimize --json`
+    or `--plan-json` output (only ``phase`` when given), or one bare plan (phase None);
+    ``record``: the phase's ``made_for`` object as read (None when it has none)."""
     where = Location(file=file)
     try:
         document = json.loads(read_input(file, what="plan file").decode("utf-8"), parse_constant=_no_constant)
@@ -103,14 +109,73 @@ def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, Pla
     if not isinstance(document, dict):
         raise CaffememError(f"not a caffemem plan: the JSON is {type(document).__name__}, not an object", where)
     if "phases" not in document:
-        return [(phase.upper() if phase else None, plan_from_json(document, file))]
+        return [(phase.upper() if phase else None, plan_from_json(document, file), None)]
     phases = document["phases"]
     if not isinstance(phases, list) or not all(isinstance(entry, dict) and entry.get("phase") in ("TRAIN", "TEST") for entry in phases):
         raise CaffememError("not a caffemem plan: 'phases' must be a list of objects with 'phase' TRAIN or TEST", where)
     chosen = [entry for entry in phases if not phase or entry["phase"] == phase.upper()]
     if not chosen:
         raise CaffememError(f"the plan has no phase {phase}" if phase else "the plan's 'phases' list is empty", where)
-    return [(entry["phase"], plan_from_json(entry, file)) for entry in chosen]
+    return [(entry["phase"], plan_from_json(entry, file), entry.get("made_for")) for entry in chosen]
+
+
+RERUN = "; rerun `caffemem optimize` on this net (with the input shapes and phase you run it with) to write a new table"
+
+
+def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[Violation]:
+    """What the patched Caffe's Net::Init says of this table for this net: the first
+    mismatch MemorySlots::Bind stops at (caffemem/runtime/cpp/common/src/caffe/util/
+    mem_slots.cpp, step 1: slots in table order, each member's kind, name, storage and
+    fit, then each slot's size against its members' end), worded as it words it.  Sizes
+    are each storage's bytes in the net as built: a table planned for another batch or
+    other inputs fails here, before any replay."""
+    shaped = schedule.shaped
+    where = f"net {net_name} (phase {shaped.graph.phase})"
+    float_bytes = DTYPE_BYTES[schedule.dtype]
+    params = {f"{layer.index}:{layer.name}#{j}": shape for layer, shapes in zip(shaped.graph.layers, shaped.layer_shapes) for j, shape in enumerate(shapes.params)}
+
+    def storage_of(blob: str, kind: str) -> tuple[object, int | None]:
+        """(what Caffe keeps as one SyncedMemory, its bytes or None when the net has no such storage)."""
+        for id_kind in ("blob", "buffer", "param"):
+            storage = schedule.class_of.get((BlobId(id_kind, blob), kind))  # type: ignore[arg-type]
+            if storage is not None:
+                return storage, schedule.classes[storage].bytes
+        shape = shaped.blob_shapes.get(blob, params.get(blob))  # a storage the run never touches
+        return (blob, kind), None if shape is None else count(shape) * float_bytes
+
+    members: dict[int, list[tuple[str, str, int]]] = {}
+    for blob, kind, slot, offset in plan.assign:
+        members.setdefault(slot, []).append((blob, kind, offset))
+    seen: set[tuple[str, str]] = set()
+    placed: dict[object, tuple[int, int, str]] = {}
+    for slot, slot_bytes in plan.slot_bytes.items():
+        end = 0
+        for blob, kind, offset in members.get(slot, []):
+            name = f"{blob} ({kind})"
+            fail = lambda message: [Violation(0, "Net::Init", blob, message + RERUN)]  # noqa: E731
+            if kind not in ("data", "diff"):
+                return fail(f'mem_param slot {slot}: member {blob} has kind "{kind}"; expected "data" or "diff"')
+            if (blob, kind) in seen:
+                return fail(f"mem_param slot {slot}: {name} is listed twice in the slot table")
+            seen.add((blob, kind))
+            storage, size = storage_of(blob, kind)
+            if size is None:
+                buffer = " or layer buffer this Caffe can bind" if ":" in blob else ""
+                return fail(f"blob {blob} of mem_param slot {slot} is not a blob{buffer} of {where}: the net does not match the slot table (edited after `caffemem optimize`?)")
+            if size == 0:
+                return fail(f"blob {blob} of {where} is empty, but mem_param slot {slot} plans its {kind}")
+            if offset + size > slot_bytes:
+                return fail(
+                    f"blob {blob} of {where} does not match the slot table: its {kind} ({size} bytes at offset {offset}) does not fit in slot {slot} "
+                    f"({slot_bytes} bytes); the table was planned for other shapes (another batch size?)"
+                )
+            end = max(end, offset + size)
+            first = placed.setdefault(storage, (slot, offset, name))
+            if first[:2] != (slot, offset):
+                return fail(f"{name} and {first[2]} are one storage in {where} but the slot table puts them in different places")
+        if end != slot_bytes:
+            return [Violation(0, "Net::Init", f"slot {slot}", f"mem_param slot {slot} has {slot_bytes} bytes but the storages of {where} it holds need {end}: the table was planned for other shapes (another batch size?) or another net{RERUN}")]
+    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +206,10 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
         if storage is None:
-            if blob not in schedule.shaped.blob_shapes or kind not in ("data", "diff"):
+            known = blob in schedule.shaped.blob_shapes or (kind == "data" and _names_a_workspace(schedule, blob))
+            if not known or kind not in ("data", "diff"):
                 violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
-            continue  # a net blob's data or diff the run never touches: never allocated
+            continue  # a storage the run never touches (or a cuDNN workspace it has not): never allocated
         if storage in schedule.init_touched:
             violations.append(Violation(0, "init", blob, f"its {kind} is filled during Net::Init, before the plan's slots take over, which discards it"))
         size = schedule.classes[storage].bytes
@@ -155,6 +221,13 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
     return violations + replay_violations(schedule, place)
+
+
+def _names_a_workspace(schedule: Schedule, buffer: str) -> bool:
+    """Is ``buffer`` the cuDNN workspace of one of the net's layers ("<index>:<layer>/cudnn_workspace")?"""
+    index, _, rest = buffer.partition(":")
+    layers = schedule.shaped.graph.layers
+    return index.isdigit() and int(index) < len(layers) and rest == f"{layers[int(index)].name}/{WORKSPACE_BUFFER}"
 
 
 def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "ShadowMemory | None" = None) -> list[Violation]:

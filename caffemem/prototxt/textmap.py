@@ -220,3 +220,86 @@ def unknown_fields(tokens: list[Token], descriptor) -> list[tuple[Token, str]]:
             else:
                 i = field_extent(tokens, i)
     return found
+
+
+# A field path inside a message: names, each optionally followed by which occurrence of
+# a repeated field (0 when left out), e.g. ("input_param", "shape", 1, "dim", 0).
+FieldPath = tuple[str | int, ...]
+
+
+def _steps(path: FieldPath) -> list[tuple[str, int]]:
+    steps: list[tuple[str, int]] = []
+    for part in path:
+        if isinstance(part, int):
+            steps[-1] = (steps[-1][0], part)
+        else:
+            steps.append((part, 0))
+    return steps
+
+
+def _closing(tokens: list[Token], opener: int) -> int:
+    """Index of the token that closes the message opened at tokens[opener]."""
+    depth = 0
+    for i in range(opener, len(tokens)):
+        if tokens[i].text in OPEN:
+            depth += 1
+        elif tokens[i].text in CLOSE:
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(tokens)
+
+
+def value_token(tokens: list[Token], start: int, end: int, path: FieldPath) -> Token | None:
+    """The token holding the scalar at ``path`` among the fields of tokens[start:end] (one
+    message's body; the whole file for top-level fields), or None when the text does not
+    write it.  Occurrences count as protobuf counts a repeated field's values: each
+    ``dim: 3`` once, each element of ``dim: [3, 224]`` once."""
+    name, index = _steps(path)[0]
+    rest = path[2 if len(path) > 1 and isinstance(path[1], int) else 1 :]
+    seen = 0
+    i = start
+    while i < end:
+        field = tokens[i].text
+        if field in CLOSE:
+            return None
+        if field in ",;":
+            i += 1
+            continue
+        k = i + 2 if i + 1 < end and tokens[i + 1].text == ":" else i + 1
+        if k >= end:
+            return None
+        after = field_extent(tokens, i)
+        opener = tokens[k].text
+        values: list[int] = []  # token indices of this field's values (a message: its opener)
+        if opener == "[":
+            j = k + 1
+            while j < end and tokens[j].text != "]":
+                if tokens[j].text in OPEN:
+                    values.append(j)
+                    j = _closing(tokens, j) + 1
+                else:
+                    if tokens[j].text != ",":
+                        values.append(j)
+                    j += 1
+            after = j + 1
+        else:
+            values.append(k)
+            if opener in OPEN:
+                after = _closing(tokens, k) + 1
+        if field == name:
+            for value in values:
+                if seen == index:
+                    if tokens[value].text in OPEN:
+                        return value_token(tokens, value + 1, _closing(tokens, value), rest) if rest else None
+                    return None if rest else tokens[value]
+                seen += 1
+        i = max(after, i + 1)
+    return None
+
+
+def replace_tokens(text: str, replacements: dict[Token, str]) -> str:
+    """``text`` with each token's characters replaced, every other character kept."""
+    for token, new in sorted(replacements.items(), key=lambda item: -item[0].offset):
+        text = text[: token.offset] + new + text[token.offset + len(token.text) :]
+    return text

@@ -52,13 +52,14 @@ def line_ending(text: str) -> str:
     return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
 
 
-def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter) -> str:
-    """The original text without its old mem_param, plus the new one at the end."""
+def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter, comments: Iterable[str] = ()) -> str:
+    """The original text without its old mem_param, plus the new one at the end (its
+    first lines: ``comments``, e.g. what the plan was made for, plan/record.py)."""
     text = original
     for existing in reversed([b for b in top_level_blocks(original) if b.field == "mem_param"]):
         text = blank_out(text, existing.start, existing.end)
     eol = line_ending(original)
-    body = text_format.MessageToString(block, indent=2)
+    body = "".join(f"  {line}\n" for line in comments) + text_format.MessageToString(block, indent=2)
     ours = "mem_param {\n" + body + "}\n"
     separator = "" if text.endswith(("\n", "\r")) or not text else eol
     return text + separator + ours.replace("\n", eol)

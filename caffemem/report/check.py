@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 
 from caffemem._version import __version__
-from caffemem.api.check import Report, Row, signed, signed_percent
+from caffemem.api.check import Report, Row, change_percent, signed
+from caffemem.report.schemas import schema_version
 from caffemem.units import mib
 
 
@@ -21,26 +22,27 @@ def _change(row: Row) -> str:
     """`+0.64 MiB (+4.8%)` against the baseline, `0 B` unchanged, empty without one."""
     if row.delta is None or row.baseline_bytes is None:
         return ""
-    return f"{signed(row.delta)} ({signed_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
+    return f"{signed(row.delta)} ({change_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
 
 
 def render_text(report: Report, width: int = 160, color: bool = False) -> str:
-    """A rich table for people (the budget, the same for every net, is in the summary
-    line under it)."""
+    """The verdict first, then a rich table for people, then the verdict again where a CI
+    log ends (the budget, the same for every net, is in the summary line)."""
     from rich.console import Console
     from rich.table import Table
 
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False)
     compared = report.gate.baseline is not None
+    console.print(report.summary())
     table = Table(title="caffemem check", header_style="bold")
-    for column in ("file", "phase", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
+    for column in ("file", "phase", "batch", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
         table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
     table.add_column("note", ratio=1)
     style = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
     for row in report.rows:
         baseline = (_cell(row.baseline_bytes), _change(row)) if compared else ()
-        table.add_row(row.file, row.label, _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", row.message)
+        table.add_row(row.file, row.label, "" if row.batch is None else str(row.batch), _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", row.message)
     console.print(table)
     console.print(report.summary())
     return out.getvalue()
@@ -50,6 +52,7 @@ def render_json(report: Report) -> str:
     """One document: the gate, the verdict and every row with exact bytes."""
     gate = report.gate
     document = {
+        "schema_version": schema_version("check"),
         "caffemem": __version__,
         "budget": gate.budget,
         "baseline": gate.baseline.path if gate.baseline else None,
@@ -63,6 +66,7 @@ def render_json(report: Report) -> str:
                 "file": row.file,
                 "net": row.net,
                 "phase": row.phase,
+                "batch": row.batch,
                 "bytes": row.bytes,
                 "budget": row.budget,
                 "baseline_bytes": row.baseline_bytes,

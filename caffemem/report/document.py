@@ -9,8 +9,9 @@ from typing import Any
 
 from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
-from caffemem.passes.device import DeviceReport, LayerSides
+from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
+from caffemem.report.schemas import schema_version
 from caffemem.units import percent_of
 
 
@@ -94,6 +95,7 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
         "file": net.file,
         "name": graph.name,
         "phase": graph.phase,
+        "batch": net.batch,
         "blobs": [{"name": name, "shape": _shape(shape)} for name, shape in shaped.blob_shapes.items()],
         "layers": layers,
         **memory_json(memory),
@@ -102,15 +104,25 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
     }
 
 
+def _caveats(devices) -> list[str]:
+    """GPU mode: the one caveat line of the output (not one per net)."""
+    devices = [device for device in devices if device is not None]
+    return [gpu_caveat(devices[0])] if devices else []
+
+
 def to_json(analysis: Analysis) -> dict[str, Any]:
-    """A net file gives one net's document; a solver gives {"solver": ..., "nets": [...]}."""
+    """A net file gives one net's document; a solver gives {"solver": ..., "nets": [...]},
+    with the training process first: its ``total_bytes`` is the terminal's headline."""
+    caveats = _caveats(net.device for net in analysis.nets)
     if analysis.kind == "net":
-        document = net_json(analysis.nets[0])
-        document["notes"] = list(analysis.notes) + document["notes"]
+        document = {"schema_version": schema_version("analyze"), **net_json(analysis.nets[0])}
+        document["notes"] = list(analysis.notes) + document["notes"] + caveats
         return document
-    document: dict[str, Any] = {"solver": analysis.path, "nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes)}
+    document: dict[str, Any] = {"schema_version": schema_version("analyze"), "solver": analysis.path}
     if analysis.process is not None:
+        document["total_bytes"] = analysis.process.total_bytes
         document["process"] = asdict(analysis.process)
+    document.update({"nets": [net_json(net) for net in analysis.nets], "notes": list(analysis.notes) + caveats})
     return document
 
 
@@ -122,14 +134,15 @@ def phase_plan_json(phase) -> dict[str, Any]:
     totals = phase.totals()
     return {
         "phase": phase.phase,
+        "batch": phase.batch,
         "mode": "gpu" if phase.devices is not None else "cpu",  # gpu: "bytes" are what one card holds
         "strategy": phase.strategy,
         "bytes": phase.bytes,
         "savings": {"bytes": phase.savings, "percent": percent_of(phase.savings, totals["stock"])},
         "gap_to_lower_bound_percent": percent_of(totals["planned"] - totals["lower_bound"], totals["lower_bound"]),
         "fork_plan_safe": phase.fork_safe,
-        # Ranked by the run's heap bytes (in GPU mode: both sides of every touched storage).
-        "candidates": {name: cost + phase.stock.outside_heap_bytes for name, cost in phase.candidates.items()},
+        # Each strategy's plan in the figure of bytes.planned (the card's in GPU mode), best first.
+        "candidates": dict(phase.candidates),
         "rejected": phase.rejected,
         "peak": {
             "step": liveness.peak_step,
@@ -146,7 +159,10 @@ def phase_plan_json(phase) -> dict[str, Any]:
 
 def optimize_json(result) -> dict[str, Any]:
     phases = [phase_plan_json(p) for p in result.phases]
-    document: dict[str, Any] = {"file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
+    document: dict[str, Any] = {"schema_version": schema_version("optimize"), "file": result.path, "exclude_blob": list(result.exclude), "phases": phases}
+    caveats = _caveats(phase.devices.stock for phase in result.phases if phase.devices is not None)
+    if caveats:
+        document["notes"] = caveats
     if len(phases) == 1:
         document.update({k: phases[0][k] for k in ("phase", "bytes", "plan")})
     if result.inplace is not None:

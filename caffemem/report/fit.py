@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from caffemem.api.fit import FitResult
+from caffemem.report.schemas import schema_version
 from caffemem.units import format_size
 
 
@@ -12,12 +13,14 @@ def fit_json(result: FitResult) -> dict[str, Any]:
     """One document: the answer, its neighbour, the schedule and every evaluation made."""
     request, following, schedule = result.request, result.following, result.schedule
     return {
+        "schema_version": schema_version("fit"),
         "net": result.path,
         "kind": result.subject.kind,
         "phase": result.subject.phase,
         "optimized": request.optimized,
         "gpu_memory": request.gpu_memory,
         "reserve": request.reserve,
+        "reserve_is_estimate": result.margin is not None,
         "budget": request.budget,
         "gpus": request.gpus,
         "fits": result.fits,
@@ -49,7 +52,8 @@ def fit_lines(result: FitResult) -> list[str]:
     what = "training process (solver)" if subject.kind == "solver" else f"{subject.phase} net"
     lines = [
         f"{result.path}: {what}, {counted}",
-        f"  budget: {_sized(request.budget)} = GPU {format_size(request.gpu_memory)} - reserve {format_size(request.reserve)}",
+        f"  budget: {_sized(request.budget)} = GPU {format_size(request.gpu_memory)} - reserve {format_size(request.reserve or 0)}"
+        + (" (estimated margin for the library handles, see the note; --reserve overrides)" if result.margin is not None else ""),
     ]
     if not result.fits:
         lines.append(f"  nothing fits: batch 1 needs {_sized(result.at(1).bytes or 0)}")
@@ -79,6 +83,6 @@ def nothing_fits_message(result: FitResult) -> str:
     used = first.bytes if first and first.bytes is not None else 0
     return (
         f"nothing fits: batch 1 needs {_sized(used)}, {format_size(used - result.request.budget)} more than the budget "
-        f"{_sized(result.request.budget)} (GPU {format_size(result.request.gpu_memory)} - reserve {format_size(result.request.reserve)})"
+        f"{_sized(result.request.budget)} (GPU {format_size(result.request.gpu_memory)} - reserve {format_size(result.request.reserve or 0)})"
     )
 

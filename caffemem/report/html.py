@@ -25,15 +25,15 @@ from importlib import resources
 from typing import Any
 
 from caffemem._version import __version__
-from caffemem.api.analyze import Analysis, Options, spec_table
+from caffemem.api.analyze import Analysis, Options, prepare_run, spec_table
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
-from caffemem.passes.device import DeviceReport
+from caffemem.passes.device import DeviceReport, gpu_caveat
 from caffemem.passes.liveness import Liveness, lifetimes
 from caffemem.passes.memory import CATEGORIES, MemoryReport
 from caffemem.passes.schedule import Schedule, StorageClass, build_schedule
 from caffemem.plan.verify import PlanData
-from caffemem.units import MIB, mib
+from caffemem.units import MIB, mib, mib_column, mib_gib, plural
 
 MAX_SLOT_ROWS = 60  # a plan's Gantt: the largest slots beyond this are summarised
 MAX_CLASS_ROWS = 40  # an analysis's Gantt: the largest storage classes only
@@ -95,6 +95,8 @@ class Section:
     notes: tuple[str, ...]
     causes: tuple[tuple[str, int], ...] = ()  # what the total is made of (parts that add up)
     top_layers: tuple[tuple[int, str, str, int], ...] = ()  # (index, name, type, bytes), largest first
+    top_title: str = ""  # what the top layers' bytes are, after "The 10 largest layers"
+    on_card: bool = False  # GPU mode: the timeline and the table's steps are the card's
 
 
 # ----------------------------------------------------------------------------- the series
@@ -114,6 +116,25 @@ def allocated_by_step(schedule: Schedule, report: MemoryReport) -> tuple[int, ..
             total += layer.fwd_alloc if step.kind == "forward" else layer.bwd_alloc
         series.append(total)
     return tuple(series)
+
+
+def card_by_step(schedule: Schedule, device: DeviceReport) -> tuple[int, ...]:
+    """GPU mode: what the card holds after each step.  Each layer's Forward and Backward
+    add what they cudaMalloc (``LayerSides.device``); everything else is there after step 0
+    (Net::Init, the inputs, the prefetch batches, the CUDA context), so the series ends at
+    the card's figure, ``device.device_bytes``."""
+    steps = [0 if step.layer is None else device.layers[step.layer].device[1 if step.kind == "forward" else 2] for step in schedule.steps]
+    total, series = device.device_bytes - sum(steps), []
+    for added in steps:
+        total += added
+        series.append(total)
+    return tuple(series)
+
+
+def with_outside(series: tuple[int, ...], outside: int) -> tuple[int, ...]:
+    """CPU mode: a heap series with what a run holds beyond the heap (the prefetch
+    batches, filled at setup) from step 0 on, so that it ends at ``total_bytes``."""
+    return tuple(value + outside for value in series)
 
 
 def live_by_step(liveness: Liveness, allocated: tuple[int, ...]) -> tuple[int, ...]:
@@ -162,10 +183,6 @@ def step_range(schedule: Schedule, first: int, last: int) -> str:
     return f"steps {first}–{last} ({names[0]} → {names[1]})"
 
 
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}" + ("" if n == 1 else "s")
-
-
 def _first_few(names: list[str], shown: int = 8) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
@@ -210,11 +227,11 @@ def slot_gantt(schedule: Schedule, liveness: Liveness, plan: PlanData, max_rows:
     )
     shown = sum(plan.slot_bytes[slot] for slot in largest)
     total = sum(plan.slot_bytes.values())
-    note = f"{_count(len(plan.slot_bytes), 'shared slot')} holding {len(plan.assign)} blob parts, {mib(total)} in all; each row's height is in proportion to its slot's bytes, each member drawn at its byte offset over the steps it holds a live value."
+    note = f"{plural(len(plan.slot_bytes), 'shared slot')} holding {len(plan.assign)} blob parts, {mib(total)} in all; each row's height is in proportion to its slot's bytes, each member drawn at its byte offset over the steps it holds a live value."
     if len(largest) < len(plan.slot_bytes):
-        note += f" Showing the {len(largest)} largest slots ({mib(shown)}, {100 * shown / total:.1f}% of the slot bytes)."
+        note += f" Showing the {plural(len(largest), 'largest slot')} ({mib(shown)}, {100 * shown / total:.1f}% of the slot bytes)."
     kept = sum(schedule.classes[storage].bytes for storage in liveness.kept)
-    note += f" Not drawn: {len(liveness.kept)} storage classes that keep their own storage ({mib(kept)}: parameters, inputs, outputs, losses, excluded blobs, layer buffers)."
+    note += f" Not drawn, as they keep their own storage: {plural(len(liveness.kept), 'storage class', 'storage classes')} ({mib(kept)}: parameters, inputs, outputs, losses, excluded blobs, layer buffers)."
     return Gantt(rows, note)
 
 
@@ -242,7 +259,7 @@ def class_gantt(schedule: Schedule, liveness: Liveness, max_rows: int = MAX_CLAS
     total = sum(schedule.classes[storage].bytes for storage in touched)
     shown = sum(schedule.classes[storage].bytes for storage in largest)
     note = (
-        f"The {len(largest)} largest of the {len(touched)} storage classes Caffe allocates ({mib(shown)}, {100 * shown / max(total, 1):.1f}% of their bytes), in order of first touch; "
+        f"The {len(largest)} largest of the {plural(len(touched), 'storage class', 'storage classes')} Caffe allocates ({mib(shown)}, {100 * shown / max(total, 1):.1f}% of their bytes), in order of first touch; "
         "each row's height is in proportion to its bytes. Pale: allocated (Caffe frees nothing); dark: holding a value a later step reads "
         "(for storage that must stay private — parameters, inputs, outputs, losses, layer buffers — from its first use to its last)."
     )
@@ -263,55 +280,72 @@ def _cell(n: int) -> str:
     return f'<td class="n" title="{n:,} bytes">{n / MIB:,.2f}</td>' if abs(n) >= MIB // 200 else f'<td class="n dim" title="{n:,} bytes">&lt;0.01</td>'
 
 
-def layer_table(shaped: ShapedGraph, stock: MemoryReport, planned: MemoryReport | None = None) -> str:
-    """Every layer: tops with shapes, what its SetUp/Forward/Backward allocated by
-    category, and per step (with a plan: the planned run's Forward/Backward too)."""
-    headers = ["#", "layer", "type", "tops [shape]", *(c.replace("_", " ") for c in CATEGORIES), "SetUp", "Forward", "Backward"]
+def _steps(layers, index: int, on_card: bool) -> tuple[int, int, int]:
+    """A layer's (SetUp, Forward, Backward) bytes: a MemoryReport's or, on the card, a
+    DeviceReport's device side."""
+    layer = layers[index]
+    return layer.device if on_card else (layer.init, layer.fwd_alloc, layer.bwd_alloc)
+
+
+def layer_table(shaped: ShapedGraph, stock: MemoryReport, planned: MemoryReport | None = None, card: tuple[DeviceReport, DeviceReport | None] | None = None) -> str:
+    """Every layer: its name, type and tops with shapes in one cell, what its
+    SetUp/Forward/Backward allocated by category, and per step (with a plan: the planned
+    run's Forward/Backward too).  ``card`` (GPU mode: stock's and the plan's device
+    reports): the steps are what the card gets, the categories those of a CPU run, and
+    the headers say so.  Eleven columns at most, none of them wider than its figures or
+    a wrapped name, so the table fits a 1024-pixel window."""
+    on_card = card is not None
+    where = "on the card" if on_card else "per step"
+    groups = [("", 2), ("by category" + (" (a CPU run)" if on_card else ""), len(CATEGORIES)), (f"allocated {where}", 3 if planned is None else 5)]
+    headers = ["#", "layer · type · tops [shape]", *(c.replace("_", " ") for c in CATEGORIES), "SetUp", "Forward", "Backward"]
     if planned is not None:
         headers += ["Forward, planned", "Backward, planned"]
+    stock_steps = card[0].layers if on_card else stock.layers
+    largest = card[0].largest_step() if on_card else None
+    peak = (card[0].layers[largest[0]].name if largest else None) if on_card else stock.peak_layer
+    planned_steps = (card[1].layers if on_card and card[1] is not None else planned.layers) if planned is not None else None
     rows = []
     for layer, own in zip(shaped.graph.layers, stock.layers):
         tops = "<br>".join(f"{escape(top)} <span class=dim>[{_dims(shaped.blob_shapes[top])}]</span>" for top in layer.tops)
-        marks = ' <span class="peak">◀ largest step</span>' if layer.name == stock.peak_layer else ""
+        marks = ' <span class="peak">◀ largest step</span>' if layer.name == peak else ""
         guessed = ' <span class="warn" title="memory rule guessed, not checked against Caffe">?</span>' if not own.verified else ""
         cells = [
             f'<td class="n dim">{layer.index}</td>',
-            f'<td title="bottoms: {escape(", ".join(layer.bottoms) or "none")}">{escape(layer.name)}{marks}</td>',
-            f"<td>{escape(layer.type)}{guessed}</td>",
-            f"<td>{tops}</td>",
+            f'<td class="name" title="bottoms: {escape(", ".join(layer.bottoms) or "none")}"><b>{escape(layer.name)}</b>{marks} <span class="type">{escape(layer.type)}{guessed}</span>'
+            + (f'<div class="tops">{tops}</div>' if tops else "")
+            + "</td>",
             *(_cell(own.by_category[c]) for c in CATEGORIES),
-            _cell(own.init),
-            _cell(own.fwd_alloc),
-            _cell(own.bwd_alloc),
+            *(_cell(n) for n in _steps(stock_steps, layer.index, on_card)),
         ]
-        if planned is not None:
-            mine = planned.layers[layer.index]
-            cells += [_cell(mine.fwd_alloc), _cell(mine.bwd_alloc)]
+        if planned_steps is not None:
+            cells += [_cell(n) for n in _steps(planned_steps, layer.index, on_card)[1:]]
         rows.append("<tr>" + "".join(cells) + "</tr>")
+    group_row = "".join(f'<th colspan="{span}" class="group">{escape(name)}</th>' for name, span in groups)
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    return f'<div class="scroll"><table class="layers"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    return f'<div class="scroll"><table class="layers"><thead><tr>{group_row}</tr><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 # ----------------------------------------------------------------------------- sections
 
 
-def timeline_of(schedule: Schedule, liveness: Liveness, stock: MemoryReport, planned: MemoryReport | None, lower_bound: int | None) -> Timeline:
-    """The three series of one run (``planned``/``lower_bound``: with a plan)."""
-    allocated = allocated_by_step(schedule, stock)
+def timeline_of(schedule: Schedule, liveness: Liveness, allocated: tuple[int, ...], planned: tuple[int, ...] | None, lower_bound: int | None) -> Timeline:
+    """The three series of one run from its stock series (``planned``/``lower_bound``:
+    with a plan), in the report's one unit: the heap and prefetch batches in CPU mode,
+    the card in GPU mode, so the series end at the figures the terminal and --json give."""
     return Timeline(
         step_names=tuple(schedule.step_name(step) for step in schedule.steps),
         step_kinds=tuple(step.kind for step in schedule.steps),
         allocated=allocated,
-        planned=allocated_by_step(schedule, planned) if planned is not None else None,
+        planned=planned,
         live=live_by_step(liveness, allocated),
         lower_bound=lower_bound,
     )
 
 
-def _log_versus_real(memory: MemoryReport) -> tuple[str, str]:
-    logged, real = memory.memory_required_for_data, memory.total_bytes
+def _log_versus_real(memory: MemoryReport, real: int, on_card: bool) -> tuple[str, str]:
+    logged = memory.memory_required_for_data
     ratio = f"; real is {real / logged:.2f}× the log" if logged else ""
-    return ("Caffe's log vs real", f"logs 'Memory required for data: {logged}' ({mib(logged)}); allocates {mib(real)}{ratio}")
+    return ("Caffe's log vs real", f"logs 'Memory required for data: {logged}' ({mib(logged)}); {'a GPU run holds' if on_card else 'allocates'} {mib(real)}{' on the card' if on_card else ''}{ratio}")
 
 
 def _peak_fact(timeline: Timeline) -> tuple[str, str]:
@@ -319,34 +353,46 @@ def _peak_fact(timeline: Timeline) -> tuple[str, str]:
     return ("most live values", f"{mib(timeline.live[peak])} at step {peak} ({timeline.step_names[peak]})")
 
 
+def _batch(batch: int | None) -> str:
+    return "" if batch is None else f", batch {batch}"
+
+
 def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ...]:
-    """One section per net of the file (a solver: its train net and each test net)."""
+    """One section per net of the file (a solver: its train net and each test net).  In
+    GPU mode every figure is the card's: the facts, the causes, the largest layers, the
+    timeline and the table's steps (its categories, a CPU run's, say so)."""
     specs = spec_table(options)
     sections = []
     for i, net in enumerate(analysis.nets):
-        memory = net.memory
-        schedule = build_schedule(net.shaped, specs, memory.dtype, options.heap_engine)
-        liveness = lifetimes(schedule)
-        timeline = timeline_of(schedule, liveness, memory, None, None)
+        memory, device = net.memory, net.device
+        if device is not None:
+            schedule, liveness = card_schedule(net.shaped, specs, options)
+        else:
+            schedule = build_schedule(net.shaped, specs, memory.dtype, options.heap_engine)
+            liveness = lifetimes(schedule)
+        if device is not None:
+            allocated = card_by_step(schedule, device)
+        else:
+            allocated = with_outside(allocated_by_step(schedule, memory), memory.outside_heap_bytes)
+        timeline = timeline_of(schedule, liveness, allocated, None, None)
         graph = net.shaped.graph
         role = "" if net.role == "net" else f"{net.role}{f' #{net.index}' if net.role == 'test' else ''} net — "
-        facts = (
+        facts: tuple[tuple[str, str], ...] = (
             ("net", f"{graph.name or '(unnamed)'} — {net.file}"),
-            ("phase", f"{graph.phase}, {memory.dtype}, {options.device.upper()} mode, {options.build_engine} engine"),
-            ("Caffe allocates", mib(memory.total_bytes) + (f" (the net {mib(memory.total_bytes - memory.prefetch_bytes)} + prefetch batches {mib(memory.prefetch_bytes)}, which hold the data tops)" if memory.prefetch_bytes else "")),
-            _log_versus_real(memory),
-            ("by cause", ", ".join(f"{c.replace('_', ' ')} {mib(size)}" for c, size in memory.parts().items()) + f" (total {mib(memory.total_bytes)})"),
-            _peak_fact(timeline),
+            ("phase", f"{graph.phase}{_batch(net.batch)}, {memory.dtype}, {options.device.upper()} mode, {options.build_engine} engine"),
         )
-        causes, largest = tuple(memory.parts().items()), top_layers(memory)
-        if net.device is not None:
-            facts = facts[:2] + device_facts(net.device) + (("a CPU run allocates", mib(memory.total_bytes) + " (the timeline below is the CPU run's heap)"),) + facts[3:]
-            causes = tuple((cause, size) for cause, size in net.device.device_by_cause.items() if size)
-            largest = tuple((index, layer.name, layer.type, layer.device_total) for index, layer in net.device.largest_layers(TOP_LAYERS) if layer.device_total)
-        if analysis.process is not None and net.role == "train":
-            process = analysis.process
-            where = " on one card" if process.device == "gpu" else ""
-            facts += (("training process", f"{mib(process.total_bytes)}{where}: this net, the {process.solver_type} solver's history and the test nets"),)
+        if device is None:
+            facts += (
+                ("Caffe allocates", mib_gib(memory.total_bytes) + (f" (the net {mib(memory.total_bytes - memory.prefetch_bytes)} + prefetch batches {mib(memory.prefetch_bytes)}, which hold the data tops)" if memory.prefetch_bytes else "")),
+                _log_versus_real(memory, memory.total_bytes, False),
+                ("by cause", ", ".join(f"{c.replace('_', ' ')} {mib(size)}" for c, size in memory.parts().items()) + f" (total {mib(memory.total_bytes)})"),
+            )
+            causes, largest = tuple(memory.parts().items()), top_layers(memory)
+        else:
+            facts += device_facts(device) + (_log_versus_real(memory, device.device_bytes, True),)
+            causes = tuple((cause, size) for cause, size in device.device_by_cause.items() if size)
+            largest = tuple((index, layer.name, layer.type, layer.device_total) for index, layer in device.largest_layers(TOP_LAYERS) if layer.device_total)
+        facts += (_peak_fact(timeline),)
         sections.append(
             Section(
                 anchor=f"net{i}",
@@ -354,13 +400,34 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
                 facts=facts,
                 timeline=timeline,
                 gantt=class_gantt(schedule, liveness),
-                table=layer_table(net.shaped, memory),
-                notes=tuple(dict.fromkeys(analysis.notes + net.notes + net.shaped.notes)),
+                table=layer_table(net.shaped, memory, card=(device, None) if device is not None else None),
+                notes=tuple(dict.fromkeys(net.notes + net.shaped.notes + (device.notes if device is not None else ()))),
                 causes=causes,
                 top_layers=largest,
+                top_title=" on the card" if device is not None else "",
+                on_card=device is not None,
             )
         )
     return tuple(sections)
+
+
+def card_schedule(shaped: ShapedGraph, specs, options: Options) -> tuple[Schedule, Liveness]:
+    """GPU mode: the steps and storage of the run on the card alone (not the merged run a
+    plan must also be right in, whose CPU-only storage, such as im2col buffers a cuDNN
+    build never allocates, the card does not hold)."""
+    schedule = build_schedule(shaped, specs, options.dtype, run=prepare_run(shaped, specs, options))
+    return schedule, lifetimes(schedule)
+
+
+def process_intro(analysis: Analysis) -> str:
+    """A solver's answer, first on its page: the training process and its parts."""
+    process = analysis.process
+    if process is None:
+        return ""
+    on_card = process.device == "gpu"
+    parts = [f"train net {mib(process.train_bytes)}", f"{process.solver_type} solver history {mib(process.history_bytes)}"]
+    parts += [f"test net #{test.index} {mib(test.bytes)}" for test in process.tests]
+    return f"Training{' on one card' if on_card else ''}: {mib_gib(process.total_bytes)}, all alive at once — {', '.join(parts)}."
 
 
 TOP_LAYERS = 10
@@ -369,16 +436,16 @@ TOP_LAYERS = 10
 def device_facts(device: DeviceReport) -> tuple[tuple[str, str], ...]:
     """GPU mode: what one card and the host hold, each cause on both sides."""
     low, high = device.device_bytes_min, device.device_bytes
-    span = f"{mib(low)} to {mib(high)} (cuDNN picks its workspace at run time)" if low != high else mib(high)
+    span = mib_gib(high) + (f" (cuDNN workspaces at their bound; {mib(low)} if cuDNN takes no workspace)" if low != high else "")
     both = ", ".join(
-        f"{cause.replace('_', ' ')} {mib(size)} / {mib(device.host_by_cause[cause])}" for cause, size in device.device_by_cause.items() if size or device.host_by_cause[cause]
+        f"{cause.replace('_', ' ')} {mib_column(size)} / {mib_column(device.host_by_cause[cause])}" for cause, size in device.device_by_cause.items() if size or device.host_by_cause[cause]
     )
     handles = device.handles
     return (
         ("on the card", span + (f", on each of {device.gpus} GPUs" if device.gpus > 1 else "")),
         ("on the host", f"{mib(device.host_bytes)} (pinned copies of what host code touched)"),
         ("by cause, card / host", both),
-        ("handles", f"{handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (counted, not sized); CUDA context: {device.context.source}"),
+        ("handles", f"{handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (counted, not sized); CUDA context {mib(device.context.bytes)}: {device.context.source}"),
     )
 
 
@@ -394,43 +461,64 @@ def _causes_html(causes: tuple[tuple[str, int], ...]) -> str:
     total, largest = max(sum(size for _, size in causes), 1), max(max(size for _, size in causes), 1)
     rows = "".join(
         f'<tr><th>{escape(name.replace("_", " "))}</th><td class="bar"><span class="cause {escape(name)}" style="width:{100 * size / largest:.2f}%"></span></td>'
-        f'<td class="n" title="{size:,} bytes">{mib(size)}</td><td class="n">{100 * size / total:.1f}%</td></tr>'
+        f'<td class="n" title="{size:,} bytes">{mib_column(size)}</td><td class="n">{100 * size / total:.1f}%</td></tr>'
         for name, size in causes
     )
-    return f'<div><h3>Where the memory goes</h3><table class="causes">{rows}<tr class="total"><th>total</th><td></td><td class="n">{mib(total)}</td><td class="n">100%</td></tr></table></div>'
+    return f'<div><h3>Where the memory goes</h3><table class="causes">{rows}<tr class="total"><th>total</th><td></td><td class="n">{mib_column(total)}</td><td class="n">100%</td></tr></table></div>'
 
 
-def _top_layers_html(layers: tuple[tuple[int, str, str, int], ...]) -> str:
+def _top_layers_html(layers: tuple[tuple[int, str, str, int], ...], title: str) -> str:
     if not layers:
         return ""
-    rows = "".join(f'<tr><td class="n">{index}</td><td>{escape(name)}</td><td>{escape(kind)}</td><td class="n" title="{size:,} bytes">{mib(size)}</td></tr>' for index, name, kind, size in layers)
-    return f'<div><h3>The {len(layers)} largest layers</h3><table class="top"><tr><th>#</th><th>layer</th><th>type</th><th>bytes</th></tr>{rows}</table></div>'
+    rows = "".join(f'<tr><td class="n">{index}</td><td>{escape(name)}</td><td>{escape(kind)}</td><td class="n" title="{size:,} bytes">{mib_column(size)}</td></tr>' for index, name, kind, size in layers)
+    return f'<div><h3>The {plural(len(layers), "largest layer")}{escape(title)}</h3><table class="top"><tr><th>#</th><th>layer</th><th>type</th><th>bytes</th></tr>{rows}</table></div>'
 
 
-def options_text(options: Options) -> str:
-    """The options a page was made with, as the flags that make it again."""
+def options_text(options: Options, settings=None) -> str:
+    """The options a page was made with, as the flags that make it again (``settings``:
+    optimize's own, an :class:`~caffemem.api.optimize.OptimizeSettings`)."""
     flags = [f"--phase {options.phase}"] if options.phase else ["--phase (default)"]
     flags += [f"--stage {stage}" for stage in options.stages] + ([f"--level {options.level}"] if options.level is not None else [])
     flags += [f"--input {name}={','.join(map(str, shape))}" for name, shape in options.inputs.items()]
     flags += [f"--dtype {options.dtype}", f"--device {options.device}", f"--engine {options.build_engine}"] + ([f"--batch {options.batch}"] if options.batch else [])
+    flags += ([f"--gpus {options.gpus}"] if options.gpus > 1 else []) + ([f"--context-mib {options.context_bytes // MIB}"] if options.context_bytes is not None else [])
+    if settings is not None:
+        flags += [f"--strategy {settings.strategy}"] + [f"--exclude-blob {blob}" for blob in settings.exclude]
+        flags += (["--share-buffers"] if settings.share_buffers else []) + (["--inplace"] if settings.inplace else [])
     return " ".join(flags + ([f"--layers {options.layers_file}"] if options.layers_file else []))
 
 
-def plan_sections(result) -> tuple[Section, ...]:
-    """One section per planned phase (`result`: an optimizer.OptimizeResult)."""
+def plan_sections(result, options: Options | None = None) -> tuple[Section, ...]:
+    """One section per planned phase (`result`: an optimizer.OptimizeResult), with the
+    figures the terminal gives (``PhasePlan.totals``: on the card in GPU mode).  Its
+    largest layers are what each layer holds in stock Caffe, never a whole slot.
+    ``options`` (those it was planned with): in GPU mode, the live values are the card's."""
+    specs = spec_table(options) if options is not None else None
     sections = []
     for i, phase in enumerate(result.phases):
-        graph, stock = phase.shaped.graph, phase.stock
-        timeline = timeline_of(phase.schedule, phase.liveness, stock, phase.planned, phase.lower_bound)
+        graph, stock, devices = phase.shaped.graph, phase.stock, phase.devices
         saved, totals = phase.savings, phase.totals()
+        if devices is not None:
+            allocated, planned = card_by_step(phase.schedule, devices.stock), card_by_step(phase.schedule, devices.planned)
+            causes = tuple((cause, size) for cause, size in devices.planned.device_by_cause.items() if size)
+            largest = tuple((index, layer.name, layer.type, layer.device_total) for index, layer in devices.stock.largest_layers(TOP_LAYERS) if layer.device_total)
+        else:
+            outside = stock.outside_heap_bytes
+            allocated, planned = with_outside(allocated_by_step(phase.schedule, stock), outside), with_outside(allocated_by_step(phase.schedule, phase.planned), outside)
+            causes, largest = tuple(phase.planned.parts().items()), top_layers(stock)
+        liveness = phase.liveness
+        if devices is not None and options is not None:
+            liveness = card_schedule(phase.shaped, specs, options)[1]
+        timeline = timeline_of(phase.schedule, liveness, allocated, planned, totals["lower_bound"])
+        slots = plural(len(phase.plan_data.slot_bytes), "shared slot")
         facts = (
             ("net", f"{graph.name or '(unnamed)'} — {result.path}"),
-            ("phase", f"{graph.phase}, {stock.dtype}"),
-            ("stock Caffe", mib(totals["stock"]) + (f" (prefetch batches {mib(stock.prefetch_bytes)} included, in every figure)" if stock.prefetch_bytes else "")),
-            ("memory-multiloading fork", mib(totals["fork"]) + ("" if phase.fork_safe else " (its plan fails caffemem's verifier)")),
-            ("caffemem plan", f"{mib(totals['planned'])} — strategy '{phase.strategy}', {_count(len(phase.plan_data.slot_bytes), 'shared slot')}; saves {mib(saved)} ({100 * saved / max(totals['stock'], 1):.1f}%)"),
+            ("phase", f"{graph.phase}{_batch(phase.batch)}, {stock.dtype}, {'GPU mode, on one card' if devices is not None else 'CPU mode'}"),
+            ("caffemem plan", f"{mib_gib(totals['planned'])} — strategy '{phase.strategy}', {slots}; saves {mib(saved)} ({100 * saved / max(totals['stock'], 1):.1f}%)"),
+            ("stock Caffe", mib_gib(totals["stock"]) + (f" (prefetch batches {mib(stock.prefetch_bytes)} included, in every figure)" if stock.prefetch_bytes else "")),
+            ("memory-multiloading fork", mib_gib(totals["fork"]) + ("" if phase.fork_safe else " (its plan fails caffemem's verifier)")),
             ("lower bound", mib(totals["lower_bound"])),
-            _log_versus_real(stock),
+            _log_versus_real(stock, totals["stock"], devices is not None),
             _peak_fact(timeline),
         )
         rejected = tuple(f"strategy {name} rejected by the verifier: {why}" for name, why in phase.rejected.items())
@@ -441,10 +529,12 @@ def plan_sections(result) -> tuple[Section, ...]:
                 facts=facts,
                 timeline=timeline,
                 gantt=slot_gantt(phase.schedule, phase.liveness, phase.plan_data),
-                table=layer_table(phase.shaped, stock, phase.planned),
+                table=layer_table(phase.shaped, stock, phase.planned, card=(devices.stock, devices.planned) if devices is not None else None),
                 notes=rejected + phase.shaped.notes,
-                causes=tuple(phase.planned.parts().items()),
-                top_layers=top_layers(phase.planned),
+                causes=causes,
+                top_layers=largest,
+                top_title=" in stock Caffe (what each holds; the plan shares their storage in slots)",
+                on_card=devices is not None,
             )
         )
     return tuple(sections)
@@ -456,16 +546,20 @@ def plan_sections(result) -> tuple[Section, ...]:
 def chart_data(section: Section) -> dict[str, Any]:
     """What the page's script draws, as JSON (steps, series, peak, Gantt rows)."""
     timeline = section.timeline
-    series = [{"name": "allocated by stock Caffe (frees nothing)", "style": "stock", "values": list(timeline.allocated)}]
+    where = " on the card" if section.on_card else ""
+    series = [{"name": f"allocated by stock Caffe{where} (frees nothing)", "style": "stock", "values": list(timeline.allocated)}]
     if timeline.planned is not None:
-        series.append({"name": "allocated by the planned run", "style": "planned", "values": list(timeline.planned)})
+        series.append({"name": f"allocated by the planned run{where}", "style": "planned", "values": list(timeline.planned)})
     series.append({"name": "holding live values (what a run needs)", "style": "live", "values": list(timeline.live)})
+    for one in series:  # the legend's figures, formatted as every other figure of the page
+        one["end"] = mib(one["values"][-1]) if one["values"] else ""
     peak = timeline.peak_step
     return {
         "steps": list(timeline.step_names),
         "kinds": "".join(kind[0] for kind in timeline.step_kinds),
         "series": series,
         "lowerBound": timeline.lower_bound,
+        "lowerBoundText": mib(timeline.lower_bound) if timeline.lower_bound is not None else None,
         "peak": {"step": peak, "bytes": timeline.live[peak], "label": f"peak of live values: {mib(timeline.live[peak])} at step {peak} ({timeline.step_names[peak]})"},
         "gantt": [
             {"label": row.label, "title": row.title, "bytes": row.bytes, "bars": [[b.first, b.last, round(b.top, 5), round(b.height, 5), b.style, b.title] for b in row.bars]}
@@ -482,27 +576,29 @@ def _json_for_script(document: dict[str, Any]) -> str:
 def _section_html(section: Section) -> str:
     facts = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in section.facts)
     notes = "".join(f"<li>{escape(note)}</li>" for note in section.notes)
-    layers = section.table.count("<tr>") - 1
+    layers = section.table.count("<tr>") - 2  # the two header rows
+    step0 = "Net::Init, the inputs' fill, the prefetch batches and the CUDA context" if section.on_card else "Net::Init, the inputs' fill and the prefetch batches"
     return f"""
 <section class="net" id="{section.anchor}">
 <h2>{escape(section.title)}</h2>
 <dl class="facts">{facts}</dl>
-<div class="summary">{_causes_html(section.causes)}{_top_layers_html(section.top_layers)}</div>
-<h3>Memory over the run</h3>
-<p class="note">Bytes after each step: Net::Init and the inputs' fill (step 0), each layer's Forward, then each Backward. Hover for a step's figures. Prefetch batches live outside this heap.</p>
+<div class="summary">{_causes_html(section.causes)}{_top_layers_html(section.top_layers, section.top_title)}</div>
+<h3>Memory over the run{" on the card" if section.on_card else ""}</h3>
+<p class="note">Bytes{" on the card" if section.on_card else ""} after each step: {step0} (step 0), each layer's Forward, then each Backward. Hover for a step's figures.</p>
 <div class="chart timeline"></div>
 <h3>Storage over time</h3>
 <p class="note">{escape(section.gantt.note)} Hover a bar for its blob, bytes and steps.</p>
 <div class="chart gantt"></div>
 <details open><summary>Per-layer table ({layers} layers)</summary>
-<p class="note">MiB each layer's SetUp, Forward and Backward make Caffe allocate, by category and by step (hover a figure for its exact bytes).</p>{section.table}</details>
+<p class="note">MiB each layer's SetUp, Forward and Backward make Caffe allocate, by category and by step{" (by step: on the card; by category: in a CPU run)" if section.on_card else ""}; hover a figure for its exact bytes, a name for its bottoms.</p>{section.table}</details>
 {f'<ul class="notes">{notes}</ul>' if notes else ""}
 <script type="application/json" class="data">{_json_for_script(chart_data(section))}</script>
 </section>"""
 
 
-def page(title: str, sections: tuple[Section, ...], made_with: str = "") -> str:
-    """The whole document: head, one block per section, the drawing script."""
+def page(title: str, sections: tuple[Section, ...], made_with: str = "", intro: str = "", caveat: str = "") -> str:
+    """The whole document: head (``intro``: a solver's answer; ``caveat``: GPU mode's one
+    line), one block per section, the drawing script."""
     nav = " · ".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections) if len(sections) > 1 else ""
     body = "".join(_section_html(s) for s in sections)
     return f"""<!DOCTYPE html>
@@ -514,7 +610,7 @@ def page(title: str, sections: tuple[Section, ...], made_with: str = "") -> str:
 <style>{_asset('report.css')}</style>
 </head>
 <body>
-<header><h1>{escape(title)}</h1><p class="note">caffemem {escape(__version__)} — GPU memory of a Caffe net, computed from its definition. {escape(made_with)} {nav}</p></header>
+<header><h1>{escape(title)}</h1>{f'<p class="answer">{escape(intro)}</p>' if intro else ""}<p class="note">caffemem {escape(__version__)} — GPU memory of a Caffe net, computed from its definition. {escape(made_with)} {nav}</p>{f'<p class="note caveat">{escape(caveat)}</p>' if caveat else ""}</header>
 <noscript><p class="warn">The charts need JavaScript; the tables below do not.</p></noscript>
 {body}
 <script>{_asset('report.js')}</script>
@@ -523,13 +619,17 @@ def page(title: str, sections: tuple[Section, ...], made_with: str = "") -> str:
 """
 
 
-def html_report(subject, options: Options = Options()) -> str:
+def html_report(subject, options: Options = Options(), settings=None) -> str:
     """The page for an :class:`~caffemem.api.analyze.Analysis` (``options``: the ones it was built
-    with, for the schedule) or an :class:`~caffemem.api.optimize.OptimizeResult`."""
-    made_with = f"Options: {options_text(options)}."
+    with, for the schedule) or an :class:`~caffemem.api.optimize.OptimizeResult` (``settings``:
+    the optimize flags it was planned with, for the Options line)."""
+    made_with = f"Options: {options_text(options, settings)}."
     if isinstance(subject, Analysis):
-        return page(f"Memory of {subject.path}", analysis_sections(subject, options), made_with)
-    return page(f"Memory plan for {subject.path}", plan_sections(subject), made_with)
+        devices = [net.device for net in subject.nets if net.device is not None]
+        caveat = gpu_caveat(devices[0]) if devices else ""
+        return page(f"Memory of {subject.path}", analysis_sections(subject, options), made_with, process_intro(subject), caveat)
+    devices = [phase.devices.stock for phase in subject.phases if phase.devices is not None]
+    return page(f"Memory plan for {subject.path}", plan_sections(subject, options), made_with, caveat=gpu_caveat(devices[0]) if devices else "")
 
 
 def _asset(name: str) -> str:

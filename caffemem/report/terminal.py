@@ -13,9 +13,9 @@ from rich.text import Span, Text
 
 from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
-from caffemem.passes.device import DeviceReport, LayerSides
+from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
-from caffemem.units import mib, percent_of
+from caffemem.units import mib, mib_column, mib_gib, percent_of, plural, signed_percent
 
 
 def _dims(shape: Shape) -> str:
@@ -23,20 +23,29 @@ def _dims(shape: Shape) -> str:
 
 
 def _cell(n: int) -> str:
-    return "" if n == 0 else mib(n)
+    return "" if n == 0 else mib_column(n)
 
 
 def print_tables(analysis: Analysis, console: Console, layers_table: bool | None = None, top: int = 10) -> None:
-    """Per net, the answer first: what Caffe will allocate (prefetch on its own line), the
-    largest step, where the memory goes and the ``top`` layers by bytes; then the full
-    per-layer table when asked (``layers_table``), or, when not said, when it fits the
-    terminal.  Every line fits ``console.width`` except the full table asked for."""
+    """The answer first: for a solver the training process (train net, solver history,
+    test nets), then per net what Caffe will allocate with its batch (prefetch on its own
+    line), the largest step, where the memory goes and the ``top`` layers by bytes; then
+    the full per-layer table when asked (``layers_table``), or, when not said, when it
+    fits the terminal.  In GPU mode every figure is the card's, and what they rest on is
+    said once, last.  Every line fits ``console.width`` except the full table asked for."""
+    if analysis.process is not None:
+        _print_process(analysis, console)
     for note in analysis.notes:
         console.print(f"[dim]{note}[/dim]")
     for net in analysis.nets:
         _print_net(net, console, layers_table, top)
-    if analysis.process is not None:
-        _print_process(analysis, console)
+    devices = [net.device for net in analysis.nets if net.device is not None]
+    if devices:
+        console.print(f"[dim]{gpu_caveat(devices[0])}[/dim]")
+
+
+def _batch(batch: int | None) -> str:
+    return "" if batch is None else f", batch {batch}"
 
 
 Cell = list[tuple[str, str | None]]  # fragments of text, each with its style (None: the column's)
@@ -61,7 +70,7 @@ def elide(text: str, width: int) -> str:
 
 def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, top: int) -> None:
     graph, memory = net.shaped.graph, net.memory
-    title = f"{elide(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}, {memory.dtype})"
+    title = f"{elide(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
     console.print(f"[bold]{title}[/bold]")
     if net.device is not None:
         _print_device(net.device, console)
@@ -77,7 +86,7 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
             console.print(text, soft_wrap=True)
     else:
         console.print(f"[dim]every layer's shapes and bytes: --layers-table ({widest} columns wide), or --json[/dim]")
-    _print_log_line(memory, console)
+    _print_log_line(net, console)
     for note in net.notes + net.shaped.notes:
         console.print(f"[dim]{note}[/dim]")
 
@@ -85,7 +94,7 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
 def _print_answer(memory: MemoryReport, console: Console) -> None:
     """The figures a user came for, in the first lines: the total, prefetch apart, and the
     step that allocates the most."""
-    console.print(f"Caffe will allocate [bold]{mib(memory.total_bytes)}[/bold] for this net ({memory.total_bytes:,} bytes)")
+    console.print(f"Caffe will allocate [bold]{mib_gib(memory.total_bytes)}[/bold] for this net ({memory.total_bytes:,} bytes)")
     if memory.prefetch_bytes:
         console.print(f"  of which prefetch batches (data layers' threads): {mib(memory.prefetch_bytes)}")
     if memory.peak_layer is not None:
@@ -95,11 +104,20 @@ def _print_answer(memory: MemoryReport, console: Console) -> None:
 
 
 def _print_device(device: DeviceReport, console: Console) -> None:
-    """GPU mode: what one card holds (the cuDNN workspace as its range), then each cause
-    on the device and on the host, then what is counted but not sized."""
+    """GPU mode: what one card holds (the figure of --json's total_bytes: cuDNN workspaces
+    at their bound, what it holds without them beside it), the step that puts the most on
+    the card, each cause on the device and on the host, then what is counted but not sized."""
     low, high = device.device_bytes_min, device.device_bytes
-    span = f"{mib(low)} to {mib(high)}" if low != high else mib(high)
-    console.print(f"A GPU run holds [bold]{span}[/bold] on the card ({device.engine} engine){f' — on each of {device.gpus} GPUs' if device.gpus > 1 else ''}, and {mib(device.host_bytes)} on the host")
+    bound = f"; {mib(low)} if cuDNN takes no workspace" if low != high else ""
+    console.print(
+        f"A GPU run holds [bold]{mib_gib(high)}[/bold] on the card ({device.engine} engine{bound}){f', on each of {device.gpus} GPUs' if device.gpus > 1 else ''}"
+        f", and {mib(device.host_bytes)} on the host"
+    )
+    largest = device.largest_step()
+    if largest is not None:
+        index, stage, allocated = largest
+        layer = device.layers[index]
+        console.print(f"largest step on the card: the {stage} of layer {index} '{elide(layer.name, MAX_NAME_CELLS)}' ({elide(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
     table = Table(title="where the memory goes", header_style="bold")
     table.add_column("cause")
     table.add_column("device", justify="right")
@@ -109,7 +127,7 @@ def _print_device(device: DeviceReport, console: Console) -> None:
         if size or host:
             label = cause.replace("_", " ") + (" (max)" if cause == "cudnn_workspace" else "") + (" (constant)" if cause == "cuda_context" else "")
             table.add_row(label, _cell(size), _cell(host))
-    table.add_row("[bold]total[/bold]", f"[bold]{mib(device.device_bytes)}[/bold]", f"[bold]{mib(device.host_bytes)}[/bold]")
+    table.add_row("[bold]total[/bold]", f"[bold]{mib_column(device.device_bytes)}[/bold]", f"[bold]{mib_column(device.host_bytes)}[/bold]")
     console.print(table)
     handles = device.handles
     console.print(f"[dim]handles (counted, not sized): {handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND[/dim]")
@@ -121,16 +139,16 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
     layers = net.figures.largest_layers(top)
     if not layers or top <= 0:
         return
-    whole = max(net.device.device_bytes if net.device is not None else net.memory.heap_total, 1)
+    whole = max(net.total_bytes, 1)  # the headline's figure
     where = " on the card" if net.device is not None else ""
-    table = Table(title=f"top {len(layers)} layers by bytes{where}", title_justify="left", header_style="bold", expand=False)
+    table = Table(title=f"top {plural(len(layers), 'layer')} by bytes{where}", title_justify="left", header_style="bold", expand=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("layer", overflow="ellipsis", no_wrap=True)
     table.add_column("type", style="cyan", overflow="ellipsis", no_wrap=True)
     table.add_column("bytes", justify="right", no_wrap=True)
     table.add_column("share", justify="right", no_wrap=True)
     for index, layer in layers:
-        table.add_row(str(index), elide(layer.name, TOP_NAME_CELLS), elide(layer.type, TOP_TYPE_CELLS), mib(layer.total), f"{percent_of(layer.total, whole):.1f}%")
+        table.add_row(str(index), elide(layer.name, TOP_NAME_CELLS), elide(layer.type, TOP_TYPE_CELLS), mib_column(layer.total), f"{percent_of(layer.total, whole):.1f}%")
     console.print(table)
 
 
@@ -228,18 +246,27 @@ def _print_summary(memory: MemoryReport, console: Console) -> None:
         console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {', '.join(memory.unverified_types)}[/yellow]")
 
 
-def _print_log_line(memory: MemoryReport, console: Console) -> None:
-    logged = memory.memory_required_for_data
+def _print_log_line(net: NetAnalysis, console: Console) -> None:
+    """Caffe's log figure against the answer above (in GPU mode: the card's)."""
+    logged = net.memory.memory_required_for_data
+    really = f"a GPU run holds {mib(net.total_bytes)} on the card" if net.device is not None else f"it will really allocate {mib(net.total_bytes)}"
     console.print(
-        f"Caffe logs 'Memory required for data: {logged}' ({mib(logged)}); it will really allocate {mib(memory.total_bytes)}: "
+        f"Caffe logs 'Memory required for data: {logged}' ({mib(logged)}); {really}: "
         "the log counts each layer's outputs once (in-place outputs again) and leaves out gradients, parameters and layer buffers."
     )
 
 
 def _print_process(analysis: Analysis, console: Console) -> None:
+    """A solver's answer: the training process while the train net, the solver's history
+    and the test nets are all alive (the figure of --json's total_bytes), with each part."""
     process = analysis.process
     assert process is not None
     where = ", on one card" if process.device == "gpu" else ""
+    train = next(net for net in analysis.nets if net.role == "train")
+    tests = [net for net in analysis.nets if net.role == "test"]
+    batches = [f"train batch {train.batch}"] if train.batch is not None else []
+    batches += [f"test{f' #{net.index}' if len(tests) > 1 else ''} batch {net.batch}" for net in tests if net.batch is not None]
+    console.print(f"[bold]Training{' on one card' if where else ''}: {mib_gib(process.total_bytes)}[/bold]" + (f" — {', '.join(batches)}" if batches else ""))
     table = Table(title=f"training process ({process.solver_type} solver{where})", show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")
@@ -261,7 +288,7 @@ def _print_process(analysis: Analysis, console: Console) -> None:
 def _print_inplace(inplace, console: Console) -> None:
     """--inplace: the layers rewritten, then those of an in-place type left alone, and why."""
     if inplace.rewrites:
-        table = Table(title=f"in place: {len(inplace.rewrites)} layers rewritten", header_style="bold")
+        table = Table(title=f"in place: {plural(len(inplace.rewrites), 'layer')} rewritten", header_style="bold")
         for column in ("layer", "type", "top was", "now"):
             table.add_column(column, style="cyan" if column == "type" else None)
         for rewrite in inplace.rewrites:
@@ -276,13 +303,18 @@ def _print_inplace(inplace, console: Console) -> None:
 
 
 def print_optimize(result, console: Console) -> None:
-    if result.inplace is not None:
-        _print_inplace(result.inplace, console)
+    """Per phase the answer first (the plan against stock Caffe and the fork, with the
+    batch), then the table and the peak; --inplace's rewrites after the figures."""
     for phase in result.phases:
         totals = phase.totals()
         stock = totals["stock"]
         where = f", on the card ({phase.devices.stock.engine} engine)" if phase.devices is not None else ""
-        table = Table(title=f"{result.path} — {phase.phase}{where}: plan '{phase.strategy}', {len(phase.plan_data.slot_bytes)} shared slots", show_header=True, header_style="bold")
+        slots = len(phase.plan_data.slot_bytes)
+        console.print(
+            f"[bold]{phase.phase}{_batch(phase.batch)}{', on one card' if phase.devices is not None else ''}: caffemem's plan {mib_gib(totals['planned'])}[/bold]"
+            f" against stock Caffe's {mib_gib(stock)} and the fork's {mib_gib(totals['fork'])}"
+        )
+        table = Table(title=f"{result.path} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")
@@ -292,7 +324,7 @@ def print_optimize(result, console: Console) -> None:
             rows.insert(0, ("stock Caffe, file as given", phase.as_given))
         base = rows[0][1]
         for label, value in rows:
-            table.add_row(label, mib(value), f"{-percent_of(base - value, base):+.1f}%")
+            table.add_row(label, mib(value), signed_percent(value - base, base))
         console.print(table)
         if phase.stock.prefetch_bytes:
             console.print(f"every figure includes the prefetch batches ({mib(phase.stock.prefetch_bytes)}, the same in every plan)")
@@ -307,3 +339,8 @@ def print_optimize(result, console: Console) -> None:
             console.print("[yellow]the fork's own plan fails caffemem's verifier on this net (see `caffemem verify`)[/yellow]")
         for name, why in phase.rejected.items():
             console.print(f"[yellow]strategy {name} rejected by the verifier: {why}[/yellow]")
+    if result.inplace is not None:
+        _print_inplace(result.inplace, console)
+    devices = [phase.devices.stock for phase in result.phases if phase.devices is not None]
+    if devices:
+        console.print(f"[dim]{gpu_caveat(devices[0])}[/dim]")

@@ -6,10 +6,11 @@ The patch is package data under ``caffemem/runtime/cpp/``:
 
 - ``common/``: whole new files, copied into the tree at the same relative path
   (``include/caffe/util/mem_slots.hpp``, ``src/caffe/util/mem_slots.cpp``,
-  ``include/caffe/util/layer_buffers.hpp``);
+  ``include/caffe/util/layer_buffers.hpp``, ``include/caffe/util/planned_workspace.hpp``);
 - ``<flavour>/edits.txt``: exact-text edits of existing files (FIND occurs exactly once,
-  becomes REPLACE), for ``caffe.proto``, ``net.hpp``/``net.cpp``, ``layer.hpp`` and the
-  headers of the layers whose scratch buffers can be bound.
+  becomes REPLACE), for ``caffe.proto``, ``net.hpp``/``net.cpp``, ``layer.hpp``, the
+  headers of the layers whose scratch buffers can be bound and (BVLC) the cuDNN
+  convolution and deconvolution, whose workspace a plan may hold.
 
 Applying is all or nothing: every file is read and every anchor checked before the first
 byte is written; files are written atomically (temporary file + rename) and a failure while
@@ -43,7 +44,9 @@ __all__ = [
 ]
 
 #: Bumped whenever the C++ or the edits change in a way a built tree must notice.
-PATCH_VERSION = 2  # v2: device slots with actionable CHECKs, host values copied straight into slots
+# v2: device slots with actionable CHECKs, host values copied straight into slots;
+# v3: the cuDNN (de)convolutions' workspaces as planned buffers (util/planned_workspace.hpp).
+PATCH_VERSION = 3
 _MARKER = "caffemem runtime patch v"
 _CPP = Path(__file__).resolve().parent / "cpp"
 

@@ -29,6 +29,7 @@ from caffemem.api.check import (
     Baseline,
     CheckSettings,
     Problem,
+    change_percent,
     check_file,
     collect_files,
     parse_tolerance,
@@ -226,6 +227,7 @@ def test_a_net_over_the_budget_fails_with_exit_code_1(repo):
         "file": "models/resnet18.prototxt",
         "net": "net",
         "phase": "TRAIN",
+        "batch": 2,
         "bytes": RESNET_TRAIN,
         "budget": 64 * 2**20,
         "baseline_bytes": None,
@@ -443,19 +445,20 @@ def test_junit_is_valid_xml_with_one_testcase_per_net_and_phase(repo):
     assert errors == [("bad/broken.prototxt", "file", "9"), ("bad/data_layer.prototxt", "TRAIN", "4"), ("bad/data_layer.prototxt", "TEST", "4")]
 
 
-def test_text_is_a_table_and_the_summary(repo):
+def test_text_is_the_verdict_a_table_and_the_verdict_again(repo):
     result = run("models/lenet.prototxt", "models/resnet18.prototxt", "--budget", "64MiB")
     assert result.exit_code == 1
     assert [line.rstrip() for line in result.stdout.splitlines()] == [
-        "                                                     caffemem check",
-        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
-        "┃ file                     ┃ phase ┃      bytes ┃ status      ┃ note                                                    ┃",
-        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ models/lenet.prototxt    │ TRAIN │  13.99 MiB │ pass        │ 22% of the budget                                       │",
-        "│ models/lenet.prototxt    │ TEST  │   7.54 MiB │ pass        │ 12% of the budget                                       │",
-        "│ models/resnet18.prototxt │ TRAIN │ 106.77 MiB │ over-budget │ 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB │",
-        "│ models/resnet18.prototxt │ TEST  │  56.86 MiB │ pass        │ 89% of the budget                                       │",
-        "└──────────────────────────┴───────┴────────────┴─────────────┴─────────────────────────────────────────────────────────┘",
+        "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
+        "                                                         caffemem check",
+        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
+        "┃ file                     ┃ phase ┃ batch ┃      bytes ┃ status      ┃ note                                                    ┃",
+        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
+        "│ models/lenet.prototxt    │ TRAIN │    64 │  13.99 MiB │ pass        │ 22% of the budget                                       │",
+        "│ models/lenet.prototxt    │ TEST  │    64 │   7.54 MiB │ pass        │ 12% of the budget                                       │",
+        "│ models/resnet18.prototxt │ TRAIN │     2 │ 106.77 MiB │ over-budget │ 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB │",
+        "│ models/resnet18.prototxt │ TEST  │     2 │  56.86 MiB │ pass        │ 89% of the budget                                       │",
+        "└──────────────────────────┴───────┴───────┴────────────┴─────────────┴─────────────────────────────────────────────────────────┘",
         "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
     ]
 
@@ -531,3 +534,45 @@ def test_a_new_layer_is_named_in_the_explanation(repo):
     net.write_text(text.replace('layer {\n  name: "fc2"', 'layer {\n  name: "extra"\n  type: "ReLU"\n  bottom: "fc1"\n  top: "extra"\n}\nlayer {\n  name: "fc2"', 1))
     row = json.loads(run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TEST", "--format", "json").stdout)["results"][0]
     assert "new layer extra +" in row["message"]
+
+
+# ----------------------------------------------------------------------------- net flags as analyze's
+
+STAGED = """name: "staged"
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 8 } } }
+layer { name: "wide" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 64 } include { stage: "wide" } }
+layer { name: "narrow" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 4 } exclude { stage: "wide" } }
+"""
+
+
+def test_check_takes_stage_dtype_and_lenient_as_analyze_does(repo):
+    (repo / "staged.prototxt").write_text(STAGED)
+    (repo / "fork.prototxt").write_text(STAGED.replace('top: "x" input_param', 'top: "x" no_such_field: 1 input_param'))
+    for flags, options in [((), Options()), (("--stage", "wide"), Options(stages=("wide",))), (("--dtype", "float16"), Options(dtype="float16"))]:
+        result = run("staged.prototxt", *flags, "--format", "json")
+        assert result.exit_code == 0, result.output
+        assert results(result.stdout)[0][3] == analyze("staged.prototxt", options).nets[0].total_bytes
+    # narrow, wide and narrow at half width: three different footprints
+    assert len({analyze("staged.prototxt", options).nets[0].total_bytes for options in (Options(), Options(stages=("wide",)), Options(dtype="float16"))}) == 3
+    assert run("fork.prototxt", "--format", "json").exit_code == 2
+    lenient = run("fork.prototxt", "--lenient", "--format", "json")
+    assert lenient.exit_code == 0 and results(lenient.stdout)[0][3] == analyze("staged.prototxt").nets[0].total_bytes
+
+
+def test_a_change_that_rounds_to_nothing_is_never_minus_zero_percent():
+    # 1 byte less of 10 MB is -0.00001%: shown as 0.0%, as optimize's vs-stock column does.
+    assert change_percent(-1, 10_000_000) == "0.0%" and change_percent(480_000, 10_000_000) == "+4.8%"
+    assert change_percent(5, 0) == "from 0 B"
+
+
+def test_each_row_states_the_batch_it_was_measured_at(repo):
+    result = run("models", "--format", "json")
+    # LeNet trains and tests at 64 (the solver: its train net's 64), ResNet-18 at 2, the deploy net at 1.
+    assert [(r["file"], r["phase"], r["batch"]) for r in json.loads(result.stdout)["results"]] == [
+        ("models/lenet.prototxt", "TRAIN", 64),
+        ("models/lenet.prototxt", "TEST", 64),
+        ("models/lenet_solver.prototxt", "TRAIN", 64),
+        ("models/resnet18.prototxt", "TRAIN", 2),
+        ("models/resnet18.prototxt", "TEST", 2),
+        ("models/deploy/lenet_deploy.prototxt", "TEST", 1),
+    ]

@@ -315,3 +315,39 @@ def test_tops_of_python_layers_are_rescaled_like_any_data_top_and_a_note_says_so
     result = fit(nets["python"], options, FitRequest(gpu_memory=MiB, reserve=0))
     assert any("Python or declared layers give (data, im_info)" in note for note in result.notes)
     assert analyze(nets["python"], Options(inputs=options.inputs, batch=result.search.batch)).nets[0].shaped.blob_shapes["im_info"] == (result.search.batch, 3)
+
+
+# ---------------------------------------------------------------- what fit says to do next
+
+
+def test_optimized_prints_an_optimize_command_that_runs_and_verifies(tmp_path, monkeypatch):
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    result = run(LENET, "--gpu-memory", "64MiB", "--reserve", "0", "--optimized")
+    (note,) = [line for line in result.output.splitlines() if line.startswith("note: to run the plan counted here")]
+    batch = int(note.split("write it for batch ")[1].split(":")[0])
+    command = shlex.split(note.split(": ", 2)[2])
+    assert command[:3] == ["caffemem", "optimize", LENET] and command[-4:] == ["--batch", str(batch), "-o", f"lenet_train.b{batch}.prototxt"]
+    written = CliRunner().invoke(main, command[1:])
+    assert written.exit_code == 0, written.output
+    checked = CliRunner().invoke(main, ["verify", f"lenet_train.b{batch}.prototxt"])
+    assert checked.exit_code == 0 and f"TRAIN: planned for batch {batch}" in checked.output
+
+
+def test_gpu_mode_keeps_an_estimated_margin_for_the_handles_and_says_so():
+    # LeNet in GPU mode: 2 cuDNN convolutions x 3 handles + 1 cuDNN ReLU = 7 cuDNN handles,
+    # and the main thread's cuBLAS handle (Input layers: no prefetch thread).
+    # 7 x 300 KiB + 1 x 32 MiB = 2,150,400 + 33,554,432 = 35,704,832 B.
+    result = run(LENET, "--gpu-memory", "1GiB", "--device", "gpu", "--json")
+    document = json.loads(result.output)
+    assert (document["reserve"], document["reserve_is_estimate"], document["budget"]) == (35_704_832, True, GiB - 35_704_832)
+    text = run(LENET, "--gpu-memory", "1GiB", "--device", "gpu").output
+    assert "- reserve 34.05 MiB (estimated margin for the library handles, see the note; --reserve overrides)" in text
+    assert "note: the reserve is an estimate of what the library handles hold (7 cuDNN handles x 300.00 KiB + 1 cuBLAS handles x 32.00 MiB" in text
+
+
+def test_reserve_overrides_the_gpu_margin():
+    document = json.loads(run(LENET, "--gpu-memory", "1GiB", "--device", "gpu", "--reserve", "0", "--json").output)
+    assert (document["reserve"], document["reserve_is_estimate"], document["budget"]) == (0, False, GiB)
+    assert "estimated margin" not in run(LENET, "--gpu-memory", "1GiB", "--device", "gpu", "--reserve", "0").output

@@ -78,13 +78,6 @@ def test_a_templated_file_is_named_as_one(tmp_path):
     assert result.exit_code == 2 and "the file is a template: fill in its placeholders (${BATCH})" in result.output
 
 
-def test_optimize_refuses_to_write_a_table_for_another_batch_than_the_files(tmp_path):
-    result = CliRunner().invoke(main, ["optimize", LENET, "--batch", "8", "-o", str(tmp_path / "out.prototxt")])
-    assert result.exit_code == 2 and "a slot table must match the net it is written into" in result.output
-    assert not (tmp_path / "out.prototxt").exists()
-    assert CliRunner().invoke(main, ["optimize", LENET, "--batch", "8"]).exit_code == 0  # the figures alone are fine
-
-
 def test_replanning_one_phase_keeps_the_other_phases_table(tmp_path):
     from google.protobuf import text_format
 

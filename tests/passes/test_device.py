@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from caffemem.api.analyze import Options, analyze
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
-from caffemem.passes.device import CUDA_CONTEXT
+from caffemem.passes.device import CUDA_CONTEXT, gpu_caveat
 from caffemem.plan.verify import verify_plan
 
 CONV = """name: "conv"
@@ -66,6 +66,51 @@ def test_conv_with_cudnn_has_no_col_buffer_and_a_workspace_range():
     assert device.workspace_bytes_max == 24 * MIB
     assert device.device_bytes - device.device_bytes_min == 24 * MIB
     assert device.handles.cudnn == 3
+
+
+# Two cuDNN convolutions (TRAIN: the second's loss makes both run Backward).
+TWO_CONVS = """name: "two"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "conv2" type: "Convolution" bottom: "conv1" top: "conv2" convolution_param { num_output: 4 kernel_size: 3 group: 2 } }
+layer { name: "loss" type: "Reduction" bottom: "conv2" top: "loss" loss_weight: 1 }
+"""
+
+
+def test_a_plan_without_share_buffers_leaves_each_layer_its_own_workspace():
+    phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings()).phases[0]
+    # conv1: 3 streams x 1 group x 8 MiB; conv2: x 2 groups.  Both a range, as in stock Caffe.
+    assert phase.devices.stock.workspace_bytes_max == phase.devices.planned.workspace_bytes_max == 72 * MIB
+    assert "a layer buffer (see --share-buffers)" in phase.liveness.kept.values()
+
+
+def test_share_buffers_puts_both_workspaces_in_one_slot_of_the_larger_size():
+    # Each workspace is scratch of its layer's Forward and Backward only (written, then
+    # read; BVLC's sync_conv_groups ends each), so the two never live at once: one slot
+    # of max(24, 48) MiB holds them, not 72 MiB, and it is exact (no range left).
+    phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings(share_buffers=True)).phases[0]
+    places = {blob: (slot, offset) for blob, _, slot, offset in phase.plan_data.assign if blob.endswith("/cudnn_workspace")}
+    assert places == {"1:conv1/cudnn_workspace": (0, 0), "2:conv2/cudnn_workspace": (0, 0)}  # the same bytes
+    assert phase.devices.stock.workspace_bytes_max == 72 * MIB
+    assert phase.devices.planned.workspace_bytes_max == 0
+    # Stock: 72 MiB of workspaces + the context + 6,888 B of the net (parameters 752, their
+    # gradients 752, activations 3,204, their gradients 1,668, the bias multipliers 512);
+    # planned: the 48 MiB slot, the net's shared storage placed beside it, the rest.
+    assert phase.devices.stock.device_bytes == 72 * MIB + CUDA_CONTEXT.bytes + 6_888
+    assert phase.devices.planned.device_bytes < 48 * MIB + CUDA_CONTEXT.bytes + 16 * 1024
+    for schedule in phase.schedules:  # the cuDNN run and the CPU run (which has no workspace)
+        assert verify_plan(schedule, phase.plan_data) == []
+
+
+def test_the_cpu_run_accepts_a_planned_workspace_only_of_a_layer_of_the_net():
+    from caffemem.plan.verify import PlanData
+
+    phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings(share_buffers=True)).phases[0]
+    on_cpu = phase.schedules[1]  # Caffe's own convolutions: no workspace at all
+    assert verify_plan(on_cpu, PlanData({0: 24 * MIB}, (("1:conv1/cudnn_workspace", "data", 0, 0),))) == []
+    for blob, kind in (("1:conv9/cudnn_workspace", "data"), ("1:conv1/cudnn_workspace", "diff")):
+        violations = verify_plan(on_cpu, PlanData({0: 24 * MIB}, ((blob, kind, 0, 0),)))
+        assert [v.message for v in violations] == [f"no {kind} storage of this name in the net"]
 
 
 def test_host_keeps_what_net_init_wrote():
@@ -134,7 +179,7 @@ def test_adam_keeps_two_histories_on_the_card(tmp_path):
 def test_gpus_report_one_cards_figure_and_the_total():
     one, four = gpu(CONV).device, gpu(CONV, gpus=4).device
     assert four.device_bytes == one.device_bytes
-    assert four.gpus == 4 and any("--gpus 4" in note for note in four.notes)
+    assert four.gpus == 4 and "with --gpus 4 every card holds the figure" in gpu_caveat(four)
 
 
 def test_cpu_mode_keeps_the_heap_figure():
@@ -229,3 +274,14 @@ def test_check_measures_the_card_with_the_engine_and_gpus_asked_for(tmp_path):
     assert cudnn - caffe == 24 * MIB - (3888 + 144)  # the workspace's bound instead of im2col and the multiplier
     assert checked("--gpus", "2") == cudnn  # one card's figure
     assert checked("--device", "cpu") == analyze(CONV, Options(device="cpu")).nets[0].total_bytes
+
+
+def test_a_process_shares_the_main_threads_handles_between_its_nets():
+    from caffemem.passes.device import Handles, handle_margin, process_handles
+
+    # Train and test net, each with one prefetching data layer: cuDNN handles add up; the
+    # main thread's cuBLAS handle and cuRAND generator are one, each prefetch thread has its own.
+    both = process_handles([Handles(cudnn=7, cublas=2, curand=2), Handles(cudnn=5, cublas=2, curand=2)])
+    assert both == Handles(cudnn=12, cublas=3, curand=3)
+    # 12 x 300 KiB + 3 x 32 MiB = 3,686,400 + 100,663,296 B
+    assert handle_margin(both).bytes == 104_349_696

@@ -237,7 +237,9 @@ def test_cli_writes_the_rewrite_and_mem_param_and_reports_it_in_json(tmp_path):
 def test_cli_tables_name_the_rewritten_layers(tmp_path):
     result = CliRunner().invoke(main, ["optimize", net(tmp_path, RELU_OUT_OF_PLACE, "relu1"), "--inplace", "--phase", "TRAIN"])
     assert result.exit_code == 0, result.output
-    assert "in place: 1 layers rewritten" in result.output and "stock Caffe, file as given" in result.output
+    assert "in place: 1 layer rewritten" in result.output and "stock Caffe, file as given" in result.output
+    # The answer first: the plan against stock and the fork, then the layers rewritten.
+    assert result.output.startswith("TRAIN, batch ") and result.output.index("stock Caffe, file as given") < result.output.index("in place: 1 layer rewritten")
 
 
 # ----------------------------------------------------------------------------- a generated net

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,13 +26,14 @@ from caffemem.report.html import (
     MAX_CLASS_ROWS,
     allocated_by_step,
     analysis_sections,
+    chart_data,
     class_gantt,
     html_report,
     live_by_step,
     plan_sections,
     slot_gantt,
-    timeline_of,
 )
+from caffemem.units import mib, mib_gib
 
 LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
 GOOGLENET = SHARED / "models" / "bvlc_googlenet" / "train_val.prototxt"
@@ -88,12 +90,45 @@ def test_planned_timeline_allocates_each_slot_whole_on_first_touch(chain):
     assert allocated_by_step(phase.schedule, phase.planned) == (144, 208, 272, 272, 336)
 
 
-def test_timeline_ends_at_the_replays_totals_on_a_real_net():
-    for phase in optimize(LENET, Options(), OptimizeSettings()).phases:
-        timeline = timeline_of(phase.schedule, phase.liveness, phase.stock, phase.planned, phase.lower_bound)
-        assert timeline.allocated[-1] == phase.stock.heap_total
-        assert timeline.planned[-1] == phase.planned.heap_total
-        assert max(timeline.live) <= phase.lower_bound
+def test_timeline_ends_at_the_figures_the_terminal_gives_on_a_real_net():
+    result = optimize(LENET, Options(), OptimizeSettings())
+    for phase, section in zip(result.phases, plan_sections(result)):
+        timeline, totals = section.timeline, phase.totals()
+        assert timeline.allocated[-1] == totals["stock"] == phase.stock.total_bytes
+        assert timeline.planned[-1] == totals["planned"]
+        assert timeline.lower_bound == totals["lower_bound"]
+        assert max(timeline.live) <= timeline.lower_bound
+
+
+def test_in_gpu_mode_the_analysis_timeline_is_the_cards(chain):
+    options = Options(phase="TEST", device="gpu")
+    analysis = analyze(chain, options)
+    (section,) = analysis_sections(analysis, options)
+    device = analysis.nets[0].device
+    # Step 0 holds the context and Net::Init's copies; each ReLU's Forward cudaMallocs its top (64 B).
+    assert section.timeline.allocated[-1] == device.device_bytes
+    assert [b - a for a, b in zip(section.timeline.allocated, section.timeline.allocated[1:])] == [layer.device[1] for layer in device.layers[1:]]
+    assert section.on_card and dict(section.facts)["on the card"].startswith(mib_gib(device.device_bytes))
+
+
+def test_in_gpu_mode_the_plan_page_gives_the_terminals_figures(chain):
+    result = optimize(chain, Options(phase="TEST", device="gpu"), OptimizeSettings())
+    (phase,), (section,) = result.phases, plan_sections(result)
+    totals, facts = phase.totals(), dict(section.facts)
+    assert section.timeline.allocated[-1] == totals["stock"] == phase.devices.stock.device_bytes
+    assert section.timeline.planned[-1] == totals["planned"] == phase.devices.planned.device_bytes
+    assert section.timeline.lower_bound == totals["lower_bound"]
+    assert facts["stock Caffe"] == mib_gib(totals["stock"]) and facts["lower bound"] == mib(totals["lower_bound"])
+    assert chart_data(section)["lowerBoundText"] == mib(totals["lower_bound"])
+
+
+@pytest.mark.skipif(not GOOGLENET.is_file(), reason="../shared (models and ground truth) is not beside the repo")
+def test_the_plan_pages_largest_layers_are_what_each_layer_holds_not_its_slot():
+    options = Options(phase="TRAIN", inputs={"data": (32, 3, 224, 224)}, device="gpu")
+    (section,) = plan_sections(optimize(str(GOOGLENET), options, OptimizeSettings()))
+    conv1 = next(size for _, name, _, size in section.top_layers if name == "conv1/7x7_s2")
+    # analyze gives conv1/7x7_s2 122.07 MiB on the card; its packed slot is 764.06 MiB.
+    assert mib(conv1) == "122.07 MiB" == mib(analyze(str(GOOGLENET), options).nets[0].device.layers[2].device_total)
 
 
 def test_slot_gantt_draws_each_member_over_the_steps_it_is_live(chain):
@@ -264,7 +299,7 @@ def browser_pages(tmp_path_factory, chain):
     where = tmp_path_factory.mktemp("html")
     reports = {
         "lenet analyze": (["analyze", LENET], lambda: analysis_sections(analyze(LENET, Options()), Options())),
-        "lenet optimize": (["optimize", LENET], lambda: plan_sections(optimize(LENET, Options(), OptimizeSettings()))),
+        "lenet optimize": (["optimize", LENET, "--share-buffers"], lambda: plan_sections(optimize(LENET, Options(), OptimizeSettings(share_buffers=True)))),
         "chain optimize": (["optimize", chain, "--phase", "TEST"], lambda: plan_sections(optimize(chain, Options(phase="TEST"), OptimizeSettings()))),
     }
     if GOOGLENET.is_file():
@@ -272,6 +307,11 @@ def browser_pages(tmp_path_factory, chain):
         train = Options(phase="TRAIN", inputs=options.inputs)
         reports["googlenet analyze"] = (["analyze", GOOGLENET, "--input", GOOGLENET_INPUT], lambda: analysis_sections(analyze(str(GOOGLENET), options), options))
         reports["googlenet optimize"] = (["optimize", GOOGLENET, "--input", GOOGLENET_INPUT, "--phase", "TRAIN"], lambda: plan_sections(optimize(str(GOOGLENET), train, OptimizeSettings())))
+        on_card = Options(phase="TRAIN", inputs=options.inputs, device="gpu")
+        reports["googlenet optimize gpu"] = (
+            ["optimize", GOOGLENET, "--input", GOOGLENET_INPUT, "--phase", "TRAIN", "--device", "gpu"],
+            lambda: plan_sections(optimize(str(GOOGLENET), on_card, OptimizeSettings())),
+        )
     pages = {}
     for name, (args, _) in reports.items():
         page = where / (name.replace(" ", "_") + ".html")
@@ -341,4 +381,97 @@ def test_the_page_names_the_caffemem_version_and_the_options_used(browser_pages)
     from caffemem import __version__
 
     dom, _, _ = browser_pages["lenet optimize"]
-    assert f"caffemem {__version__}" in dom and "Options: --phase (default) --dtype float32 --device cpu --engine caffe." in dom
+    assert f"caffemem {__version__}" in dom and "Options: --phase (default) --dtype float32 --device cpu --engine caffe --strategy auto --share-buffers." in dom
+
+
+# Appended to a copy of a page: measures, once the page is laid out, whether each per-layer
+# table fits the window (no scrolling sideways, no figure cut off, no tiny type).
+MEASURE = """<script>
+(function () {
+  var doc = document.documentElement, out = { viewport: doc.clientWidth, page: doc.scrollWidth, tables: [] };
+  document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+  document.querySelectorAll("table.layers").forEach(function (table) {
+    var box = table.getBoundingClientRect(), clipped = 0, smallest = 99;
+    table.querySelectorAll("td, th").forEach(function (cell) {
+      if (cell.scrollWidth > cell.clientWidth + 1) clipped++;
+      smallest = Math.min(smallest, parseFloat(getComputedStyle(cell).fontSize));
+    });
+    out.tables.push({ columns: table.rows[1].cells.length, right: box.right, scroll: table.parentElement.scrollWidth - table.parentElement.clientWidth, clipped: clipped, smallest: smallest });
+  });
+  var pre = document.createElement("pre");
+  pre.id = "layout";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+@pytest.mark.parametrize("width", [1400, 1024])
+def test_the_per_layer_table_is_readable_in_a_1400_and_a_1024_pixel_window(browser_pages, tmp_path, width):
+    names = [name for name in ("lenet optimize", "googlenet optimize gpu") if name in browser_pages]
+    browser = chromium()
+    for name in names:
+        _, _, page = browser_pages[name]
+        measured = tmp_path / page.name
+        measured.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+        command = [browser, *CHROMIUM_FLAGS[:-1], "--hide-scrollbars", f"--window-size={width},900", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", measured.as_uri()]
+        dom = subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
+        layout = json.loads(dom.split('<pre id="layout">')[1].split("</pre>")[0])
+        assert layout["viewport"] == width and layout["page"] <= width, f"{name}: the page scrolls sideways at {width} pixels"
+        for table in layout["tables"]:
+            # lenet: #, layer, 5 categories, SetUp, Forward, Backward and the plan's two steps.
+            assert table["columns"] == 12
+            assert table["scroll"] == 0 and table["right"] <= width, f"{name}: the per-layer table runs off a {width}-pixel window"
+            assert table["clipped"] == 0 and table["smallest"] >= 11
+
+
+def test_a_solvers_page_opens_with_the_training_process_and_one_caveat_in_gpu_mode():
+    solver = str(FIXTURES / "check" / "models" / "lenet_solver.prototxt")
+    options = Options(device="gpu")
+    analysis = analyze(solver, options)
+    text = html_report(analysis, options)
+    process = analysis.process
+    header = text.split("</header>")[0]
+    # LeNet's solver on one card: train net, SGD history, the test net without its shared parameters.
+    assert f'<p class="answer">Training on one card: {mib_gib(process.total_bytes)}, all alive at once — train net {mib(process.train_bytes)}' in header
+    assert text.count("not yet measured on a GPU") == 1 and "README: &#x27;GPU mode (--device)&#x27;" in header
+    assert "../shared" not in text and "benchmarks/" not in text
+
+
+@pytest.mark.skipif(not GOOGLENET.is_file(), reason="../shared (models and ground truth) is not beside the repo")
+def test_in_gpu_mode_the_live_values_are_the_cards_not_the_cpu_runs():
+    # FCN-8s deploy: the CPU run's im2col buffers (2.2 GB, which a cuDNN build never
+    # allocates) are shareable; counted against the card they took its live bytes below 0.
+    options = Options(device="gpu")
+    result = optimize(str(SHARED / "models" / "fcn_voc-fcn8s" / "deploy.prototxt"), options, OptimizeSettings(share_buffers=True))
+    (section,) = plan_sections(result, options)
+    card = result.phases[0].devices.stock
+    assert min(section.timeline.live) == section.timeline.allocated[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
+
+
+def test_in_gpu_mode_the_table_marks_the_largest_step_on_the_card():
+    options = Options(device="gpu")
+    (section,) = analysis_sections(analyze(LENET, options), options)
+    # The terminal's line: the Forward of layer 1 'conv1' allocates 3.01 MiB on the card.
+    marked = [row for row in section.table.split("<tr>") if "◀ largest step" in row]
+    assert len(marked) == 1 and "<b>conv1</b>" in marked[0]
+
+
+def test_the_pages_columns_of_figures_stay_in_mib():
+    options = Options(device="gpu")
+    text = html_report(analyze(LENET, options), options)
+    # LeNet's loss layer puts 7,944 B on the card: "0.01 MiB" beside the others, not "7,944 B".
+    summary = text.split('<div class="summary">')[1].split("</div></div>")[0]
+    figures = re.findall(r'title="[\d,]+ bytes">([^<]*)</td>', summary)
+    assert len(figures) == 7 + 7 and all(figure.endswith(" MiB") for figure in figures) and "0.01 MiB" in figures
+
+
+def test_the_options_line_names_every_flag_that_changes_the_figures():
+    from caffemem.report.html import options_text
+
+    options = Options(device="gpu", gpus=2, context_bytes=512 * 2**20, batch=8)
+    settings = OptimizeSettings(strategy="best-fit", exclude=("fc1",), share_buffers=True, inplace=True)
+    assert options_text(options, settings) == (
+        "--phase (default) --dtype float32 --device gpu --engine cudnn --batch 8 --gpus 2 --context-mib 512 "
+        "--strategy best-fit --exclude-blob fc1 --share-buffers --inplace"
+    )

@@ -58,6 +58,22 @@ def test_cudnn_convolution_uses_the_v7_queries(checked_tree):
         assert f"cudnnGetConvolution{query}Algorithm_v7" in undefined
 
 
+@pytest.mark.parametrize("layer", ["cudnn_conv_layer", "cudnn_deconv_layer"])
+def test_the_cudnn_layers_can_take_their_workspace_from_a_slot(checked_tree, layer):
+    """Patch v3: a planned workspace is a SyncedMemory of the bytes the plan reserved
+    (util/planned_workspace.hpp), bound by the slot table; Reshape points the per-stream
+    workspaces at its device memory. Stock BVLC's layer touches no SyncedMemory itself."""
+    undefined = _symbols(checked_tree / f".build_release/src/caffe/layers/{layer}.o", undefined=True)
+    assert "caffe::SyncedMemory::SyncedMemory(unsigned long)" in undefined
+    assert "caffe::SyncedMemory::mutable_gpu_data()" in undefined
+    assert "cudaMalloc" in undefined  # the stock path, for nets without a plan
+
+
+def test_net_init_tells_each_layer_its_planned_buffers(checked_tree):
+    undefined = _symbols(checked_tree / ".build_release/src/caffe/net.o", undefined=True)
+    assert "caffe::PlannedBuffers(caffe::NetParameter const&, caffe::Phase, int" in undefined
+
+
 def test_cuda_objects_hold_code_for_ampere_and_hopper(checked_tree):
     """A .cu that includes a header the patch edits was compiled by nvcc into a fat binary
     (SASS sm_80, sm_90 and compute_75 PTX, CUDA_ARCH)."""

@@ -153,18 +153,25 @@ def test_the_patch_command_refuses_a_folder_that_is_no_caffe_tree_in_one_line(tm
 def test_patch_files_are_package_data():
     files = runtime.patch_files(runtime.Flavour.BVLC)
     assert all(p.is_file() for p in files)
-    assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp"}
+    assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp", "planned_workspace.hpp"}
 
 
-def test_a_tree_patched_by_an_older_caffemem_is_named_and_left_alone(bvlc):
-    """The patch's C++ changed in v2 (device slots): a v1 tree is reported as such, and
-    applying over it refuses rather than mixing two versions' files."""
+@pytest.mark.parametrize("older", [1, 2])
+def test_a_tree_patched_by_an_older_caffemem_is_named_and_left_alone(bvlc, pristine, older):
+    """The patch's C++ changed in v2 (device slots) and v3 (planned cuDNN workspaces): an
+    older tree is reported as such, and applying over it refuses rather than mixing two
+    versions' files."""
     runtime.apply_patch(bvlc)
+    if older == 2:  # v2 had neither the cuDNN layers' edits nor planned_workspace.hpp
+        for name in ("cudnn_conv_layer", "cudnn_deconv_layer"):
+            for rel in (f"include/caffe/layers/{name}.hpp", f"src/caffe/layers/{name}.cpp"):
+                (bvlc / rel).write_bytes((pristine / rel).read_bytes())
+        (bvlc / "include/caffe/util/planned_workspace.hpp").unlink()
     header = bvlc / "include/caffe/util/mem_slots.hpp"
-    header.write_text(header.read_text().replace(f"caffemem runtime patch v{runtime.PATCH_VERSION}", "caffemem runtime patch v1", 1))
+    header.write_text(header.read_text().replace(f"caffemem runtime patch v{runtime.PATCH_VERSION}", f"caffemem runtime patch v{older}", 1))
     status = runtime.patch_status(bvlc)
-    assert status.version == 1 and not status.applied
-    assert f"v1 found, but this caffemem has v{runtime.PATCH_VERSION}" in status.describe()
+    assert status.version == older and not status.applied
+    assert f"v{older} found, but this caffemem has v{runtime.PATCH_VERSION}" in status.describe()
     before = _snapshot(bvlc)
     with pytest.raises(CaffememError):
         runtime.apply_patch(bvlc)

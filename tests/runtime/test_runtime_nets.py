@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from runtime_caffe import heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
+from runtime_caffe import CAFFEMEM, REPO, heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
 from runtime_nets import CASES, make_net
 
 PLANS = {"blobs": (), "shared_buffers": ("--share-buffers",)}
@@ -123,6 +123,19 @@ def test_table_from_another_batch_size_stops_with_a_message(patched_caffe, tmp_p
     assert "mem_slots.cpp" in err  # a LOG(FATAL)/CHECK of the runtime, not a crash
 
 
+def test_verify_says_what_the_patched_caffe_says_of_a_table_for_another_batch(patched_caffe, tmp_path):
+    case, net = _lenet(tmp_path)
+    at8 = tmp_path / "lenet.b8.prototxt"
+    optimize(net, at8, "--phase", "train", "--batch", "8")  # the net rewritten at batch 8, with its table
+    back = tmp_path / "lenet.back.prototxt"  # the same table on the file's own batch lines
+    back.write_text(net.read_text().rstrip("\n") + "\nmem_param {" + at8.read_text().split("mem_param {", 1)[1])
+    checked = subprocess.run([CAFFEMEM, "verify", str(back), "--phase", "TRAIN"], capture_output=True, text=True, cwd=REPO)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    (said,) = [line.split("the patched Caffe stops at Net::Init: ", 1)[1] for line in checked.stdout.splitlines() if "Net::Init" in line]
+    err = _fatal(patched_caffe, back, "TRAIN", tmp_path)
+    assert said in err  # word for word the runtime's LOG(FATAL)
+
+
 def test_table_of_an_edited_net_stops_naming_the_blob(patched_caffe, tmp_path):
     case, net = _lenet(tmp_path)
     optimized = tmp_path / "lenet.opt.prototxt"
@@ -143,6 +156,19 @@ def test_table_for_the_other_phase_changes_nothing(stock_caffe, patched_caffe, t
     patched = patched_caffe.run(optimized, "TEST", 1, tmp_path / "patched.dump")
     assert (tmp_path / "patched.dump").read_text() == (tmp_path / "stock.dump").read_text()
     assert abs(heap(patched)["heap_peak"] - heap(stock)["heap_peak"]) <= max(0.001 * heap(stock)["heap_peak"], 16384)
+
+
+def test_a_plan_made_for_the_card_runs_bit_identical_in_a_caffe_without_cudnn(stock_caffe, patched_caffe, tmp_path):
+    """`--device gpu --share-buffers` plans the cuDNN convolutions' workspaces (patch v3);
+    a CPU-only Caffe builds Caffe's own convolutions, which take none, so the binder skips
+    those members, binds the rest and the run is stock's, bit for bit."""
+    case, net = _lenet(tmp_path)
+    optimized = tmp_path / "lenet.gpu.prototxt"
+    optimize(net, optimized, "--phase", "train", "--share-buffers", "--device", "gpu")
+    assert '"1:conv1/cudnn_workspace"' in optimized.read_text()
+    stock_caffe.run(net, "TRAIN", case.iters, tmp_path / "stock.dump")
+    patched_caffe.run(optimized, "TRAIN", case.iters, tmp_path / "patched.dump")
+    assert (tmp_path / "patched.dump").read_text() == (tmp_path / "stock.dump").read_text()
 
 
 def test_a_reshape_that_outgrows_the_slots_falls_back_with_one_warning(stock_caffe, patched_caffe, tmp_path, monkeypatch):

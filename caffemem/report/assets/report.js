@@ -68,8 +68,8 @@
     var y = function (v) { return bottom - (bottom - top) * v / max; };
     var colors = { stock: "var(--stock)", planned: "var(--planned)", live: "var(--live)" };
     legend(host, d.series.map(function (s) {
-      return { color: colors[s.style], text: s.name + " — " + fmt(s.values[n - 1]) + " at the end" };
-    }).concat(d.lowerBound ? [{ color: "var(--bound)", text: "lower bound for a plan — " + fmt(d.lowerBound) + " (dashed)" }] : []));
+      return { color: colors[s.style], text: s.name + " — " + s.end + " at the end" };
+    }).concat(d.lowerBound ? [{ color: "var(--bound)", text: "lower bound for a plan — " + d.lowerBoundText + " (dashed)" }] : []));
     var svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "bytes after each step" });
     host.appendChild(svg);
     stepAxis(svg, d, x, top, bottom);

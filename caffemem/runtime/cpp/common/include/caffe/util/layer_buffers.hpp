@@ -1,8 +1,9 @@
-// caffemem runtime patch v2: added by `caffemem patch` (caffemem/runtime/cpp).
+// caffemem runtime patch v3: added by `caffemem patch` (caffemem/runtime/cpp).
 #ifndef CAFFE_UTIL_LAYER_BUFFERS_HPP_
 #define CAFFE_UTIL_LAYER_BUFFERS_HPP_
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,9 @@ namespace caffe {
  *        --share-buffers` gives them in mem_param's slot table:
  *        "<layer index>:<layer name>/<buffer>", and
  *        "<layer index>:<layer name>/<inner layer>/<buffer>" for the layers a
- *        layer runs inside itself (SoftmaxWithLoss's "softmax").
+ *        layer runs inside itself (SoftmaxWithLoss's "softmax"); and the
+ *        memory a layer allocates itself that a plan may replace (a cuDNN
+ *        convolution's "cudnn_workspace", util/planned_workspace.hpp).
  *
  * A Layer lists its buffers in Layer::NamedBuffers (see layer.hpp); the Net
  * binds the ones the table names (util/mem_slots.cpp).
@@ -40,6 +43,12 @@ class LayerBuffers {
     Buffer buffer = { blob, &LayerBuffers::Memory<T> };
     buffers_[prefix_.back() + name] = buffer;
   }
+  /// Memory no Blob owns (a cuDNN workspace, util/planned_workspace.hpp):
+  /// its data; none while `memory` is NULL.
+  void AddMemory(const string& name, shared_ptr<SyncedMemory>* memory) {
+    Buffer buffer = { memory, &LayerBuffers::Bare };
+    buffers_[prefix_.back() + name] = buffer;
+  }
   /// The buffers of a layer that `layer` runs inside itself, as "name/...".
   template <typename LayerType>
   void AddNested(const string& name, LayerType* layer) {
@@ -55,6 +64,12 @@ class LayerBuffers {
     Blob<T>* b = static_cast<Blob<T>*>(blob);
     if (b->count() == 0) { return shared_ptr<SyncedMemory>(); }
     return diff ? b->diff() : b->data();
+  }
+  static shared_ptr<SyncedMemory> Bare(void* memory, bool diff) {
+    shared_ptr<SyncedMemory>& m =
+        *static_cast<shared_ptr<SyncedMemory>*>(memory);
+    if (diff || !m || m->size() == 0) { return shared_ptr<SyncedMemory>(); }
+    return m;
   }
 
  private:

@@ -1,7 +1,8 @@
-// caffemem runtime patch v2: added by `caffemem patch` (caffemem/runtime/cpp).
+// caffemem runtime patch v3: added by `caffemem patch` (caffemem/runtime/cpp).
 #ifndef CAFFE_UTIL_MEM_SLOTS_HPP_
 #define CAFFE_UTIL_MEM_SLOTS_HPP_
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,16 @@ namespace caffe {
 template <typename Dtype> class Net;
 
 /**
+ * @brief The buffers of layer `layer_id` (named `layer_name`) that the slot
+ *        table of `param` for `phase` binds, by their NamedBuffers names
+ *        ("cudnn_workspace"). Net::Init gives them to each layer before its
+ *        SetUp (Layer::set_planned_buffers), so that a layer that allocates a
+ *        buffer itself (a cuDNN workspace) leaves it to the slot instead.
+ */
+std::set<string> PlannedBuffers(const NetParameter& param, Phase phase,
+    int layer_id, const string& layer_name);
+
+/**
  * @brief Runs a net in the memory `caffemem optimize` planned for it: the slot
  *        table of NetParameter.mem_param (messages MemorySlot, MemorySlotMember
  *        in caffe.proto).
@@ -24,6 +35,8 @@ template <typename Dtype> class Net;
  *   1. checks the whole table against the net before touching anything: every
  *      member names a blob ("conv1"), a layer's buffer ("3:conv2/col_buffer")
  *      or a parameter ("1:conv1#0") of this net, its storage ("data"/"diff")
+ *      (a cuDNN workspace the net has not, its convolution being Caffe's own
+ *      in a build without cuDNN, needs nothing and is skipped)
  *      exists and fits in its slot at its offset, and each slot is exactly as
  *      large as its members need (a table planned for other shapes, e.g.
  *      another batch size, fails here). Any mismatch is a LOG(FATAL) naming the
@@ -67,6 +80,8 @@ class MemorySlots {
     LayerBuffers::Buffer storage;
     bool diff;
     SyncedMemory* bound;
+    int slot;           // index into the phase's slots
+    size_t offset;      // in the slot, bytes
   };
   MemorySlots() : bytes_(0), gpu_(false), mode_warned_(false) {}
   void Free();

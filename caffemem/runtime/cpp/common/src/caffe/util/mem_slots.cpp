@@ -1,7 +1,8 @@
-// caffemem runtime patch v2: added by `caffemem patch` (caffemem/runtime/cpp).
+// caffemem runtime patch v3: added by `caffemem patch` (caffemem/runtime/cpp).
 // Binds the storages named in NetParameter.mem_param's slot table to shared
 // buffers; see include/caffe/util/mem_slots.hpp.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -15,6 +16,7 @@
 #include "caffe/net.hpp"
 #include "caffe/util/math_functions.hpp"
 #include "caffe/util/mem_slots.hpp"
+#include "caffe/util/planned_workspace.hpp"
 
 namespace caffe {
 
@@ -68,7 +70,45 @@ void* DeviceSlot(const MemorySlot& slot, size_t planned, size_t done,
 }
 #endif
 
+// Is `name` "<i>:<layer i's name>/cudnn_workspace", a cuDNN (de)convolution's
+// workspace (util/planned_workspace.hpp), of a layer this net has?
+template <typename Dtype>
+bool IsWorkspaceOf(const string& name, const Net<Dtype>& net) {
+  const string suffix = string("/") + PlannedWorkspace::Name();
+  const size_t colon = name.find(':');
+  if (colon == string::npos || colon == 0 ||
+      name.find_first_not_of("0123456789") != colon ||
+      name.size() <= suffix.size() + colon ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const int i = atoi(name.substr(0, colon).c_str());
+  const string layer = name.substr(colon + 1,
+      name.size() - suffix.size() - colon - 1);
+  return i >= 0 && i < net.layer_names().size() && net.layer_names()[i] ==
+      layer;
+}
+
 }  // namespace
+
+std::set<string> PlannedBuffers(const NetParameter& param, Phase phase,
+    int layer_id, const string& layer_name) {
+  std::set<string> names;
+  std::ostringstream prefix;
+  prefix << layer_id << ":" << layer_name << "/";
+  const string p = prefix.str();
+  const MemoryOptimizationParameter& mem = param.mem_param();
+  for (int s = 0; s < mem.slot_size(); ++s) {
+    if (mem.slot(s).phase() != phase) { continue; }
+    for (int m = 0; m < mem.slot(s).member_size(); ++m) {
+      const string& blob = mem.slot(s).member(m).blob();
+      if (blob.compare(0, p.size(), p) == 0) {
+        names.insert(blob.substr(p.size()));
+      }
+    }
+  }
+  return names;
+}
 
 template <typename Dtype>
 shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
@@ -113,9 +153,11 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
   std::map<SyncedMemory*, Place> placed;
   std::set<string> seen;
   shared_ptr<MemorySlots<Dtype> > bound(new MemorySlots<Dtype>());
+  int skipped = 0;
   for (int s = 0; s < slots.size(); ++s) {
     const MemorySlot& slot = *slots[s];
     size_t end = 0;
+    bool partial = false;  // a workspace skipped: the slot may be larger
     for (int m = 0; m < slot.member_size(); ++m) {
       const MemorySlotMember& member = slot.member(m);
       const string name = member.blob() + " (" + member.kind() + ")";
@@ -127,6 +169,13 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
           << ": " << name << " is listed twice in the slot table" << kRerun;
       typename std::map<string, LayerBuffers::Buffer>::const_iterator it =
           named.find(member.blob());
+      if (it == named.end() && IsWorkspaceOf(member.blob(), *net)) {
+        // Planned for cuDNN, run by Caffe's own convolution (a build without
+        // cuDNN): it takes no workspace, so there is nothing to bind.
+        ++skipped;
+        partial = true;
+        continue;
+      }
       if (it == named.end()) {
         LOG(FATAL) << "blob " << member.blob() << " of mem_param slot "
             << slot.id() << " is not a blob" << (member.blob().find(':') ==
@@ -157,9 +206,11 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
             << "storage in " << where << " but the slot table puts them in "
             << "different places" << kRerun;
       }
-      Binding binding = { name, it->second, diff, memory.get() };
+      Binding binding = { name, it->second, diff, memory.get(), s,
+          static_cast<size_t>(member.offset()) };
       bound->bindings_.push_back(binding);
     }
+    if (partial) { end = std::max(end, static_cast<size_t>(slot.bytes())); }
     CHECK_EQ(end, slot.bytes()) << "mem_param slot " << slot.id() << " has "
         << slot.bytes() << " bytes but the storages of " << where
         << " it holds need " << end << ": the table was planned for other "
@@ -198,10 +249,11 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
     // Members that already hold values are copied in; two of them must not
     // overlap (their values would clobber each other).
     vector<std::pair<std::pair<size_t, size_t>, string> > held;
-    for (int m = 0; m < slot.member_size(); ++m, ++b) {
+    for (; b < bound->bindings_.size() && bound->bindings_[b].slot == s;
+         ++b) {
       SyncedMemory* memory = bound->bindings_[b].bound;
       if (!done.insert(memory).second) { continue; }
-      const size_t offset = slot.member(m).offset(), size = memory->size();
+      const size_t offset = bound->bindings_[b].offset, size = memory->size();
       char* at = static_cast<char*>(base) + offset;
       if (memory->head() != SyncedMemory::UNINITIALIZED) {
         for (int h = 0; h < held.size(); ++h) {
@@ -235,6 +287,9 @@ shared_ptr<MemorySlots<Dtype> > MemorySlots<Dtype>::Bind(
   LOG(INFO) << "mem_param: " << bound->bindings_.size()
       << " storages of " << where << " bound to " << slots.size()
       << " slots, " << bound->bytes_ << " bytes";
+  LOG_IF(INFO, skipped > 0) << "mem_param: " << skipped << " cuDNN "
+      << "workspace(s) of the slot table are not in " << where << " (its "
+      << "convolutions are Caffe's own, which take none); nothing to bind";
   return bound;
 }
 
