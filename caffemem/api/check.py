@@ -27,7 +27,7 @@ from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
-from caffemem.prototxt.read import read_input
+from caffemem.prototxt.read import HEAD_BYTES, looks_binary, read_input
 from caffemem.prototxt.textmap import top_level_blocks
 from caffemem.units import DTYPE_BYTES, mib, signed_percent
 
@@ -103,8 +103,9 @@ def collect_files(paths: Sequence[str]) -> list[str | Problem]:
     seen: set[str] = set()
 
     def add(file: str) -> None:
-        if os.path.abspath(file) not in seen:
-            seen.add(os.path.abspath(file))
+        real = os.path.realpath(file)  # two links to one file: checked once
+        if real not in seen:
+            seen.add(real)
             found.append(file)
 
     for path in paths:
@@ -112,7 +113,7 @@ def collect_files(paths: Sequence[str]) -> list[str | Problem]:
             files = _nets_under(path)
             missing = f"no {NET_PATTERN} file in this folder"
         elif not os.path.exists(path) and glob.has_magic(path):
-            matches = sorted(glob.glob(path, recursive=True))
+            matches = expand_glob(path)
             files = [f for match in matches for f in (_nets_under(match) if os.path.isdir(match) else [match])]
             missing = "no file matches this pattern"
         else:
@@ -121,6 +122,72 @@ def collect_files(paths: Sequence[str]) -> list[str | Problem]:
             add(file)
         if not files:
             found.append(Problem(path, None, missing, path, 1))
+    return found
+
+
+def expand_glob(pattern: str) -> list[str]:
+    """``sorted(glob.glob(pattern, recursive=True))``, except that each real folder is
+    searched once for each part of the pattern.  glob follows symbolic links, so under
+    ``g/**`` two links back to their folder (``g/l1 -> .``, ``g/l2 -> .``) never ended,
+    and one gave each file 41 times (until the path grew too long); here a folder reached
+    again, by any path, is skipped.  As in glob, ``*`` and ``**`` skip hidden names."""
+    absolute = pattern.startswith(os.sep)
+    parts = [part for part in pattern.split(os.sep) if part]
+    matches: list[str] = []
+    searched: set[tuple[int, int, int]] = set()
+
+    def search(path: str, i: int) -> None:
+        if i == len(parts):
+            matches.append(path)
+            return
+        part, here, last = parts[i], path or os.curdir, i == len(parts) - 1
+        if part == "**":
+            folder = _identity(here)
+            if folder is None or (*folder, i) in searched:
+                return
+            searched.add((*folder, i))
+            search(path, i + 1)  # ** matches no folder too
+            for name, is_folder in _entries(here, hidden=False):
+                if is_folder:
+                    search(os.path.join(path, name), i)
+                elif last:
+                    matches.append(os.path.join(path, name))
+        elif not glob.has_magic(part):
+            following = os.path.join(path, part)
+            if os.path.lexists(following) if last else os.path.isdir(following):
+                search(following, i + 1)
+        else:
+            for name, is_folder in _entries(here, hidden=part.startswith(".")):
+                if fnmatch.fnmatchcase(name, part) and (last or is_folder):
+                    search(os.path.join(path, name), i + 1)
+
+    search(os.sep if absolute else "", 0)
+    return sorted(set(matches))
+
+
+def _identity(folder: str) -> tuple[int, int] | None:
+    """The folder a path leads to (device, inode), or None where it leads nowhere."""
+    try:
+        status = os.stat(folder)
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino) if os.path.isdir(folder) else None
+
+
+def _entries(folder: str, hidden: bool) -> list[tuple[str, bool]]:
+    """(name, is a folder, links followed) of each entry, in name order."""
+    try:
+        with os.scandir(folder) as scan:
+            entries = list(scan)
+    except OSError:
+        return []
+    found = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        if hidden or not entry.name.startswith("."):
+            try:
+                found.append((entry.name, entry.is_dir()))
+            except OSError:
+                found.append((entry.name, False))
     return found
 
 
@@ -245,10 +312,15 @@ def problem_of(path: str, phase: str | None, error: CaffememError | RecursionErr
 
 
 def _layer_line(file: str, layer: str) -> int | None:
+    """The line of a layer named in a message that gave none, read as every input is (a
+    binary net has no lines: it is not tokenized as text)."""
     try:
-        text = Path(file).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        data = read_input(file)
+    except CaffememError:
         return None
+    if looks_binary(data[:HEAD_BYTES]):
+        return None
+    text = data.decode("utf-8", errors="replace")
     return next((block.line for block in top_level_blocks(text) if block.name == layer), None)
 
 

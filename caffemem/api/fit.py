@@ -55,6 +55,7 @@ def default_reserve(path: str | NetText, options: Options) -> tuple[int, HandleM
 # smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
 PROBES = (1, 2, 4, 8)
 MAX_BATCH = 2**31 - 1  # a blob dimension is an int in Caffe
+MAX_ITER_SIZE = 2**31 - 1  # SolverParameter.iter_size is an int32
 
 
 @dataclass(frozen=True)
@@ -227,20 +228,89 @@ class BatchSchedule:
         return self.batch * self.iter_size * self.gpus
 
 
+def _is_prime(n: int) -> bool:
+    """Miller-Rabin with the first twelve primes as bases: exact below 3.3e24, which
+    covers every batch × iter_size Caffe can run (below 2^62)."""
+    bases = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+    if n < 2:
+        return False
+    for p in bases:
+        if n % p == 0:
+            return n == p
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for a in bases:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _a_factor(n: int) -> int:
+    """A nontrivial factor of the composite ``n`` (Pollard's rho, Floyd's cycle finding):
+    about n^(1/4) steps, a few thousand for any n below 2^62."""
+    for c in range(1, n):
+        x = y = 2
+        factor = 1
+        while factor == 1:
+            x = (x * x + c) % n
+            y = (y * y + c) % n
+            y = (y * y + c) % n
+            factor = math.gcd(abs(x - y), n)
+        if factor != n:
+            return factor
+    raise AssertionError(f"{n} is prime")  # pragma: no cover - callers test primality first
+
+
+def _prime_factors(n: int) -> list[int]:
+    factors: list[int] = []
+    for p in (2, 3, 5, 7, 11, 13):
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+    pending = [n] if n > 1 else []
+    while pending:
+        m = pending.pop()
+        if _is_prime(m):
+            factors.append(m)
+        else:
+            d = _a_factor(m)
+            pending += [d, m // d]
+    return sorted(factors)
+
+
 def divisors_descending(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]), reverse=True)
+    """Every divisor of ``n``, from its prime factors (trial division up to √n took
+    minutes for an effective batch of 10^20; issue 26): at most ~10^5 of them below 2^62."""
+    divisors = [1]
+    factors = _prime_factors(n)
+    for p in sorted(set(factors)):
+        powers = [p**k for k in range(1, factors.count(p) + 1)]
+        divisors += [d * q for d in divisors for q in powers]
+    return sorted(divisors, reverse=True)
 
 
 def schedule_effective_batch(effective_batch: int, gpus: int, largest: int, evaluations: Evaluations) -> BatchSchedule:
     """The largest batch per GPU that fits and divides effective_batch / gpus, i.e. the
-    smallest iter_size that reaches the effective batch exactly (`gpus` divides it).  Each
-    candidate is checked exactly (memory need not be monotone)."""
+    smallest iter_size that reaches the effective batch exactly (`gpus` divides it), with
+    an iter_size Caffe can hold (an int32).  Each candidate is checked exactly (memory
+    need not be monotone)."""
     per_gpu = effective_batch // gpus
     for batch in divisors_descending(per_gpu):
+        if per_gpu // batch > MAX_ITER_SIZE:
+            break
         if batch <= largest and evaluations.fits(batch):
             return BatchSchedule(batch, per_gpu // batch, gpus, evaluations.at(batch).bytes or 0)
-    raise AssertionError("batch 1 fits, and 1 divides every effective batch")
+    raise CaffememError(
+        f"--effective-batch {effective_batch}: no batch that fits (at most {largest}) divides {per_gpu} samples per GPU with an iter_size Caffe can hold (at most {MAX_ITER_SIZE}, an int32)"
+    )
 
 
 @dataclass(frozen=True)
@@ -316,6 +386,8 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
         raise CaffememError("--gpus and --effective-batch must be at least 1")
     if request.effective_batch is not None and request.effective_batch % request.gpus:
         raise CaffememError(f"--effective-batch {request.effective_batch} is not a multiple of --gpus {request.gpus} (every GPU runs the same batch)")
+    if request.effective_batch is not None and request.effective_batch // request.gpus > MAX_BATCH * MAX_ITER_SIZE:
+        raise CaffememError(f"--effective-batch {request.effective_batch} is more than Caffe can reach: batch × iter_size per GPU is at most {MAX_BATCH * MAX_ITER_SIZE} (both are int32)")
     subject = subject_of(path, options, request.optimized)
     evaluations = Evaluations(subject.measure, request.budget)
     search = largest_fitting_batch(evaluations)

@@ -20,7 +20,8 @@ def patch_command(caffe_dir: str, check: bool, revert: bool) -> None:
     """Patch the Caffe source tree CAFFE_DIR (BVLC master or the yjxiong/caffe
     action_recog fork) so that a net whose prototxt has `caffemem optimize`'s
     mem_param slot table runs in exactly that memory. Rebuild Caffe afterwards.
-    Applying is all or nothing and idempotent; --revert restores the tree.
+    Applying is all or nothing and idempotent, even under Ctrl-C; --revert restores the
+    tree. A run killed outright leaves a journal: patch then finishes it, --revert undoes it.
 
     \b
     Examples:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import collections
+import itertools
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +24,8 @@ from google.protobuf.message import DecodeError
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape
 from caffemem.prototxt.parse import parse_net
-from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input
-from caffemem.prototxt.textmap import LAYER_FIELDS, check_nesting, layer_blocks, tokenize, top_level_blocks, unknown_fields
+from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input, text_with_nul
+from caffemem.prototxt.textmap import LAYER_FIELDS, Token, check_nesting, iter_tokens, iter_top_level_blocks, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2
 from caffemem.schema.forks import fork_defining
 
@@ -99,6 +101,9 @@ def load(
     data = path.text.encode("utf-8", "surrogateescape") if isinstance(path, NetText) else read_input(file, max_text_bytes)
     text = _as_text(data, file)
     if text is None:
+        layers = _binary_layer_count(data, MAX_LAYERS + 1)
+        if layers > MAX_LAYERS:  # before the parse, as for text: protobuf's message alone takes ~750 bytes a layer
+            raise CaffememError(f"more than {MAX_LAYERS:,} layers; caffemem plans nets of up to {MAX_LAYERS:,} layers (real ones have at most a few thousand)", Location(file=file))
         return _check_names(_load_binary(data, file))
     del data
     check_nesting(text, file)
@@ -141,22 +146,21 @@ def _check_names(source: NetSource) -> NetSource:
     megabytes is no net definition, and every message and table would carry it.  (Also
     the required fields, see _check_required.)"""
     _check_required(source)
-    for layer in list(source.proto.layer) + list(source.proto.layers):
+    for layer in itertools.chain(source.proto.layer, source.proto.layers):
         names = [("name", layer.name), ("type", layer.type if isinstance(layer.type, str) else "")]
         names += [("bottom", n) for n in layer.bottom] + [("top", n) for n in layer.top] + [("param name", p.name) for p in layer.param if hasattr(p, "name")]
         for what, name in names:
             if len(name) > MAX_NAME_CHARS:
                 where = Location(file=source.file, line=source.line_of(layer.name), layer=layer.name)
                 raise CaffememError(f"a {what} of {len(name)} characters; caffemem takes names of at most {MAX_NAME_CHARS}", where)
+    for index, layer in enumerate(source.proto.layer):
+        # Caffe's LayerRegistry refuses it ("Unknown layer type: "); one that a phase or stage
+        # rule may filter away is left to the filter.  Here, before the net is copied by the
+        # passes: 200,000 empty layers took 490 MB to be refused at the registry.
+        if not layer.type and not len(layer.include) and not len(layer.exclude):
+            where = Location(file=source.file, line=source.line_of(layer.name), layer=layer.name or None)
+            raise CaffememError(f'layer {index + 1} has no type (Caffe refuses it: "Unknown layer type: ")', where)
     return source
-
-
-def _text_with_nul(head: bytes) -> bool:
-    """Text with a stray NUL in it, rather than a binary proto: protobuf's wire format puts
-    field keys and lengths (control bytes) everywhere, text has none but line ends and tabs."""
-    sample = head.replace(b"\x00", b"").decode("utf-8", "replace")
-    usual = sum(ch.isprintable() or ch in "\n\r\t" for ch in sample)
-    return usual >= 0.99 * len(sample)
 
 
 def _as_text(data: bytes, file: str) -> str | None:
@@ -164,7 +168,7 @@ def _as_text(data: bytes, file: str) -> str | None:
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise CaffememError("is UTF-16 text; Caffe reads a prototxt as ASCII or UTF-8: save it as UTF-8", Location(file=file))
     if b"\x00" in data[:65536]:
-        if _text_with_nul(data[:65536]):
+        if text_with_nul(data[:65536]):
             line = data.count(b"\n", 0, data.index(b"\x00")) + 1
             raise CaffememError("a NUL byte in the text (Caffe would stop reading there): remove it", Location(file=file, line=line))
         return None
@@ -231,9 +235,7 @@ def _field_names_under(descriptor, seen: set[str] | None = None) -> set[str]:
 
 # Solver fields no message of a net has (base_lr, max_iter, net, ...): one of them set
 # anywhere marks a solver, found by one regular-expression scan instead of a tokenization.
-_SOLVER_FIELD_ANYWHERE = re.compile(
-    r"(?:^|[\s{};,])(?:" + "|".join(sorted(_SOLVER_ONLY_FIELDS - _field_names_under(caffe_pb2.NetParameter.DESCRIPTOR))) + r")\s*[:{<]"
-)
+_SOLVER_FIELD_ANYWHERE = re.compile(r"(?:^|[\s{};,])(?:" + "|".join(sorted(_SOLVER_ONLY_FIELDS - _field_names_under(caffe_pb2.NetParameter.DESCRIPTOR))) + r")\s*[:{<]")
 
 
 def _parse_once(text: str, message, file: str, lenient: bool = False):
@@ -270,8 +272,12 @@ def _located(error: text_format.ParseError, text: str, file: str) -> CaffememErr
     detail = _explain_parse_error(str(error), text, line)
     unknown = _UNKNOWN_FIELD.search(_head(error))
     offset = _offset_of(text, line, column)
-    before = tokenize(text[:offset])
-    layer = _layer_finder(top_level_blocks(text, before), text)(offset) if line is not None else None
+    before: collections.deque = collections.deque(maxlen=2)  # the last two tokens before the error
+    last_layer = None  # the last top-level layer block before it: the one _layer_finder can name
+    for block in iter_top_level_blocks(text, _kept(iter_tokens(text, offset), before)):
+        if block.field in LAYER_FIELDS:
+            last_layer = block
+    layer = _layer_finder([last_layer] if last_layer else [], text)(offset) if line is not None else None
     if detail.startswith("Expected") and len(text) - offset < 100 and len(tokenize(text[offset:])) <= 1:
         detail = f"the file ends in the middle of a definition (is it cut short?): {detail}"
     elif not unknown and not detail.startswith("Expected") and len(before) >= 2 and before[-1].text == ":":
@@ -281,6 +287,13 @@ def _located(error: text_format.ParseError, text: str, file: str) -> CaffememErr
     if _PLACEHOLDER.search(at_line):
         hint += f" — the file is a template: fill in its placeholders ({excerpt(_PLACEHOLDER.search(at_line).group(), 40)}) first, e.g. with the script that generates it or envsubst"
     return CaffememError(detail + hint, Location(file=file, line=line, column=column, layer=layer))
+
+
+def _kept(tokens: Iterator[Token], into: collections.deque) -> Iterator[Token]:
+    """``tokens``, each also put into ``into`` as it passes."""
+    for token in tokens:
+        into.append(token)
+        yield token
 
 
 # A template's placeholder where a value should be: ${VAR}, $VAR, {{ var }}, @VAR@.
@@ -320,7 +333,7 @@ def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
 
 
 def _unknown_field(message: str, field: str) -> str:
-    """"unknown field 'F' in M", naming the fork whose caffe.proto has F when one is known:
+    """ "unknown field 'F' in M", naming the fork whose caffe.proto has F when one is known:
     the file was written for that fork, whose field caffemem cannot interpret."""
     fork = fork_defining(message, field)
     where = f": it belongs to {fork}, whose schema caffemem does not read" if fork else ""
@@ -355,6 +368,43 @@ def _layer_finder(blocks, text: str) -> Callable[[int], str | None]:
     return layer_at
 
 
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    """A protobuf varint at ``i``: (value, the offset after it); past the end: (0, len + 1)."""
+    value, shift = 0, 0
+    while i < len(data):
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if byte < 0x80:
+            return value, i
+    return 0, len(data) + 1
+
+
+def _binary_layer_count(data: bytes, stop: int) -> int:
+    """The top-level ``layer`` (field 100) and ``layers`` (field 2) entries of a binary
+    NetParameter, read from the wire format without parsing, counting up to ``stop``
+    (a 250,000-layer binary was accepted past the limit, and 3 million empty layers, 9 MB,
+    took past 6 GiB to parse).  Stops early on what is not the wire format: the parse
+    then says what is wrong."""
+    count, i = 0, 0
+    while i < len(data) and count < stop:
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            length, i = _varint(data, i)
+            i += length
+            count += (key >> 3) in (2, 100)
+        else:  # groups (unused by caffe.proto) or garbage
+            break
+    return count
+
+
 def _load_binary(data: bytes, file: str) -> NetSource:
     """A binary NetParameter (.caffemodel): keep parameter shapes, drop the weights."""
     net = caffe_pb2.NetParameter()
@@ -372,7 +422,7 @@ def _load_binary(data: bytes, file: str) -> NetSource:
     if not (len(net.layer) or len(net.layers)):
         raise CaffememError("binary file has no layers: not a Caffe net or .caffemodel", Location(file=file))
     stored: dict[str, tuple[Shape, ...]] = {}
-    for layer in list(net.layer) + list(net.layers):
+    for layer in itertools.chain(net.layer, net.layers):  # one wrapper at a time (a list of 200,000 took 260 MB)
         shapes = tuple(_blob_shape(blob) for blob in layer.blobs)
         if shapes:
             stored[layer.name] = shapes

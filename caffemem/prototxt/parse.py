@@ -6,9 +6,11 @@ the time caffemem spends on a large net.  This reader covers what net files are 
 strings — in one regular-expression scan, and fills the same message through the same
 field setters, so the message is the one ``text_format.Parse`` builds.  On anything else
 (escapes, ``[1, 2]`` lists, hex or octal numbers, ``<...>``, a repeated singular field,
-an unknown name, non-ASCII text, any error) it gives up and the caller parses with
+an unknown name, a non-ASCII string, any error) it gives up and the caller parses with
 protobuf, which then also words any error.  It notes the line of each layer block on the
-way, as the scan of textmap.py would.
+way, as the scan of textmap.py would.  Non-ASCII text elsewhere (a comment in
+French) keeps the fast path: whitespace is what protobuf's tokenizer takes (a Unicode regular expression), and
+any other non-ASCII character is a token of its own (group 5), which gives up.
 """
 
 from __future__ import annotations
@@ -73,8 +75,8 @@ def _bool(token: str) -> bool:
 
 
 def _string(token: str) -> str:
-    if len(token) < 2 or token[0] not in "\"'":  # a string token (group 3), quotes and all
-        raise _Unsupported(token)
+    if len(token) < 2 or token[0] not in "\"'" or not token.isascii():  # a string token (group 3), quotes and all
+        raise _Unsupported(token)  # non-ASCII: protobuf's UTF-8 round trip decides (a Latin-1 file, say)
     return token[1:-1]
 
 
@@ -131,8 +133,6 @@ def _fields_of(descriptor: Descriptor) -> dict[str, _Field]:
 def parse_net(text: str) -> tuple[caffe_pb2.NetParameter, dict[str, tuple[int, ...]]] | None:
     """(the net, name -> lines of the layer blocks of that name) as ``text_format.Parse``
     and textmap.py would give them, or None when the file needs protobuf's own parser."""
-    if not text.isascii():
-        return None
     try:
         return _parse(text)
     except _Unsupported:

@@ -8,6 +8,7 @@ the grammar (comments, strings, `{}`/`<>` nesting, `name: value` pairs) to do bo
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from google.protobuf import text_encoding
@@ -18,7 +19,7 @@ OPEN = "{<"
 CLOSE = "}>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Token:
     text: str
     offset: int
@@ -28,8 +29,15 @@ class Token:
 
 def tokenize(text: str) -> list[Token]:
     """Identifiers/numbers, strings (kept whole), and single punctuation characters."""
-    tokens: list[Token] = []
-    i, line, line_start, n = 0, 1, 0, len(text)
+    return list(iter_tokens(text))
+
+
+def iter_tokens(text: str, end: int | None = None) -> Iterator[Token]:
+    """The tokens of ``text[:end]`` one at a time (a caller that keeps only some holds only
+    those).  A word seen before is the same str object, and Token has slots: a file of
+    300,000 `input_dim: 1` lines, 900,000 tokens, holds ~100 bytes a token, not ~180."""
+    words: dict[str, str] = {}
+    i, line, line_start, n = 0, 1, 0, len(text) if end is None else end
     while i < n:
         ch = text[i]
         if ch == "\n":
@@ -37,26 +45,26 @@ def tokenize(text: str) -> list[Token]:
         elif ch.isspace():
             i += 1
         elif ch == "#":
-            end = text.find("\n", i)
-            i = n if end < 0 else end
+            stop = text.find("\n", i, n)
+            i = n if stop < 0 else stop
         elif ch in "\"'":
             start, i = i, i + 1
             while i < n and text[i] != ch and text[i] != "\n":
                 i += 2 if text[i] == "\\" else 1
             i = min(i + 1, n)
-            tokens.append(Token(text[start:i], start, line, start - line_start + 1))
+            yield Token(text[start:i], start, line, start - line_start + 1)
         elif ch.isalnum() or ch in "_-+.":
             start = i
             while i < n and (text[i].isalnum() or text[i] in "_-+."):
                 i += 1
-            tokens.append(Token(text[start:i], start, line, start - line_start + 1))
+            word = text[start:i]
+            yield Token(words.setdefault(word, word), start, line, start - line_start + 1)
         else:
-            tokens.append(Token(ch, i, line, i - line_start + 1))
+            yield Token(ch, i, line, i - line_start + 1)
             i += 1
-    return tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Block:
     """A top-level field of the file: its name, where it starts and ends, and its `name:`."""
 
@@ -105,7 +113,9 @@ def field_extent(tokens: list[Token], index: int) -> int:
 
 
 MAX_DEPTH = 64  # nested messages; real nets reach 5 (V0: layers { layer { weight_filler { } } })
-_NESTING = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*|[{}<>]')
+# Strings unrolled ("plain* (escape plain*)*"): an alternation repeated per character makes
+# re keep a backtracking entry per character, 140 bytes each (a 4 MB name took 560 MB).
+_NESTING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|\'[^\'\\\n]*(?:\\.[^\'\\\n]*)*\'|#[^\n]*|[{}<>]')
 
 
 def check_nesting(text: str, file: str | None = None) -> None:
@@ -130,27 +140,59 @@ LAYER_FIELDS = ("layer", "layers")
 
 def layer_blocks(text: str, tokens: list[Token] | None = None) -> list[Block]:
     """The top-level layer blocks of a net's text, in file order."""
-    return [block for block in top_level_blocks(text, tokens) if block.field in LAYER_FIELDS]
+    return [block for block in iter_top_level_blocks(text, iter_tokens(text) if tokens is None else tokens) if block.field in LAYER_FIELDS]
 
 
 def top_level_blocks(text: str, tokens: list[Token] | None = None) -> list[Block]:
     """Every top-level field, with the `name` of message-valued ones."""
-    tokens = tokenize(text) if tokens is None else tokens
-    blocks: list[Block] = []
-    i = 0
-    while i < len(tokens):
-        end = field_extent(tokens, i)
-        blocks.append(
-            Block(
-                field=tokens[i].text,
-                line=tokens[i].line,
-                start=tokens[i].offset,
-                end=tokens[end - 1].offset + len(tokens[end - 1].text) if end - 1 < len(tokens) else len(text),
-                name=_block_name(tokens, i, end),
-            )
-        )
-        i = max(end, i + 1)
-    return blocks
+    return list(iter_top_level_blocks(text, iter_tokens(text) if tokens is None else tokens))
+
+
+def iter_top_level_blocks(text: str, tokens: Iterable[Token]) -> Iterator[Block]:
+    """The top-level fields one at a time, each delimited as :func:`field_extent` delimits
+    it in a list of tokens, holding only that field's tokens (an error at the end of 13 MB
+    of scalar fields needed every token of the file at once)."""
+    stream = iter(tokens)
+    ahead: list[Token] = []  # one token looked at and not yet taken
+
+    def take() -> Token | None:
+        return ahead.pop() if ahead else next(stream, None)
+
+    def peek() -> Token | None:
+        if not ahead:
+            following = next(stream, None)
+            if following is None:
+                return None
+            ahead.append(following)
+        return ahead[0]
+
+    while (first := take()) is not None:
+        field, complete = [first], True
+        if (following := peek()) is not None and following.text == ":":
+            field.append(take())  # type: ignore[arg-type]
+        following = peek()
+        if following is not None and following.text in OPEN:
+            depth = 0
+            while (token := take()) is not None:
+                field.append(token)
+                depth += 1 if token.text in OPEN else -1 if token.text in CLOSE else 0
+                if depth == 0:
+                    break
+        elif following is not None and following.text == "[":  # a list value: [1, 2, 3]
+            while (token := take()) is not None and token.text != "]":
+                field.append(token)
+            complete = token is not None
+            if token is not None:
+                field.append(token)
+        else:
+            value = take()
+            complete = value is not None
+            if value is not None:
+                field.append(value)
+                while (following := peek()) is not None and following.text[:1] in "\"'" and field[-1].text[:1] in "\"'":
+                    field.append(take())  # type: ignore[arg-type]  # adjacent string literals are concatenated
+        last = field[-1]
+        yield Block(first.text, first.line, first.offset, last.offset + len(last.text) if complete else len(text), _block_name(field, 0, len(field)))
 
 
 def _block_name(tokens: list[Token], start: int, end: int) -> str | None:

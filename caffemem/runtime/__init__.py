@@ -12,20 +12,35 @@ The patch is package data under ``caffemem/runtime/cpp/``:
   headers of the layers whose scratch buffers can be bound and (BVLC) the cuDNN
   convolution and deconvolution, whose workspace a plan may hold.
 
-Applying is all or nothing: every file is read and every anchor checked before the first
-byte is written; files are written atomically (temporary file + rename) and a failure while
-writing restores the files already written. Applying twice is applying once; reverting
-gives back the original bytes (the edits are inverted exactly and the new files removed).
-A tree already changed where the patch goes, or one that cannot be written, is refused with
-a :class:`~caffemem.errors.CaffememError` naming the file, and nothing is written.
+Applying is all or nothing, under any interruption (issue 26): every file is read and
+every anchor checked before the first byte is written.  Then a journal
+(``.caffemem-patch.journal`` in the tree: each file's original bytes and the hash of what
+replaces them) is written atomically, the files are replaced one by one (temporary file,
+fsync, rename) with SIGINT, SIGTERM and SIGHUP held, and the journal is removed: that
+removal is the commit.  A signal or an exception before it puts every file back and the
+signal is delivered afterwards (exit 130 on Ctrl-C); a run killed outright (SIGKILL, power
+loss) leaves the journal, and the next `caffemem patch` or `caffemem patch --revert` first
+undoes what it names, then does its own work (`--check` reports it).  A tree that an older
+caffemem left half-patched (no journal; each file either original or patched) is finished
+by `patch` and undone by `patch --revert`, edit by edit.
+
+Applying twice is applying once; reverting gives back the original bytes (the edits are
+inverted exactly and the new files removed).  A tree changed where the patch goes, or one
+that cannot be written, is refused with a :class:`~caffemem.errors.CaffememError` naming the
+file, and nothing is written.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import enum
+import hashlib
+import json
 import os
+import signal
 import stat
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,14 +91,20 @@ class PatchStatus:
     version: int | None
     changed: tuple[str, ...] = ()
     pending: tuple[str, ...] = ()
+    interrupted: bool = False  # a run was killed mid-way: its journal is in the tree
 
     def describe(self) -> str:
+        if self.interrupted:
+            return f"an interrupted caffemem patch run left {_JOURNAL} ({self.flavour.description}): `caffemem patch` finishes the patch, `caffemem patch --revert` gives back the original files"
         if self.applied:
             return f"caffemem runtime patch v{self.version} applied ({self.flavour.description})"
         if self.version is not None:
             return f"caffemem runtime patch v{self.version} found, but this caffemem has v{PATCH_VERSION}: revert it with the caffemem that applied it"
         if self.changed:
-            return f"caffemem runtime patch partly applied ({self.flavour.description}): {', '.join(self.changed)} patched, {', '.join(self.pending)} not"
+            return (
+                f"caffemem runtime patch partly applied ({self.flavour.description}): {', '.join(self.changed)} patched, {', '.join(self.pending)} not; "
+                "`caffemem patch` finishes it, `caffemem patch --revert` undoes it"
+            )
         return f"caffemem runtime patch not applied ({self.flavour.description})"
 
 
@@ -240,9 +261,12 @@ def _found_version(root: Path) -> int | None:
 
 
 def patch_status(caffe_dir: str | os.PathLike) -> PatchStatus:
-    """Which version of the patch the tree carries, if any."""
+    """Which version of the patch the tree carries, if any.  Reads only: an interrupted
+    run's journal is reported, not acted on."""
     root = _tree(caffe_dir)
     flavour = detect_flavour(root)
+    if (root / _JOURNAL).exists():
+        return PatchStatus(flavour, False, None, interrupted=True)
     _, _, done, todo, conflicts = _plan(root, flavour)
     found = _found_version(root)
     if not todo and not conflicts:
@@ -266,88 +290,217 @@ def _check_writable(root: Path, paths: list[str]) -> None:
                 raise CaffememError(f"{q}: read-only; caffemem patch needs to write there (nothing was changed)")
 
 
-def _write_all(root: Path, writes: dict[str, bytes | None], originals: dict[str, bytes | None]) -> None:
-    """Write (bytes) or delete (None) each file atomically; on any failure restore the
-    files already handled to ``originals`` and raise CaffememError."""
-    handled: list[str] = []
+# ----------------------------------------------------------------------------- all or nothing
+
+_JOURNAL = ".caffemem-patch.journal"
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One file of a run, as its journal records it: the bytes to put back (None: the
+    file did not exist), its mode, and the SHA-256 of what the run writes there (None:
+    the run removes it)."""
+
+    path: str
+    before: bytes | None
+    after: str | None
+    mode: int
+
+
+class _Interrupted(Exception):
+    """A held signal arrived while the tree was being changed (raised and caught inside
+    :func:`_transact`, which puts the tree back and lets the signal through)."""
+
+
+def _temporary(path: Path) -> Path:
+    """The temporary file that becomes ``path``: a fixed name, so that the recovery of a
+    killed run finds and removes it."""
+    return path.with_name(f".{path.name}.caffemem-tmp")
+
+
+def _put(path: Path, data: bytes | None, mode: int) -> None:
+    """Replace ``path`` by ``data`` (None: remove it) atomically: a temporary file beside
+    it, on disk (fsync) before it is renamed over the old one."""
+    if data is None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    tmp = _temporary(path)
     try:
-        for rel, data in writes.items():
-            p = root / rel
-            if data is None:
-                p.unlink()
-            else:
-                mode = stat.S_IMODE(p.stat().st_mode) if p.exists() else 0o644
-                fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".caffemem", dir=p.parent)
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                    os.chmod(tmp, mode)
-                    os.replace(tmp, p)
-                except BaseException:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-                    raise
-            handled.append(rel)
-    except OSError as e:
-        for rel in reversed(handled):
-            p = root / rel
-            old = originals[rel]
-            try:
-                if old is None:
-                    p.unlink(missing_ok=True)
-                else:
-                    p.write_bytes(old)
-            except OSError:
-                pass
-        raise CaffememError(f"{root / (e.filename or '')}: {e.strerror}; the tree was restored, nothing changed") from e
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode), "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _sync_directory(path: Path) -> None:
+    """Make a rename or removal in ``path`` durable (a file system without directory
+    fsync only loses that guarantee)."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """Hold SIGINT, SIGTERM and SIGHUP (those not ignored: under nohup SIGHUP stays
+    ignored) while the tree changes: a signal is only recorded; the writer looks between
+    two files, puts the tree back, and on leaving the signal goes to the handler that was
+    there before (Ctrl-C: KeyboardInterrupt; SIGTERM by default: the process ends).
+    Outside the main thread no handler can be installed, and none is needed: signals are
+    delivered to the main thread."""
+    held: list[int] = []
+    previous: dict[int, object] = {}
+    with contextlib.suppress(ValueError):  # not the main thread
+        for number in _HELD_SIGNALS:
+            if signal.getsignal(number) is not signal.SIG_IGN:
+                previous[number] = signal.signal(number, lambda signum, _frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)  # type: ignore[arg-type]
+        if held:
+            signal.raise_signal(held[0])
+            raise KeyboardInterrupt  # that handler returned: the run was interrupted all the same
+
+
+def _journal_bytes(entries: list[_Entry]) -> bytes:
+    files = [{"path": e.path, "before": None if e.before is None else base64.b64encode(e.before).decode("ascii"), "after": e.after, "mode": e.mode} for e in entries]
+    return json.dumps({"caffemem patch journal": 1, "files": files}, indent=0).encode("ascii")
+
+
+def _read_journal(root: Path) -> list[_Entry]:
+    path = root / _JOURNAL
+    try:
+        document = json.loads(_read(path))
+        entries = [_Entry(f["path"], None if f["before"] is None else base64.b64decode(f["before"], validate=True), f["after"], int(f["mode"])) for f in document["files"]]
+    except (ValueError, KeyError, TypeError) as error:
+        raise CaffememError(f"{path}: the journal of an interrupted caffemem patch run, but unreadable ({error}); restore the tree from its source") from None
+    for entry in entries:
+        if not isinstance(entry.path, str) or Path(entry.path).is_absolute() or ".." in Path(entry.path).parts:
+            raise CaffememError(f"{path}: names {entry.path!r}, outside the tree; restore the tree from its source")
+    return entries
+
+
+def _sha256(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _undo(root: Path, entries: list[_Entry]) -> None:
+    """Put back every file of a journal, then remove the journal: all or nothing too (a
+    file changed since by someone else refuses it whole, and a failure keeps the journal
+    for the next try)."""
+    current = {e.path: _read(root / e.path) if (root / e.path).exists() else None for e in entries}
+    changed = [e.path for e in entries if current[e.path] != e.before and _sha256(current[e.path]) != e.after]
+    if changed:
+        raise CaffememError(
+            f"{root}: an interrupted caffemem patch run left {_JOURNAL}, but {', '.join(changed)} changed since; nothing was written: restore those files from the Caffe sources and delete the journal"
+        )
+    try:
+        for entry in entries:
+            if current[entry.path] != entry.before:
+                _put(root / entry.path, entry.before, entry.mode)
+            with contextlib.suppress(FileNotFoundError):
+                _temporary(root / entry.path).unlink()
+        (root / _JOURNAL).unlink()
+    except OSError as error:
+        raise CaffememError(
+            f"{error.filename or root}: cannot write it ({error.strerror}) while undoing an interrupted caffemem patch run; "
+            f"{_JOURNAL} is kept: run `caffemem patch --revert` again once the tree can be written"
+        ) from error
+    _sync_directory(root)
+
+
+def _recover(root: Path) -> None:
+    """Undo what an interrupted run's journal names (nothing without one), and remove a
+    journal that was never finished (the run stopped before its first file)."""
+    with contextlib.suppress(FileNotFoundError):
+        _temporary(root / _JOURNAL).unlink()
+    if (root / _JOURNAL).exists():
+        with _signals_held():
+            _undo(root, _read_journal(root))
+
+
+def _transact(root: Path, writes: dict[str, bytes | None], originals: dict[str, bytes | None]) -> None:
+    """Write (bytes) or remove (None) each file, all or nothing (see the module docstring):
+    on any failure or held signal the files already handled get ``originals`` back."""
+    if not writes:
+        return
+    _check_writable(root, [*writes, _JOURNAL])
+    modes = {rel: stat.S_IMODE((root / rel).stat().st_mode) if (root / rel).exists() else 0o644 for rel in writes}
+    entries = [_Entry(rel, originals[rel], _sha256(data), modes[rel]) for rel, data in writes.items()]
+    with _signals_held() as held:
+        try:
+            _put(root / _JOURNAL, _journal_bytes(entries), 0o644)
+            for rel, data in writes.items():
+                if held:
+                    raise _Interrupted
+                _put(root / rel, data, modes[rel])
+            if held:
+                raise _Interrupted
+        except BaseException as error:
+            if (root / _JOURNAL).exists():  # else the journal itself was not written: nothing was
+                _undo(root, entries)
+            if isinstance(error, _Interrupted):
+                return  # the held signal is delivered on leaving
+            if isinstance(error, OSError):
+                raise CaffememError(f"{error.filename or root}: {error.strerror}; the tree was restored, nothing changed") from error
+            raise
+        (root / _JOURNAL).unlink()  # the commit
+        _sync_directory(root)
+
+
+def _applied(text: str, edit: _Edit) -> bool:
+    """Whether ``edit`` is in ``text`` (its REPLACE once, and FIND only inside it)."""
+    return text.count(edit.replace) == 1 and edit.replace.count(edit.find) == text.count(edit.find)
 
 
 def apply_patch(caffe_dir: str | os.PathLike) -> PatchStatus:
-    """Patch the tree (all or nothing; a no-op when already applied)."""
+    """Patch the tree (all or nothing; a no-op when already applied).  An interrupted
+    run is undone first; a tree an older caffemem left half-patched is finished."""
     root = _tree(caffe_dir)
     flavour = detect_flavour(root)
-    current, new_out, done, todo, conflicts = _plan(root, flavour)
+    _recover(root)
+    current, new_out, _, todo, conflicts = _plan(root, flavour)
     if conflicts:
         raise CaffememError(f"{root}: cannot apply the caffemem runtime patch, nothing was written:\n  " + "\n  ".join(conflicts))
-    if not todo:
-        return patch_status(root)
-    if done:
-        raise CaffememError(
-            f"{root}: half-patched tree (already patched: {', '.join(done)}; not: {', '.join(todo)}); "
-            "nothing was written. Restore the original files (or `caffemem patch --revert` if a whole patch was applied) and retry"
-        )
-    _check_writable(root, todo)
-    writes: dict[str, bytes | None] = {rel: new_out[rel] for rel in todo}
-    originals: dict[str, bytes | None] = {rel: current.get(rel) for rel in todo}
-    _write_all(root, writes, originals)
+    if todo:
+        _transact(root, {rel: new_out[rel] for rel in todo}, {rel: current.get(rel) for rel in todo})
     return patch_status(root)
 
 
 def revert_patch(caffe_dir: str | os.PathLike) -> PatchStatus:
-    """Give back the original bytes (a no-op on an unpatched tree)."""
+    """Give back the original bytes (a no-op on an unpatched tree).  An interrupted run is
+    undone first; of a half-patched tree the patched part is reverted."""
     root = _tree(caffe_dir)
     flavour = detect_flavour(root)
-    current, _, done, todo, conflicts = _plan(root, flavour)
-    if not done and not conflicts:
+    _recover(root)
+    current, _, done, _, conflicts = _plan(root, flavour)
+    if conflicts:
+        raise CaffememError(f"{root}: not a tree with the caffemem runtime patch v{PATCH_VERSION}, nothing was reverted:\n  " + "\n  ".join(conflicts))
+    if not done:
         return patch_status(root)
-    if conflicts or todo:
-        problems = conflicts + [f"{t}: not patched" for t in todo]
-        raise CaffememError(f"{root}: not a tree with the whole caffemem runtime patch v{PATCH_VERSION}, nothing was reverted:\n  " + "\n  ".join(problems))
-    writes: dict[str, bytes | None] = {}
     texts = {rel: data.decode("utf-8") for rel, data in current.items()}
     for edit in reversed(_read_edits(flavour)):
-        text = texts[edit.path]
-        if text.count(edit.replace) != 1:
-            raise CaffememError(f"{root / edit.path}: the patched text changed since; cannot revert exactly (nothing was reverted)")
-        texts[edit.path] = text.replace(edit.replace, edit.find, 1)
-    for rel, text in texts.items():
-        writes[rel] = text.encode("utf-8")
-    originals: dict[str, bytes | None] = dict(current)
+        if _applied(texts[edit.path], edit):
+            texts[edit.path] = texts[edit.path].replace(edit.replace, edit.find, 1)
+    writes: dict[str, bytes | None] = {rel: text.encode("utf-8") for rel, text in texts.items() if text.encode("utf-8") != current[rel]}
+    originals: dict[str, bytes | None] = {rel: current[rel] for rel in writes}
     for rel in _new_files(flavour):
-        writes[rel] = None
-        originals[rel] = _read(root / rel)
-    _check_writable(root, list(writes))
-    _write_all(root, writes, originals)
+        if (root / rel).exists():  # caffemem's own file (_plan refuses any other)
+            writes[rel], originals[rel] = None, _read(root / rel)
+    _transact(root, writes, originals)
     return patch_status(root)
 
 
@@ -356,6 +509,7 @@ def apply_edits_file(caffe_dir: str | os.PathLike, edits: str | os.PathLike) -> 
     build fixes of benchmarks/gpu/, e.g. for CUDA 13 and cuDNN 9): all or nothing, an edit
     already applied is skipped. Returns the files written."""
     root = _tree(caffe_dir)
+    _recover(root)
     texts: dict[str, str] = {}
     originals: dict[str, bytes | None] = {}
     conflicts: list[str] = []
@@ -369,7 +523,7 @@ def apply_edits_file(caffe_dir: str | os.PathLike, edits: str | os.PathLike) -> 
             originals[edit.path] = _read(p)
             texts[edit.path] = originals[edit.path].decode("utf-8", "replace")
         text = texts[edit.path]
-        if text.count(edit.replace) == 1 and edit.replace.count(edit.find) == text.count(edit.find):
+        if _applied(text, edit):
             continue
         if text.count(edit.find) != 1:
             conflicts.append(f"{edit.path}: the text {Path(edits).name} edits there was changed or occurs {text.count(edit.find)} times")
@@ -378,6 +532,5 @@ def apply_edits_file(caffe_dir: str | os.PathLike, edits: str | os.PathLike) -> 
         changed.add(edit.path)
     if conflicts:
         raise CaffememError(f"{root}: cannot apply {edits}, nothing was written:\n  " + "\n  ".join(conflicts))
-    _check_writable(root, sorted(changed))
-    _write_all(root, {rel: texts[rel].encode("utf-8") for rel in sorted(changed)}, originals)
+    _transact(root, {rel: texts[rel].encode("utf-8") for rel in sorted(changed)}, originals)
     return sorted(changed)

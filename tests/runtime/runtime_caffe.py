@@ -4,6 +4,7 @@ built tree, run it, read its heap figures, and run `caffemem optimize`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -103,3 +104,34 @@ def patched_caffe(tmp_path_factory) -> Caffe:
     _need_caffe()
     tree = build("patched")
     return Caffe(tree, compile_harness(tree, tmp_path_factory.mktemp("harness") / "harness_patched"))
+
+
+def unpack(tarball: Path, dest: Path) -> Path:
+    """A Caffe tarball of ../shared/caffe unpacked into ``dest`` (skips without it)."""
+    if not tarball.is_file():
+        pytest.skip(f"{tarball} missing")
+    dest.mkdir()
+    subprocess.run(["tar", "-xJf", str(tarball), "-C", str(dest)], check=True)
+    return dest
+
+
+def snapshot(tree: Path) -> dict[str, str]:
+    """Every regular file of ``tree``: its hash and mode (the bytes a patch may change)."""
+    out = {}
+    for p in sorted(tree.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[str(p.relative_to(tree))] = hashlib.sha256(p.read_bytes()).hexdigest() + oct(p.stat().st_mode)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """BVLC Caffe master's source tree, unpacked once per module: copy it (``bvlc``) to change it."""
+    return unpack(BVLC_TARBALL, tmp_path_factory.mktemp("bvlc") / "caffe")
+
+
+@pytest.fixture
+def bvlc(pristine, tmp_path) -> Path:
+    tree = tmp_path / "caffe"
+    subprocess.run(["cp", "-a", str(pristine), str(tree)], check=True)
+    return tree

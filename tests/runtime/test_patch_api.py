@@ -4,14 +4,15 @@ the `caffemem patch` command."""
 
 from __future__ import annotations
 
-import hashlib
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from runtime_caffe import BVLC_TARBALL, FORK_TARBALL
+from runtime_caffe import BVLC_TARBALL, FORK_TARBALL, bvlc, pristine  # noqa: F401  (fixtures)
+from runtime_caffe import snapshot as _snapshot
+from runtime_caffe import unpack as _unpack
 
 from caffemem import runtime
 from caffemem.cli import main
@@ -21,34 +22,6 @@ from caffemem.errors import CaffememError
 def patch(*args: str):
     """`caffemem patch ARGS...` through the real command group."""
     return CliRunner().invoke(main, ["patch", *args])
-
-
-def _unpack(tarball: Path, dest: Path) -> Path:
-    if not tarball.is_file():
-        pytest.skip(f"{tarball} missing")
-    dest.mkdir()
-    subprocess.run(["tar", "-xJf", str(tarball), "-C", str(dest)], check=True)
-    return dest
-
-
-def _snapshot(tree: Path) -> dict[str, str]:
-    out = {}
-    for p in sorted(tree.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            out[str(p.relative_to(tree))] = hashlib.sha256(p.read_bytes()).hexdigest() + oct(p.stat().st_mode)
-    return out
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return _unpack(BVLC_TARBALL, tmp_path_factory.mktemp("bvlc") / "caffe")
-
-
-@pytest.fixture
-def bvlc(pristine, tmp_path) -> Path:
-    tree = tmp_path / "caffe"
-    subprocess.run(["cp", "-a", str(pristine), str(tree)], check=True)
-    return tree
 
 
 def test_detects_bvlc(bvlc):
@@ -98,21 +71,35 @@ def test_a_tree_changed_where_we_patch_is_refused_naming_the_file(bvlc):
     assert _snapshot(bvlc) == before
 
 
-def test_a_half_patched_tree_is_refused(bvlc):
+def _restore_by_hand(tree: Path, rel: str) -> None:
+    """One file put back from the tarball, as a user would (or an older caffemem's run
+    that stopped after the others)."""
+    pristine = subprocess.run(["tar", "-xJOf", str(BVLC_TARBALL), f"./{rel}"], capture_output=True)
+    if pristine.returncode != 0:
+        pristine = subprocess.run(["tar", "-xJOf", str(BVLC_TARBALL), rel], capture_output=True, check=True)
+    (tree / rel).write_bytes(pristine.stdout)
+
+
+def test_a_half_patched_tree_is_named_and_patch_finishes_it(bvlc):
+    original = _snapshot(bvlc)
     runtime.apply_patch(bvlc)
-    # a file restored by hand: the rest is still patched
-    pristine_proto = subprocess.run(["tar", "-xJOf", str(BVLC_TARBALL), "./src/caffe/proto/caffe.proto"], capture_output=True)
-    if pristine_proto.returncode != 0:
-        pristine_proto = subprocess.run(["tar", "-xJOf", str(BVLC_TARBALL), "src/caffe/proto/caffe.proto"], capture_output=True, check=True)
-    (bvlc / "src/caffe/proto/caffe.proto").write_bytes(pristine_proto.stdout)
-    before = _snapshot(bvlc)
+    patched = _snapshot(bvlc)
+    _restore_by_hand(bvlc, "src/caffe/proto/caffe.proto")
     status = runtime.patch_status(bvlc)
-    assert not status.applied and "src/caffe/proto/caffe.proto" in status.pending
-    with pytest.raises(CaffememError, match="half-patched"):
-        runtime.apply_patch(bvlc)
-    with pytest.raises(CaffememError, match="src/caffe/proto/caffe.proto"):
-        runtime.revert_patch(bvlc)
-    assert _snapshot(bvlc) == before
+    assert not status.applied and status.pending == ("src/caffe/proto/caffe.proto",)
+    assert "`caffemem patch` finishes it" in status.describe()
+    assert runtime.apply_patch(bvlc).applied
+    assert _snapshot(bvlc) == patched != original
+
+
+def test_a_half_patched_tree_is_reverted_to_the_original_bytes(bvlc):
+    original = _snapshot(bvlc)
+    runtime.apply_patch(bvlc)
+    _restore_by_hand(bvlc, "src/caffe/proto/caffe.proto")
+    _restore_by_hand(bvlc, "include/caffe/net.hpp")
+    status = runtime.revert_patch(bvlc)
+    assert not status.applied and not status.changed
+    assert _snapshot(bvlc) == original
 
 
 def test_a_read_only_tree_is_refused_and_unchanged(bvlc):
