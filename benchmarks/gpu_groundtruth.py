@@ -22,6 +22,7 @@ build or a measurement failed.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -266,45 +267,90 @@ def check() -> Path:
     return _publish(work, dest)
 
 
+def build_path(variant: Variant) -> tuple[Path, bool]:
+    """(the variant's full build in the cache, whether it is there), building nothing."""
+    dest = cache_root() / f"bvlc-cuda-{variant.name}-{digest(*variant.key_inputs(), 'build v2')}"
+    return dest, (dest / ".caffemem-ok").is_file()
+
+
 def build(variant: Variant) -> Path:
     """The full CUDA build (`make lib tools`), cached; returns the tree."""
     cuda = toolkit()
-    dest = cache_root() / f"bvlc-cuda-{variant.name}-{digest(*variant.key_inputs(), 'build v2')}"
-    if (dest / ".caffemem-ok").is_file():
+    dest, built = build_path(variant)
+    if built:
         return dest
-    # An interrupted or failed build resumes in its .partial tree (make is incremental).
-    work = dest.with_name(dest.name + ".partial")
-    if not (work / ".caffemem-unpacked").is_file():
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        unpack(variant, work, cuda)
-        (work / ".caffemem-unpacked").touch()
-    (work / "Makefile.config").write_text(makefile_config(cuda))
-    seconds = make(work, ["lib", "tools"], "build.log")
-    log(f"{variant.name}: Caffe built with CUDA in {seconds / 60:.1f} min")
-    (work / "build-seconds.txt").write_text(f"{seconds:.0f}\n")
-    return _publish(work, dest)
+    with open(dest.with_name(dest.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one make per tree: a second `build`/`bundle` waits for the first
+        if (dest / ".caffemem-ok").is_file():
+            return dest
+        # An interrupted or failed build resumes in its .partial tree (make is incremental).
+        work = dest.with_name(dest.name + ".partial")
+        if not (work / ".caffemem-unpacked").is_file():
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            unpack(variant, work, cuda)
+            (work / ".caffemem-unpacked").touch()
+        (work / "Makefile.config").write_text(makefile_config(cuda))
+        seconds = make(work, ["lib", "tools"], "build.log")
+        log(f"{variant.name}: Caffe built with CUDA in {seconds / 60:.1f} min")
+        (work / "build-seconds.txt").write_text(f"{seconds:.0f}\n")
+        return _publish(work, dest)
 
 
-def compile_probe(tree: Path, cuda: Path) -> Path:
+def compile_probe(tree: Path, cuda: Path, kit: bool = False) -> Path:
     """benchmarks/gpu/probe.cpp against the built libcaffe (same defines as the library),
-    into the built tree, named by the probe's digest."""
-    out = tree / "build" / "tools" / f"caffemem_gpu_probe-{digest(PROBE)}"
+    into the built tree, named by the probe's digest. `kit`: for the GPU bundle, which finds
+    libcaffe beside it ($ORIGIN/../lib, as Caffe's tools do) and everything else on
+    LD_LIBRARY_PATH, instead of in this machine's build tree and toolkit."""
+    out = tree / "build" / "tools" / f"caffemem_gpu_probe-{digest(PROBE)}{'-kit' if kit else ''}"
     if out.is_file():
         return out
+    rpath = "$ORIGIN/../lib" if kit else f"{tree / 'build' / 'lib'}:{cuda / 'lib64'}"
     cmd = [
         "g++", "-std=gnu++17", "-O2", "-rdynamic", str(PROBE), "-o", str(out),
         "-DUSE_CUDNN", "-DUSE_HDF5", f"-I{tree / 'include'}", f"-I{tree / '.build_release' / 'src'}",
         f"-I{cuda / 'include'}", "-I/usr/include/hdf5/serial",
         f"-L{tree / 'build' / 'lib'}", f"-L{cuda / 'lib64'}",
-        f"-Wl,-rpath,{tree / 'build' / 'lib'}:{cuda / 'lib64'}",
+        f"-Wl,-rpath,{rpath}", f"-Wl,-rpath-link,{tree / 'build' / 'lib'}:{cuda / 'lib64'}",  # libcaffe's own NEEDED, at link time
         "-lcaffe", "-lcudart", "-lglog", "-lgflags", "-lprotobuf", "-lboost_system", "-ldl", "-lpthread",
     ]
+    tmp = out.with_name(out.name + ".tmp")
+    cmd[cmd.index(str(out))] = str(tmp)
     _run(cmd, log_to=tree / "probe-build.log")
+    tmp.replace(out)
     return out
 
 
 # ----------------------------------------------------------------------------- measuring
+
+
+@dataclass(frozen=True)
+class Programs:
+    """One variant's programs and the environment they run in: a build tree's (`run`) or an
+    unpacked GPU bundle's (`run-bundle`, benchmarks/gpu_bundle.py)."""
+
+    probe: Path
+    upgrade: Path  # upgrade_net_proto_text: the V1 nets of the corpus
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One measured configuration: which build runs the nets, and the `caffemem optimize`
+    options their plan is made with (None: the net as it is, stock Caffe). `name` is its
+    folder in the output."""
+
+    name: str
+    variant: str
+    plan: tuple[str, ...] | None
+
+
+#: Stock Caffe; the patched Caffe with the blob plan; the same with --share-buffers.
+CONFIGS = (
+    Config("stock", "stock", None),
+    Config("patched", "patched", ()),
+    Config("patched-buffers", "patched", ("--share-buffers",)),
+)
 
 
 def cuda_env(cuda: Path) -> dict[str, str]:
@@ -314,14 +360,18 @@ def cuda_env(cuda: Path) -> dict[str, str]:
     return env
 
 
-def gpu_devices(probe: Path, cuda: Path) -> tuple[int, str]:
+def tree_programs(tree: Path, cuda: Path) -> Programs:
+    return Programs(compile_probe(tree, cuda), tree / "build" / "tools" / "upgrade_net_proto_text", cuda_env(cuda))
+
+
+def gpu_devices(programs: Programs) -> tuple[int, str]:
     """(number of devices, the probe's reason when none)."""
-    proc = subprocess.run([str(probe), "--devices"], check=False, capture_output=True, text=True, env=cuda_env(cuda))
+    proc = subprocess.run([str(programs.probe), "--devices"], check=False, capture_output=True, text=True, env=programs.env)
     count = 0
     for line in proc.stdout.splitlines():
         if line.startswith("devices "):
             count = int(line.split()[1])
-    return count, proc.stderr.strip()
+    return count, (proc.stderr.strip() or f"probe exit {proc.returncode}")
 
 
 def caffe_pb2():
@@ -330,7 +380,7 @@ def caffe_pb2():
     return pb
 
 
-def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], tree: Path, out: Path) -> Path:
+def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], programs: Programs, out: Path) -> Path:
     """The net as the ground truth ran it: upgraded by Caffe's own tool when it is in an old
     format, its data layers for `phase` replaced by one Input layer with the ground truth's
     shapes (tests/runtime/runtime_nets.make_net does the same for the CPU runtime tests)."""
@@ -341,8 +391,7 @@ def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], tree: Pa
     net = text_format.Parse(text, pb.NetParameter(), allow_unknown_field=True)
     if net.layers:  # V1: Caffe's upgrade_net_proto_text
         upgraded = out.with_suffix(".upgraded.prototxt")
-        tool = tree / "build" / "tools" / "upgrade_net_proto_text"
-        subprocess.run([str(tool), str(source), str(upgraded)], check=True, capture_output=True, env=cuda_env(toolkit_path()[0]))
+        subprocess.run([str(programs.upgrade), str(source), str(upgraded)], check=True, capture_output=True, env=programs.env)
         net = text_format.Parse(upgraded.read_text(), pb.NetParameter(), allow_unknown_field=True)
     phase_value = getattr(pb, phase)
     layers = list(net.layer)
@@ -366,19 +415,31 @@ def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], tree: Pa
     return out
 
 
-def optimize(net: Path, phase: str, out: Path) -> Path:
-    """`caffemem optimize` for the patched run (the slot table for this phase)."""
+def caffemem(args: list[str], stdout: Path) -> None:
+    """This checkout's `caffemem ARGS` in GPU mode, its JSON on `stdout` kept beside the run
+    (the model's figures for the same net, to compare with the measurement)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "caffemem", "optimize", str(net), "--phase", phase.lower(), "-o", str(out)],
+        [sys.executable, "-m", "caffemem", *args, "--device", "gpu", "--json"],
         check=False, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
+    stdout.write_text(proc.stdout)
     if proc.returncode != 0:
-        raise RuntimeError(f"caffemem optimize {net.name}: {proc.stderr.strip()}")
+        raise RuntimeError(f"caffemem {' '.join(args[:1])} {Path(args[1]).name}: exit {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+
+
+def optimize(net: Path, phase: str, out: Path, options: tuple[str, ...] = ()) -> Path:
+    """`caffemem optimize` for a patched run (the slot table for this phase); its JSON goes
+    to OUT.optimize.json."""
+    caffemem(["optimize", str(net), "--phase", phase.lower(), *options, "-o", str(out)], out.with_suffix(".optimize.json"))
     return out
 
 
-def probe_run(probe: Path, cuda: Path, net: Path, phase: str, out: Path, device: int) -> dict:
-    proc = subprocess.run([str(probe), str(net), phase.lower(), str(out), str(device)], check=False, capture_output=True, text=True, env=cuda_env(cuda))
+def probe_run(programs: Programs, net: Path, phase: str, out: Path, device: int, timeout: float | None = None) -> dict:
+    try:
+        proc = subprocess.run([str(programs.probe), str(net), phase.lower(), str(out), str(device)], check=False, capture_output=True,
+                              text=True, env=programs.env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"probe stopped after {timeout:.0f} s (the time budget)") from e
     (out.with_suffix(".log")).write_text(proc.stderr)
     if proc.returncode != 0:
         last = [line for line in proc.stderr.splitlines() if line.strip()][-3:]
@@ -404,54 +465,130 @@ def merge(gt_run: dict, measured: dict) -> dict:
     return run
 
 
-def measure(variants: list[Variant], names: list[str] | None, out_dir: Path, device: int) -> int:
-    cuda = toolkit()
-    trees = {v.name: build(v) for v in variants}
-    probes = {name: compile_probe(tree, cuda) for name, tree in trees.items()}
-    count, reason = gpu_devices(next(iter(probes.values())), cuda)
-    if count == 0:
-        log(f"everything is built ({', '.join(str(t) for t in trees.values())}), but there is no GPU here: {reason}")
-        log(f"rerun `python benchmarks/gpu_groundtruth.py run` on a machine with an NVIDIA GPU (exit {EXIT_NO_GPU})")
-        return EXIT_NO_GPU
-    files = sorted(GROUNDTRUTH.glob("*.json"))
+@dataclass(frozen=True)
+class Task:
+    """One run of one ground-truth file in one configuration."""
+
+    gt_file: Path
+    gt: dict
+    gt_run: dict
+    config: Config
+
+    @property
+    def stem(self) -> str:
+        return f"{self.gt_file.stem}.{self.gt_run['phase']}"
+
+
+def convolution_groups(source: Path) -> int:
+    """The groups of the net's convolutions, summed (1 for a convolution without `group`).
+    BVLC's CuDNNConvolutionLayer makes 3 cuDNN handles and 3 streams per group in LayerSetUp
+    (cudnn_conv_layer.cpp): MobileNet's depthwise convolutions ask for ~15,000 of each, the
+    slowest set-ups of the corpus by far."""
+    from google.protobuf import text_format
+
+    net = text_format.Parse(source.read_text(), caffe_pb2().NetParameter(), allow_unknown_field=True)
+    groups = [layer.convolution_param.group for layer in [*net.layer, *net.layers] if layer.HasField("convolution_param")]
+    groups += [layer.layer.group for layer in net.layers if layer.layer.type == "conv"]  # V0: the old layer inside
+    return sum(max(1, g) for g in groups)
+
+
+def tasks(corpus: Path, configs: tuple[Config, ...], names: list[str] | None) -> list[Task]:
+    """Every BVLC run of the corpus in every configuration, a net's configurations side by
+    side (so a run cut short by the time budget still compares whole nets), the nets with
+    the fewest convolution groups first (so the budget cuts the slowest set-ups)."""
+    files = sorted((corpus / "groundtruth").glob("*.json"))
     if names:
         files = [f for f in files if any(n in f.stem for n in names)]
+    docs = [(f, json.loads(f.read_text())) for f in files]
+    docs = sorted(((f, gt) for f, gt in docs if gt.get("caffe") == "bvlc"), key=lambda d: convolution_groups(corpus / d[1]["source"]))
+    return [Task(gt_file, gt, gt_run, c) for gt_file, gt in docs for gt_run in gt["runs"] for c in configs]
+
+
+def _prepare(task: Task, corpus: Path, programs: Programs, out_dir: Path) -> Path:
+    """The net the probe runs (CPU work only: upgrade, Input layer, the plan), with the
+    model's figures for it beside it."""
+    phase = task.gt_run["phase"]
+    work = out_dir / task.config.name / "nets"
+    net = prepare_net(corpus / task.gt["source"], phase, task.gt_run.get("inputs", {}), programs, work / f"{task.stem}.prototxt")
+    if task.config.plan is None:
+        caffemem(["analyze", str(net), "--phase", phase.lower()], work / f"{task.stem}.analyze.json")
+        return net
+    return optimize(net, phase, work / f"{task.stem}.optimized.prototxt", task.config.plan)
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: Path, names: list[str] | None, out_dir: Path,
+            device: int, deadline: float | None = None, jobs: int = 1, caffe: str = "bvlc 9b89154, CUDA build") -> int:
+    """Measures every BVLC run of `corpus`/groundtruth in every configuration; writes
+    OUT/<config>/<ground-truth file name> (each rewritten after every run, so a run cut short
+    keeps what it measured) and OUT/summary.json. The CPU work (upgrading, planning) runs on
+    `jobs` threads ahead of the probes; the probes run one at a time, since the card's
+    figures (cudaMemGetInfo) see every process on it. Past `deadline` (time.monotonic()), the
+    runs left are recorded as not measured. Returns 0, or 1 if a run failed or was left."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = tasks(corpus, configs, names)
+    for c in configs:
+        (out_dir / c.name / "nets").mkdir(parents=True, exist_ok=True)
+    docs: dict[tuple[str, str], dict] = {}
+    rows = []
     failures = 0
-    for variant in variants:
-        (out_dir / variant.name).mkdir(parents=True, exist_ok=True)
-        work = out_dir / variant.name / "nets"
-        work.mkdir(exist_ok=True)
-        for gt_file in files:
-            gt = json.loads(gt_file.read_text())
-            if gt.get("caffe") != "bvlc":
-                continue
-            doc = {"source": gt["source"], "caffe": f"bvlc 9b89154, CUDA build ({variant.name})", "toolkit": REQUIREMENTS.read_text().split("\n# ")[0], "runs": []}
-            for gt_run in gt["runs"]:
-                phase = gt_run["phase"]
-                stem = f"{gt_file.stem}.{phase}"
-                if not gt_run.get("ok"):
-                    doc["runs"].append({"phase": phase, "ok": False, "error": "the CPU ground truth has no run: " + gt_run.get("error", "")})
-                    continue
-                try:
-                    net = prepare_net(SHARED / gt["source"], phase, gt_run.get("inputs", {}), trees[variant.name], work / f"{stem}.prototxt")
-                    if variant.patched:
-                        net = optimize(net, phase, work / f"{stem}.optimized.prototxt")
-                    measured = probe_run(probes[variant.name], cuda, net, phase, work / f"{stem}.probe.json", device)
-                except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        prepared = [None if not t.gt_run.get("ok") else pool.submit(_prepare, t, corpus, programs[t.config.variant], out_dir) for t in todo]
+        for task, future in zip(todo, prepared):
+            phase = task.gt_run["phase"]
+            doc = docs.setdefault((task.config.name, task.gt_file.name), {
+                "source": task.gt["source"], "caffe": f"{caffe} ({task.config.variant})", "plan": task.config.plan,
+                "toolkit": REQUIREMENTS.read_text().split("\n# ")[0], "runs": []})
+            row = {"config": task.config.name, "file": task.gt_file.name, "phase": phase, "ok": False}
+            started = time.monotonic()
+            try:
+                if future is None:
+                    raise RuntimeError("the CPU ground truth has no run: " + task.gt_run.get("error", ""))
+                if deadline is not None and time.monotonic() >= deadline:
+                    future.cancel()
+                    raise RuntimeError("not measured: the time budget ran out")
+                net = future.result()
+                left = None if deadline is None else max(1.0, deadline - time.monotonic())
+                measured = probe_run(programs[task.config.variant], net, phase, out_dir / task.config.name / "nets" / f"{task.stem}.probe.json",
+                                     device, timeout=left)
+            except (RuntimeError, subprocess.CalledProcessError, OSError, ValueError) as e:
+                if future is not None:
                     failures += 1
-                    log(f"{variant.name} {stem}: {e}")
-                    doc["runs"].append({"phase": phase, "ok": False, "error": str(e)})
-                    continue
+                    log(f"{task.config.name} {task.stem}: {e}")
+                doc["runs"].append({"phase": phase, "ok": False, "error": str(e)})
+                row["error"] = str(e)
+            else:
                 doc.setdefault("device", measured["device"])
                 doc.setdefault("process_constant", measured["process"])
-                doc["runs"].append(merge(gt_run, measured))
-                log(f"{variant.name} {stem}: device peak {measured['end']['device_peak']} B counted, {measured['end']['device_used']} B used on the card")
-            (out_dir / variant.name / gt_file.name).write_text(json.dumps(doc, indent=1) + "\n")
-    log(f"wrote {out_dir}; {failures} run(s) failed")
+                doc["runs"].append(merge(task.gt_run, measured))
+                end = measured["end"]
+                row.update(ok=True, device_peak=end["device_peak"], device_used=end["device_used"], process=measured["process"])
+                log(f"{task.config.name} {task.stem}: device peak {end['device_peak']} B counted, {end['device_used']} B used on the card"
+                    f" ({time.monotonic() - started:.1f} s)")
+            row["seconds"] = round(time.monotonic() - started, 2)
+            rows.append(row)
+            _write_json(out_dir / task.config.name / task.gt_file.name, doc)
+    measured_runs = sum(r["ok"] for r in rows)
+    _write_json(out_dir / "summary.json", {"seconds": round(time.monotonic() - t0, 1), "measured": measured_runs, "failed": failures, "runs": rows})
+    log(f"wrote {out_dir}: {measured_runs} run(s) measured, {failures} failed or not measured, in {time.monotonic() - t0:.0f} s")
     return 1 if failures else 0
 
 
+def configs_of(variant: str) -> tuple[Config, ...]:
+    """--variant stock|patched|both -> the configurations measured."""
+    return tuple(c for c in CONFIGS if variant in ("both", c.variant))
+
+
 def main(argv: list[str] | None = None) -> int:
+    import gpu_bundle  # builds on this module: imported here, not at the top
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("toolkit", help="install the pinned CUDA wheels into the cache; print CUDA_DIR")
@@ -463,7 +600,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--nets", nargs="*", help="only ground-truth files whose name contains one of these")
     r.add_argument("--out", type=Path, default=REPO / "benchmarks" / "gpu-groundtruth-out")
     r.add_argument("--device", type=int, default=0)
+    sub.add_parser("bundle", help=f"build, then pack the kit for a bare GPU machine into {gpu_bundle.CHECKOUT_ARCHIVE.relative_to(REPO)}")
+    k = sub.add_parser("run-bundle", help="on the GPU machine: unpack the kit and measure every net (docs/gpu.md)")
+    k.add_argument("archive", type=Path)
+    k.add_argument("--out", type=Path, default=REPO / "benchmarks" / "gpu-groundtruth-out")
+    k.add_argument("--pack", type=Path, help="also pack OUT into this .tar.xz")
+    k.add_argument("--nets", nargs="*", help="only ground-truth files whose name contains one of these")
+    k.add_argument("--device", type=int, default=0)
+    k.add_argument("--budget", type=float, default=420, help="seconds for the whole measurement (default 420); runs left are recorded as not measured")
+    k.add_argument("--cuda-lib", type=Path, action="append", help="a folder with CUDA's libraries (default: this Python's nvidia packages)")
+    k.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="threads for the CPU work (default: every core)")
+    k.add_argument("--rehearse", action="store_true", help="only check the kit: libraries found, programs start (exit 3 without a GPU)")
     args = parser.parse_args(argv)
+    if args.command == "run-bundle":
+        return gpu_bundle.run_bundle(args.archive, args.out, args.pack, args.nets, args.device, args.budget, args.cuda_lib, args.rehearse, args.jobs)
     if not TARBALL.is_file():
         log(f"missing {TARBALL}")
         return 2
@@ -472,18 +622,26 @@ def main(argv: list[str] | None = None) -> int:
             print(toolkit())
         elif args.command == "check":
             print(check())
+        elif args.command == "bundle":
+            print(gpu_bundle.bundle())
         elif args.command in ("build", "run", None):
             chosen = getattr(args, "variant", "both")
             variants = [Variant(v) for v in (("stock", "patched") if chosen == "both" else (chosen,))]
+            cuda = toolkit()
             if args.command == "build":
-                cuda = toolkit()
                 for v in variants:
                     tree = build(v)
                     log(f"probe: {compile_probe(tree, cuda)}")
                     print(tree)
             else:
+                programs = {v.name: tree_programs(build(v), cuda) for v in variants}
+                count, reason = gpu_devices(next(iter(programs.values())))
+                if count == 0:
+                    log(f"everything is built, but there is no GPU here: {reason}")
+                    log(f"rerun `python benchmarks/gpu_groundtruth.py run` on a machine with an NVIDIA GPU (exit {EXIT_NO_GPU})")
+                    return EXIT_NO_GPU
                 out = getattr(args, "out", REPO / "benchmarks" / "gpu-groundtruth-out")
-                return measure(variants, getattr(args, "nets", None), out, getattr(args, "device", 0))
+                return measure(configs_of(chosen), programs, SHARED, getattr(args, "nets", None), out, getattr(args, "device", 0))
     except (RuntimeError, subprocess.CalledProcessError) as e:
         log(str(e))
         return 1
@@ -491,4 +649,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    sys.modules.setdefault("gpu_groundtruth", sys.modules[__name__])  # one module for gpu_bundle's `import`
     sys.exit(main())

@@ -25,11 +25,14 @@ layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_p
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
 """
 
+#: No Caffe tools: these nets are not V1, so prepare_net does not upgrade them.
+NO_TOOLS = gg.Programs(Path("/nonexistent/probe"), Path("/nonexistent/upgrade_net_proto_text"), {})
+
 
 def test_data_layers_of_the_phase_become_one_input_layer(tmp_path):
     src = tmp_path / "net.prototxt"
     src.write_text(NET)
-    out = gg.prepare_net(src, "TEST", {"data": [100, 1, 28, 28], "label": [100]}, tmp_path, tmp_path / "out.prototxt")
+    out = gg.prepare_net(src, "TEST", {"data": [100, 1, 28, 28], "label": [100]}, NO_TOOLS, tmp_path / "out.prototxt")
     net = text_format.Parse(out.read_text(), pb.NetParameter())
     assert [(layer.name, layer.type) for layer in net.layer] == [("mnist", "Input"), ("ip", "InnerProduct"), ("loss", "SoftmaxWithLoss")]
     assert list(net.layer[0].top) == ["data", "label"]
@@ -40,7 +43,7 @@ def test_a_bottomless_layer_feeding_only_inputs_is_replaced(tmp_path):
     """HED's ImageLabelmapData (not a BVLC type) is fed like Data."""
     src = tmp_path / "net.prototxt"
     src.write_text(NET.replace('type: "Data"', 'type: "ImageLabelmapData"'))
-    out = gg.prepare_net(src, "TRAIN", {"data": [1, 1, 28, 28], "label": [1]}, tmp_path, tmp_path / "out.prototxt")
+    out = gg.prepare_net(src, "TRAIN", {"data": [1, 1, 28, 28], "label": [1]}, NO_TOOLS, tmp_path / "out.prototxt")
     assert [layer.type for layer in text_format.Parse(out.read_text(), pb.NetParameter()).layer] == ["Input", "InnerProduct", "SoftmaxWithLoss"]
 
 
