@@ -131,7 +131,8 @@ def test_verify_says_what_the_patched_caffe_says_of_a_table_for_another_batch(pa
     back.write_text(net.read_text().rstrip("\n") + "\nmem_param {" + at8.read_text().split("mem_param {", 1)[1])
     checked = subprocess.run([CAFFEMEM, "verify", str(back), "--phase", "TRAIN"], capture_output=True, text=True, cwd=REPO)
     assert checked.returncode == 1, checked.stdout + checked.stderr
-    (said,) = [line.split("the patched Caffe stops at Net::Init: ", 1)[1] for line in checked.stdout.splitlines() if "Net::Init" in line]
+    stops = "the patched Caffe stops at Net::Init: "
+    (said,) = [line.split(stops, 1)[1] for line in checked.stdout.splitlines() if stops in line]
     err = _fatal(patched_caffe, back, "TRAIN", tmp_path)
     assert said in err  # word for word the runtime's LOG(FATAL)
 
