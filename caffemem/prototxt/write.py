@@ -64,10 +64,13 @@ def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter, co
     for existing in reversed([b for b in top_level_blocks(original) if b.field == "mem_param"]):
         text = blank_out(text, existing.start, existing.end)
     eol = line_ending(original)
-    body = "".join(f"  {line}\n" for line in comments) + text_format.MessageToString(block, indent=2)
-    ours = "mem_param {\n" + body + "}\n"
+    # Protobuf's text format (Caffe's parser too) ends a comment at LF only: in a CR-only
+    # file a comment line ending in CR would hide the rest of the block, so it ends CR LF.
+    comment_eol = eol if "\n" in eol else eol + "\n"
+    head = "".join(f"  {line}{comment_eol}" for line in comments)
+    body = (text_format.MessageToString(block, indent=2) + "}\n").replace("\n", eol)
     separator = "" if text.endswith(("\n", "\r")) or not text else eol
-    return text + separator + ours.replace("\n", eol)
+    return text + separator + "mem_param {" + eol + head + body
 
 
 def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_input: bool = False, flag: str = "-o", now: bool = False) -> None:

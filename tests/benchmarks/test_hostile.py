@@ -72,6 +72,15 @@ def test_the_round_trip_allows_only_our_block_and_a_blanked_old_one():
     assert hostile.round_trip_problem(source, source + b"layer {}") == "no mem_param block after the input's bytes"
 
 
+def test_a_batch_rewrite_may_change_numbers_to_the_batch_and_nothing_else():
+    source = b"layer {\n  data_param { batch_size: 64 }\n  crop_size: 227\n}\n"
+    rewritten = source.replace(b"64", b"3")
+    assert hostile.batch_rewrite_problem(source, rewritten + b"mem_param {\n}\n", "3") is None
+    assert hostile.batch_rewrite_problem(source, source.replace(b"227", b"8") + b"mem_param {\n}\n", "3") == "b'227' became b'8'"
+    assert hostile.batch_rewrite_problem(source, rewritten.replace(b"crop", b"drop") + b"mem_param {\n}\n", "3") == "b' }\\n  crop_size: ' became b' }\\n  drop_size: '"
+    assert hostile.batch_rewrite_problem(source, rewritten, "3") == "no mem_param block after the input's bytes"
+
+
 def test_the_summary_counts_runs_codes_and_defects_and_reads_as_the_readmes_table():
     ok = hostile.Result(0, "mutated", "caffemem analyze net.prototxt", 0, 0.1, 51_200, "", verified=True)
     hung = hostile.Result(1, "special", "caffemem analyze /proc/kmsg", None, 60.0, 40_960, "", ["hang: still running after the time limit"])
