@@ -356,7 +356,10 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
         except BaseException:  # Ctrl-C, an error: stop the workers now, not after their current file
             for worker in list((getattr(pool, "_processes", None) or {}).values()):  # (shutdown forgets them)
                 worker.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            # Wait for the pool's manager thread (quick: its workers are gone); left running,
+            # Python 3.10's exit hook wakes it through a pipe already closed and prints
+            # "Exception ignored ... Bad file descriptor" after our one line.
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown()
     return tuple(outcome for target in targets for outcome in ((target,) if isinstance(target, Problem) else by_file[target]))

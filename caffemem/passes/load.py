@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import contextlib
 import collections
 import itertools
 import os
@@ -415,6 +416,26 @@ def _binary_layer_count(data: bytes, stop: int) -> int:
     return count
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """protobuf's C++ runtime (the cpp backend of 3.20) also logs "[libprotobuf ERROR ...]
+    String field ... contains invalid UTF-8" straight to file descriptor 2 when it refuses
+    a message; the error is reported as caffemem's one line, so that log is let go."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to silence
+        yield
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _load_binary(data: bytes, file: str) -> NetSource:
     """A binary NetParameter (.caffemodel): keep parameter shapes, drop the weights."""
     net = caffe_pb2.NetParameter()
@@ -423,7 +444,8 @@ def _load_binary(data: bytes, file: str) -> NetSource:
             # protobuf 3.20's runtime only warns where the others raise: "Unexpected
             # end-group tag: Not all data was converted".
             warnings.simplefilter("always")
-            net.ParseFromString(data)
+            with _native_stderr_silenced():
+                net.ParseFromString(data)
         for warning in caught:
             if issubclass(warning.category, RuntimeWarning):
                 raise DecodeError(str(warning.message))

@@ -6,6 +6,7 @@ nothing written before the command has succeeded."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -264,7 +265,7 @@ def test_a_terminal_that_cannot_encode_the_report_gets_it_with_replacements(tmp_
     env = {k: v for k, v in HERE.items() if k not in ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONIOENCODING", "PYTHONUTF8")} | environment
     done = shell(f"caffemem optimize {LENET} -o out.prototxt", cwd=tmp_path, env=env)
     assert done.returncode == 0 and done.stderr == b"", done.stderr
-    assert b"? TRAIN: plan 'packed'" in done.stdout and b"wrote out.prototxt" in done.stdout  # the title's dash, replaced
+    assert re.search(rb"xt \?\s+TRAIN: plan 'packed'", done.stdout) and b"wrote out.prototxt" in done.stdout  # the title's dash, replaced
     assert (tmp_path / "out.prototxt").read_bytes().startswith(LENET.read_bytes())
 
 
@@ -279,7 +280,10 @@ def test_a_deleted_working_directory_is_exit_2_and_absolute_paths_still_work(tmp
 
 
 def test_the_script_is_the_guarded_entry_point():
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"caffemem": "caffemem.__main__:run"}
