@@ -22,11 +22,11 @@ def test_a_seeded_sample_of_the_campaign_finds_no_defect():
     summary = hostile.campaign(SAMPLE_SEED, SAMPLE_CASES, limit=20.0, jobs=2)
     assert summary["runs"] == SAMPLE_CASES
     assert summary["defects"] == [], "\n".join(f"case {d['case']}: {d['defects']}\n  {d['command']}\n  {d['stderr']}" for d in summary["defects"])
-    # The sample reaches every family, and success, refusal and interruption.  (Its one
-    # finding, case 26's `check` over budget, once ended otherwise in one run of 3.10's
-    # stack without a defect; the 5,000-case run in benchmarks/ counts the findings.)
+    # The sample reaches every family.  Which exit codes it sees depends on timing (a
+    # Ctrl-C after a random delay may come after the run has ended), so that is not asserted:
+    # every code it sees is judged above, and the 5,000-case run in benchmarks/ counts them.
     assert set(summary["families"]) == {"mutated", "binary", "flags", "special", "environment", "signal"}
-    assert {"0", "2", "130"} <= set(summary["exit_codes"])
+    assert set(summary["exit_codes"]) <= {"0", "1", "2", "130"}
 
 
 def test_the_same_seed_gives_the_same_cases():
