@@ -8,9 +8,9 @@ Split summing a gradient nobody wrote), and any class Net::Init touches (a plan'
 takes over only when Init ends, discarding what Init wrote; layers read it later, not
 always in a way that allocates, e.g. a convolution's geometry blobs).  Layer buffers that
 every step refills before reading (the im2col column buffer) may share with
-``share_buffers``, if the patched Caffe can bind them by name (runtime/bound.py: not the
-blobs of a recurrent layer's unrolled net).  The lower bound is the peak, over the steps, of the bytes of
-shareable classes alive together.
+``share_buffers``, if the patched Caffe can bind them by name (layers/bound_buffers.py:
+not the blobs of a recurrent layer's unrolled net).  The lower bound is the peak, over the
+steps, of the bytes of shareable classes alive together.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from caffemem.graph import Graph
 from caffemem.layers.access import BlobId
+from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.passes.schedule import Schedule, StorageClass
-from caffemem.runtime.bound import runtime_binds
 
 
 @dataclass(frozen=True, slots=True)

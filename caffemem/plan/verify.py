@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import count
 from caffemem.layers.access import BlobId
+from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.schedule import Schedule
 from caffemem.prototxt.read import read_input
-from caffemem.runtime.bound import runtime_binds
 from caffemem.units import DTYPE_BYTES
 
 
@@ -127,7 +127,7 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
     """What the patched Caffe's Net::Init says of this table for this net: the first
     mismatch MemorySlots::Bind stops at (caffemem/runtime/cpp/common/src/caffe/util/
     mem_slots.cpp, step 1: slots in table order, each member's kind, name (a buffer only
-    where its layer's NamedBuffers lists it, runtime/bound.py), storage and
+    where its layer's NamedBuffers lists it, layers/bound_buffers.py), storage and
     fit, then each slot's size against its members' end), worded as it words it.  Sizes
     are each storage's bytes in the net as built: a table planned for another batch or
     other inputs fails here, before any replay."""

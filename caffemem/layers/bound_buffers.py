@@ -1,8 +1,8 @@
 """Which layer buffers the patched Caffe can bind: the names ``Layer::NamedBuffers`` lists.
 
-MemorySlots::Bind (cpp/common/src/caffe/util/mem_slots.cpp) knows a net's blobs, its
+MemorySlots::Bind (caffemem/runtime/cpp/common/src/caffe/util/mem_slots.cpp) knows a net's blobs, its
 layers' parameters and, per layer, what that layer's ``NamedBuffers`` adds: nothing,
-unless runtime patch v3 gives its class one (cpp/bvlc/edits.txt).  A slot-table member it
+unless runtime patch v3 gives its class one (runtime/cpp/bvlc/edits.txt).  A slot-table member it
 does not know stops Net::Init ("... is not a blob or layer buffer this Caffe can bind").
 caffemem's memory rules name more buffers than that (every Blob a layer owns, and the
 blobs of RecurrentLayer's unrolled net as ``unrolled/<blob>``), so a plan keeps every other
@@ -18,8 +18,8 @@ its base type (CuDNNConvolutionLayer is a "Convolution").  Not in it, by design:
   its layers' buffers, and patch v3 gives RecurrentLayer no NamedBuffers.
 - Every other layer type (MVN, LSTMUnit's X_acts, the forks' layers, ...): no NamedBuffers.
 
-tests/test_runtime_bound.py checks this table against edits.txt.  The yjxiong fork's
-patch (cpp/fork/edits.txt) binds a subset (Convolution, Pooling, Softmax,
+tests/plan/test_runtime_binds.py checks this table against edits.txt.  The yjxiong fork's
+patch (runtime/cpp/fork/edits.txt) binds a subset (Convolution, Pooling, Softmax,
 SoftmaxWithLoss), which a plan does not know it runs on.
 """
 
@@ -29,8 +29,9 @@ from collections.abc import Mapping
 
 from caffemem.graph import Graph
 from caffemem.layers.access import BlobId
+from caffemem.layers.vision import WORKSPACE_BUFFER
 
-_CONVOLUTION = frozenset({"col_buffer", "bias_multiplier", "cudnn_workspace"})  # base_conv_layer.hpp + cuDNN's PlannedWorkspace
+_CONVOLUTION = frozenset({"col_buffer", "bias_multiplier", WORKSPACE_BUFFER})  # base_conv_layer.hpp + cuDNN's PlannedWorkspace
 _SOFTMAX = frozenset({"sum_multiplier", "scale"})
 _BIAS = frozenset({"bias_multiplier"})
 
