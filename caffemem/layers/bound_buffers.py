@@ -1,9 +1,10 @@
 """Which layer buffers the patched Caffe can bind: the names ``Layer::NamedBuffers`` lists.
 
-MemorySlots::Bind (caffemem/runtime/cpp/common/src/caffe/util/mem_slots.cpp) knows a net's blobs, its
-layers' parameters and, per layer, what that layer's ``NamedBuffers`` adds: nothing,
-unless runtime patch v3 gives its class one (runtime/cpp/bvlc/edits.txt).  A slot-table member it
-does not know stops Net::Init ("... is not a blob or layer buffer this Caffe can bind").
+MemorySlots::Bind (caffemem/runtime/cpp/common/src/caffe/util/mem_slots.cpp) knows a
+net's blobs, its layers' parameters and, per layer, what that layer's ``NamedBuffers``
+adds: nothing, unless runtime patch v3 gives its class one (runtime/cpp/bvlc/edits.txt).
+A slot-table member it does not know stops Net::Init ("... is not a blob or layer buffer
+this Caffe can bind").
 caffemem's memory rules name more buffers than that (every Blob a layer owns, and the
 blobs of RecurrentLayer's unrolled net as ``unrolled/<blob>``), so a plan keeps every other
 buffer private (passes/liveness.py) and ``caffemem verify`` says what Caffe would say of a
