@@ -18,7 +18,6 @@ from caffemem.errors import CaffememError, Location, UnsafePlan
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
-from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
@@ -173,11 +172,6 @@ class _Candidate:
 
 
 ON_HOST_ONLY = "touched only on the host in a GPU run: a slot is cudaMalloc'd on the card, so sharing it would only add to the card"
-# The same file may run in CPU mode, where the runtime binds the same table: a layer buffer
-# only the layer's GPU code touches (LSTMUnit's X_acts_, lstm_unit_layer.cu) has no lifetime
-# there to verify a slot against, so it stays private (a net blob the CPU run never touches
-# and a cuDNN workspace are what the verifier accepts: plan/verify.py).
-GPU_CODE_ONLY = "touched only by the GPU code (the CPU run, which binds the same table, never holds it)"
 
 
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
@@ -197,9 +191,6 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     keep: dict[tuple[BlobId, str], str] = {}
     if cpu_schedule is not None:
         keep = {member: f"on the CPU: {why}" for member, why in kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)).items()}
-        on_cpu_members = {member for c in cpu_schedule.classes for member in c.members}
-        gpu_only = (member for c in schedule.classes for member in c.members if member not in on_cpu_members and member not in keep)
-        keep |= {member: GPU_CODE_ONLY for member in gpu_only if member[0].kind == "buffer" and not member[0].name.endswith("/" + WORKSPACE_BUFFER)}
     on_card = stock_card = None
     if options.device == "gpu":
         on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
