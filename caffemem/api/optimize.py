@@ -35,7 +35,7 @@ from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
-from caffemem.plan.strategies import Plan, make_plan, packed_onto
+from caffemem.plan.strategies import DEVICE_ALIGNMENT, Plan, make_plan, packed_onto
 from caffemem.plan.verify import PlanData, verify_plan_on
 from caffemem.prototxt.write import read_exact, rewrite_text
 from caffemem.schema import caffe_pb2
@@ -225,13 +225,14 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         figure = fork_card.device_bytes if fork_card is not None else fork.total_bytes
         ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork=True))
     if settings.strategy != "fork":
-        ranked += candidates_of(make_plan(liveness, settings.strategy))
+        alignment = DEVICE_ALIGNMENT if options.device == "gpu" else 1
+        ranked += candidates_of(make_plan(liveness, settings.strategy, alignment))
         buffers = tuple(life for life in liveness.shareable if schedule.classes[life.storage].kind == "buffer")
         if settings.share_buffers and buffers:
             blobs = lifetimes(schedule, settings.exclude, False, keep or None)
-            alone = make_plan(blobs, settings.strategy)
+            alone = make_plan(blobs, settings.strategy, alignment)
             ranked += candidates_of(alone, blobs_only=True)
-            onto = {name: packed_onto(plan, blobs.shareable, buffers) for name, plan in alone.items() if len(plan.slots) == 1 and plan.slots[0].offsets}
+            onto = {name: packed_onto(plan, blobs.shareable, buffers, alignment) for name, plan in alone.items() if len(plan.slots) == 1 and plan.slots[0].offsets}
             ranked += candidates_of(onto)
     ranked.sort(key=lambda c: c.rank)
     rejected: dict[str, str] = {}

@@ -28,7 +28,7 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from caffemem.passes.liveness import Lifetime, Liveness
 from caffemem.plan.intervals import Occupancy, Runs, SlotTree, step_runs
@@ -353,7 +353,41 @@ def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     return Plan("packed", (Slot(0, size, tuple(l.storage for l, _ in placed), tuple(o for _, o in placed)),))
 
 
-def packed_onto(plan: Plan, lives: tuple[Lifetime, ...], extra: tuple[Lifetime, ...]) -> Plan:
+# cudaMalloc returns memory aligned to at least 256 bytes (CUDA C++ Programming Guide, "Device
+# Memory Accesses"), and stock Caffe gives every device storage a cudaMalloc of its own.
+# cuDNN and cuBLAS choose kernels by the alignment of the pointers they get (vector loads),
+# so a member at an offset stock Caffe never gives may be computed by another kernel, in
+# another order: on an H100, OpenPose's table, the only one with members at offsets that
+# were not multiples of 16, gave outputs that differ from stock Caffe's in their bits
+# (benchmarks/gpu-groundtruth, second run).  In GPU mode every member sits at a multiple of
+# 256 bytes, as its own cudaMalloc would.
+DEVICE_ALIGNMENT = 256
+
+
+def aligned(lives: tuple[Lifetime, ...], alignment: int) -> tuple[Lifetime, ...]:
+    """The lifetimes with each class's bytes rounded up to ``alignment``: packed, every
+    offset is then a multiple of it (each offset is 0 or another class's end)."""
+    if alignment <= 1:
+        return lives
+    return tuple(replace(life, bytes=-(-life.bytes // alignment) * alignment) for life in lives)
+
+
+def trimmed(plan: Plan, lives: tuple[Lifetime, ...]) -> Plan:
+    """The plan with each slot as large as its members' real end (the patched runtime checks
+    a slot's bytes against exactly that), offsets kept."""
+    size = {life.storage: life.bytes for life in lives}
+    slots = tuple(replace(slot, bytes=max((offset + size[m] for m, offset in slot.placements()), default=0)) for slot in plan.slots)
+    return replace(plan, slots=slots)
+
+
+def packed_onto(plan: Plan, lives: tuple[Lifetime, ...], extra: tuple[Lifetime, ...], alignment: int = 1) -> Plan:
+    """``packed_onto`` with every member at a multiple of ``alignment`` (DEVICE_ALIGNMENT in GPU mode)."""
+    if alignment <= 1:
+        return _packed_onto(plan, lives, extra)
+    return trimmed(_packed_onto(plan, aligned(lives, alignment), aligned(extra, alignment)), lives + extra)
+
+
+def _packed_onto(plan: Plan, lives: tuple[Lifetime, ...], extra: tuple[Lifetime, ...]) -> Plan:
     """A one-slot packing (``plan``, of ``lives``) with more classes added where they pay:
     every placement of ``plan`` stays, and each class of ``extra``, largest first, goes to
     the lowest hole free during its steps when that grows the slot by less than its own
@@ -401,9 +435,13 @@ STRATEGIES: dict[str, Callable[[Liveness], Plan | None]] = {
 STRATEGY_NAMES = ("auto", "fork", *STRATEGIES)  # what --strategy accepts and reports print
 
 
-def make_plan(liveness: Liveness, strategy: str = "auto") -> dict[str, Plan]:
+def make_plan(liveness: Liveness, strategy: str = "auto", alignment: int = 1) -> dict[str, Plan]:
     """The plans of caffemem's own strategies asked for (by name); "fork" is fork.py's.
-    ``exact`` on a net too large for it falls back to ``best-fit``."""
+    ``exact`` on a net too large for it falls back to ``best-fit``.  With ``alignment``,
+    every member sits at a multiple of it (DEVICE_ALIGNMENT in GPU mode)."""
+    if alignment > 1:
+        padded = replace(liveness, shareable=aligned(liveness.shareable, alignment))
+        return {name: trimmed(plan, liveness.shareable) for name, plan in make_plan(padded, strategy).items()}
     names = list(STRATEGIES) if strategy == "auto" else [strategy] if strategy in STRATEGIES else []
     candidates: dict[str, Plan] = {}
     for name in names:
