@@ -417,19 +417,33 @@ def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
     source=SSD + "annotated_data_layer.cpp, base_data_layer.cpp, data_transformer.cpp",
     memory=_annotated_data_memory,
     batch_fields=batch_size_of("data_param"),
+    source_kind="annotated_datum_db",
 )
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
 
-    The label is [1, 1, N, 8] with N the boxes of the batch (annotated datums) or [batch, 1, 1, 1]
-    (plain datums): both depend on the database, so it comes from --input.  YOLO training
-    data of eric612/MobileNet-YOLO (``yolo_data_type: 1``, annotated_data_layer.cpp) has a
-    fixed box label instead: [batch, 1, 300, 5], for the box databases YOLO trains on.
+    The label is [1, 1, N, 8] with N the boxes of the first AnnotatedDatum (at least 1) when
+    it has an annotation type (its own or anno_data_param.anno_type), else [batch, 1, 1, 1]
+    (DataLayerSetUp): both come from the database when it exists (passes/sources.py),
+    else from --input.  YOLO training data of eric612/MobileNet-YOLO (``yolo_data_type:
+    1``, annotated_data_layer.cpp) has a fixed box label instead: [batch, 1, 300, 5], for
+    the box databases YOLO trains on.  Without resize_param and crop, H, W are the datum's.
     """
     batch = int32(q.proto.data_param.batch_size)
-    data: Template = (batch, "C") + _ssd_image_size(q, batch)
+    size = _ssd_image_size(q, batch)
+    record = q.record
+    if record is not None and record.image is not None:
+        channels, height, width = record.image
+        q.check(channels > 0, f"the first record of {record.source} has {channels} channels ({record.what}); Caffe stops: CHECK_GT(datum_channels, 0)")
+        if not q.proto.transform_param.resize_param:  # else the resized size, not the datum's
+            size = (height if size[0] == "H" else size[0], width if size[1] == "W" else size[1])
+        data: Template = (batch, channels) + size
+    else:
+        data = (batch, "C") + size
     yolo = q.proto.annotated_data_param.yolo_data_type == 1
     label: Template = (batch, 1, YOLO_LABEL_ROWS, YOLO_LABEL_FIELDS) if yolo else (1, 1, "N", BBOX_LABEL_FIELDS)
+    if record is not None and not yolo:
+        label = (1, 1, max(record.boxes, 1), BBOX_LABEL_FIELDS) if record.boxes is not None else (batch, 1, 1, 1)
     why = (
         "an AnnotatedData layer's channels come from its database"
         if yolo
