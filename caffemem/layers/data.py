@@ -89,6 +89,7 @@ def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[i
     given = with_batch(q.inputs[name], template)
     override = name in q.overrides
     stated_text, example = _dims(template), _dims(_underscored(template))
+    by_source = f" (with its data source {q.record.source})" if q.record is not None else ""
     if "..." in template:  # the axes before "..." as stated, then as many open ones as given
         head = template[: template.index("...")]
         template = head + tuple(f"d{i}" for i in range(len(head), len(given)))
@@ -111,7 +112,7 @@ def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[i
         elif isinstance(stated, int) and value != stated and not override and axis not in loose:
             hint = "--batch N changes the batch" if axis == 0 else f"--override-input {name}={_dims(q.inputs[name])} analyses it anyway"
             raise q.fail(
-                f"--input {name}={_dims(q.inputs[name])} contradicts the file: it states {stated_text} for '{name}' (axis {axis}: {stated}, not {value}); "
+                f"--input {name}={_dims(q.inputs[name])} contradicts the file{by_source}: it states {stated_text} for '{name}' (axis {axis}: {stated}, not {value}); "
                 f"give only what the file leaves open (_ keeps an axis as stated, e.g. --input {name}={example}), or {hint}"
             )
         else:
