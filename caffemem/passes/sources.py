@@ -29,12 +29,12 @@ What Caffe reads, and so what is read here (BVLC master):
 
 Only what SetUp needs is read: the first record of a database, the first line of a list,
 the header of one image, the dataset shapes (not data) of one HDF5 file.  Relative paths
-resolve against the working directory, as Caffe's own file opening does.  A source
-that does not exist gives no record (the rule asks for --input, as without sources); a
-source that exists but cannot be read is an error naming the file and the layer.  The
-readers use the field's libraries (lmdb, plyvel, h5py, Pillow), the optional extra
-``caffemem[data]``; without it the layer gets no record and the request for --input
-says how to install it.
+resolve against the working directory, as Caffe's own file opening does.  A source that
+does not exist gives no record (the rule asks for --input, as without sources, and names
+the file a list names first where that is the one missing); a source that exists but
+cannot be read is an error naming the file and the layer.  The readers use the field's
+libraries (lmdb, plyvel, h5py, Pillow), the optional extra ``caffemem[data]``; without it
+the layer gets no record and the request for --input says how to install it.
 """
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ class _NoLibrary(Exception):
     """A reader's signal: the library it needs is not installed."""
 
 
+class _Absent(Exception):
+    """A reader's signal: the source exists but the file it lists first does not (an
+    image, an .h5 file): no record, and the request for --input says which file."""
+
+
 def read_sources(graph: Graph, specs: SpecTable, cwd: str | None = None) -> Sources:
     """Pass 4b, sources: reads the graph's layers and, for each data layer with a
     ``source_kind`` whose source exists, its first record.  Adds nothing to the graph;
@@ -93,6 +98,9 @@ def read_sources(graph: Graph, specs: SpecTable, cwd: str | None = None) -> Sour
             record = _read(spec.source_kind, layer.proto.SerializeToString(), layer.type, cwd)
         except _NoLibrary as missing:
             hints[layer.name] = f"to read them from its source, install the readers: {EXTRA} ({missing})"
+            continue
+        except _Absent as absent:
+            hints[layer.name] = str(absent)
             continue
         except Unreadable as error:
             raise CaffememError(f"cannot read this layer's data source: {error}", Location.of_layer(layer, graph.source)) from None
@@ -242,7 +250,7 @@ def _read_image_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord 
     """ImageData (image_data_layer.cpp DataLayerSetUp): the list's first line and, unless
     new_height/new_width fix the size, its image's header (ReadImageToCVMat's channels
     follow is_color whatever the file holds).  A listed image that is missing gives no
-    record, as a missing list does."""
+    record, as a missing list does, and the request for --input names it."""
     param = proto.image_data_param
     line = _first_line(param.source, resolve)
     if line is None:
@@ -255,7 +263,7 @@ def _read_image_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord 
     else:
         file = resolve(param.root_folder + path)
         if not os.path.isfile(file):
-            return None
+            raise _Absent(f"the first image {param.root_folder + path} that {param.source} lists does not exist")
         with open(file, "rb") as stream:
             (width, height), _, kind = _image_header(stream, f"the first image {file}")
         image = (channels, height, width)
@@ -317,7 +325,7 @@ def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord |
         raise Unreadable(f"the list {path} names no file (Caffe stops: \"Must have at least 1 HDF5 filename listed\")")
     file = resolve(names[0])
     if not os.path.isfile(file):
-        return None
+        raise _Absent(f"the first file {names[0]} that {source} lists does not exist")
     h5py = _library("h5py")
     datasets: dict[str, Shape] = {}
     try:

@@ -387,3 +387,12 @@ def test_annotated_data_without_a_type_has_a_label_per_image(in_tmp):
     text = SSD.read_text()
     assert "anno_type" not in text.split("layer {")[1]
     assert analyze(str(SSD)).blobs["label"] == (4, 1, 1, 1)
+
+
+def test_a_listed_image_that_is_missing_keeps_the_request_for_input_and_names_it(in_tmp):
+    (in_tmp / "data/flickr_style").mkdir(parents=True)
+    (in_tmp / "data/flickr_style/train.txt").write_text("images/gone.jpg 0\n")
+    net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": "", "crop_size: 227\n    mean_file": "mean_file"})
+    result = run("analyze", net)
+    assert result.exit_code == 2
+    assert "--input data=50,3,H,W" in result.output and "the first image images/gone.jpg that data/flickr_style/train.txt lists does not exist" in result.output
