@@ -288,15 +288,26 @@ def _first_line(source: str, resolve: Callable[[str], str]) -> str | None:
     return head.decode("utf-8", "surrogateescape").rstrip("\n")
 
 
+def _head_tokens(source: str, resolve: Callable[[str], str]) -> tuple[str, list[str] | None]:
+    """The resolved path of a list read with ``>>`` (whitespace-separated words) and its
+    first words (those in its first LIST_HEAD_BYTES); None when the file does not exist."""
+    path = resolve(source)
+    if not source or not os.path.isfile(path):
+        return path, None
+    try:
+        with open(path, "rb") as stream:
+            return path, stream.read(LIST_HEAD_BYTES).decode("utf-8", "surrogateescape").split()
+    except OSError as error:
+        raise Unreadable(f"{path}: {error.strerror}") from None
+
+
 def _read_window_file(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
     """WindowData (window_data_layer.cpp DataLayerSetUp): the first image record of the
     window file: ``# index``, path, channels, height, width."""
     source = proto.window_data_param.source
-    path = resolve(source)
-    if not source or not os.path.isfile(path):
+    path, tokens = _head_tokens(source, resolve)
+    if tokens is None:
         return None
-    with open(path, "rb") as stream:
-        tokens = stream.read(LIST_HEAD_BYTES).decode("utf-8", "surrogateescape").split()
     if len(tokens) < 2:
         raise Unreadable(f"the window file {path} is empty (Caffe stops: \"Window file is empty\")")
     try:
@@ -316,11 +327,9 @@ def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord |
     """HDF5Data (hdf5_data_layer.cpp LayerSetUp, LoadHDF5FileData): the first file the list
     names, and in it the dataset of each top's name (its shape, no data)."""
     source = proto.hdf5_data_param.source
-    path = resolve(source)
-    if not source or not os.path.isfile(path):
+    path, names = _head_tokens(source, resolve)
+    if names is None:
         return None
-    with open(path, "rb") as stream:
-        names = stream.read(LIST_HEAD_BYTES).decode("utf-8", "surrogateescape").split()
     if not names:
         raise Unreadable(f"the list {path} names no file (Caffe stops: \"Must have at least 1 HDF5 filename listed\")")
     file = resolve(names[0])

@@ -245,10 +245,23 @@ def test_without_the_extra_the_request_for_input_names_it_once(in_tmp, monkeypat
 # ---- ImageData, WindowData ----------------------------------------------------------
 
 
+def image_list(first_line: str, image: "Image.Image | bytes | None" = None) -> None:
+    """FlickrStyle's TRAIN list with one line, and the image it names (or bytes in its place)."""
+    Path("data/flickr_style").mkdir(parents=True)
+    Path("data/flickr_style/train.txt").write_text(first_line + "\n")
+    path = Path(first_line.rpartition(" ")[0])
+    if image is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(image, bytes):
+        path.write_bytes(image)
+    else:
+        image.save(path)
+
+
 def test_image_data_resized_by_new_height_and_width_reads_only_the_list(in_tmp):
     # FlickrStyle: new 256x256, crop 227; the list's images need not exist to be resized.
-    (in_tmp / "data/flickr_style").mkdir(parents=True)
-    (in_tmp / "data/flickr_style/train.txt").write_text("images/missing.jpg 3\n")
+    image_list("images/missing.jpg 3")
     write_mean(in_tmp / "data/ilsvrc12/imagenet_mean.binaryproto", 3, 256, 256)
     net = analyze(str(FLICKR))
     assert net.blobs["data"] == (50, 3, 227, 227)
@@ -258,36 +271,27 @@ def test_image_data_resized_by_new_height_and_width_reads_only_the_list(in_tmp):
 def test_image_data_without_a_resize_takes_the_first_images_size(in_tmp):
     # No new_height/new_width, no crop: the first image, 300 wide and 240 high, grey on disk
     # but read in colour (is_color defaults to true) -> [50,3,240,300].
-    (in_tmp / "images").mkdir()
-    Image.new("L", (300, 240)).save(in_tmp / "images/a b.png")
-    (in_tmp / "data/flickr_style").mkdir(parents=True)
-    (in_tmp / "data/flickr_style/train.txt").write_text("images/a b.png 3\nimages/other.png 1\n")
+    image_list("images/a b.png 3", Image.new("L", (300, 240)))
     net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": "", "crop_size: 227\n    mean_file": "mean_file"})
     assert analyze(net).blobs["data"] == (50, 3, 240, 300)
 
 
 def test_image_data_in_grey_has_one_channel(in_tmp):
-    (in_tmp / "images").mkdir()
-    Image.new("RGB", (256, 256)).save(in_tmp / "images/a.jpg")
-    (in_tmp / "data/flickr_style").mkdir(parents=True)
-    (in_tmp / "data/flickr_style/train.txt").write_text("images/a.jpg 0\n")
+    image_list("images/a.jpg 0", Image.new("RGB", (256, 256)))
     net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": "is_color: false\n", "    mean_file: \"data/ilsvrc12/imagenet_mean.binaryproto\"\n": ""})
     assert analyze(net).blobs["data"] == (50, 1, 227, 227)
 
 
 def test_an_image_that_cannot_be_decoded_is_refused(in_tmp):
-    (in_tmp / "images").mkdir()
-    (in_tmp / "images/a.jpg").write_bytes(b"not a jpeg")
-    (in_tmp / "data/flickr_style").mkdir(parents=True)
-    (in_tmp / "data/flickr_style/train.txt").write_text("images/a.jpg 0\n")
+    image_list("images/a.jpg 0", b"not a jpeg")
     net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": ""})
     result = run("analyze", net)
     assert result.exit_code == 2 and "the first image images/a.jpg cannot be decoded" in result.output.replace(str(in_tmp) + os.sep, "")
 
 
 def test_an_empty_image_list_is_refused_as_caffe_refuses_it(in_tmp):
-    (in_tmp / "data/flickr_style").mkdir(parents=True)
-    (in_tmp / "data/flickr_style/train.txt").write_text("")
+    Path("data/flickr_style").mkdir(parents=True)
+    Path("data/flickr_style/train.txt").write_text("")
     result = run("analyze", str(FLICKR))
     assert result.exit_code == 2 and 'is empty (Caffe stops: "File is empty")' in result.output
 
@@ -390,8 +394,7 @@ def test_annotated_data_without_a_type_has_a_label_per_image(in_tmp):
 
 
 def test_a_listed_image_that_is_missing_keeps_the_request_for_input_and_names_it(in_tmp):
-    (in_tmp / "data/flickr_style").mkdir(parents=True)
-    (in_tmp / "data/flickr_style/train.txt").write_text("images/gone.jpg 0\n")
+    image_list("images/gone.jpg 0")
     net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": "", "crop_size: 227\n    mean_file": "mean_file"})
     result = run("analyze", net)
     assert result.exit_code == 2
