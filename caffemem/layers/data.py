@@ -194,6 +194,14 @@ def transformed_image(q: ShapeQuery) -> tuple[int, int, int] | None:
     return channels, (crop or height), (crop or width)
 
 
+def source_size(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
+    """Height, width the parameters leave open (``"H"``, ``"W"``) taken from the first image
+    of the layer's source (``q.record``), where it was read."""
+    if q.record is None or q.record.image is None or all(isinstance(d, int) for d in size):
+        return size
+    return q.record.image[1], q.record.image[2]
+
+
 def follow_data(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
     """Height, width of a label map read with the data image: taken from a --input data top."""
     given = q.inputs.get(q.layer.tops[0])

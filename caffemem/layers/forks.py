@@ -59,6 +59,7 @@ from caffemem.layers.data import (
     positive_batch,
     prefetch_memory,
     resolve_tops,
+    source_size,
 )
 from caffemem.layers.fork_segdet import _smooth_l1_loss_ohem as smooth_l1_loss_ohem_shapes
 from caffemem.layers.fork_segdet import _smooth_l1_ohem_memory as smooth_l1_ohem_memory
@@ -323,7 +324,17 @@ def _divided(q: ShapeQuery, size: tuple[Dim, Dim], factor: int) -> tuple[Dim, Di
     return tuple(d // factor if isinstance(d, int) else f"{d}/{factor}" for d in size)  # type: ignore[return-value]
 
 
-@layer("DenseImageData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp", memory=_copying_prefetch_memory, batch_fields=batch_size_of("dense_image_data_param"))
+@layer(
+    "DenseImageData",
+    "forks",
+    bottoms=NONE,
+    tops=TWO,
+    is_data=True,
+    source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp",
+    memory=_copying_prefetch_memory,
+    batch_fields=batch_size_of("dense_image_data_param"),
+    source_kind="dense_image_pair_list",
+)
 def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     """Image and per-pixel label image: data [batch, 3 or 1, H, W], label [batch, 1, H, W].
 
@@ -345,7 +356,7 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     elif crop_h > 0:
         size = (crop_h, crop_w)
     else:
-        size = image_size(q, param.new_height, param.new_width, 0)
+        size = source_size(q, image_size(q, param.new_height, param.new_width, 0))
     size = follow_data(q, size)
     label = size if crop > 0 or crop_h > 0 else _divided(q, size, int32(param.label_divide_factor))
     batch = int32(param.batch_size)
@@ -362,12 +373,13 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     source="s9xie/hed src/caffe/layers/image_labelmap_data_layer.cpp, base_data_layer.cpp",
     memory=_copying_prefetch_memory,
     batch_fields=batch_size_of("image_data_param"),
+    source_kind="image_pair_list",
 )
 def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
     """HED: data [batch, 3 or 1, H, W] and its edge map [batch, 1, H, W] (image_data_param, crop_size)."""
     param = q.proto.image_data_param
     both_or_neither(q, param.new_height, param.new_width, "new")
-    size = follow_data(q, image_size(q, param.new_height, param.new_width, q.proto.transform_param.crop_size))
+    size = follow_data(q, source_size(q, image_size(q, param.new_height, param.new_width, q.proto.transform_param.crop_size)))
     batch = positive_batch(q, param.batch_size, "image_data_param.batch_size")
     templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch, 1) + size]
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageLabelmapData layer takes the first image's size")

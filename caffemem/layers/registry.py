@@ -60,6 +60,7 @@ class SourceRecord:
 
     source: str  # the path as the net file writes it
     what: str  # what was read, for the output: "first Datum 3x256x256, crop_size 227"
+    tops: tuple[int, ...] = (0,)  # the tops (by index) whose shapes it gives: the output says so
     # C, H, W of the image the DataTransformer gets: a Datum's, or an image decoded as
     # Caffe decodes it (resized to new_height/new_width, is_color's channels).
     image: tuple[int, int, int] | None = None

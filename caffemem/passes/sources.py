@@ -25,6 +25,8 @@ What Caffe reads, and so what is read here (BVLC master):
   first file's dataset named by each top gives that top's shape after the batch
   (hdf5.cpp hdf5_load_nd_dataset; rows must agree across the tops).
 - AnnotatedData (weiliu89/caffe ssd annotated_data_layer.cpp): as Data, an AnnotatedDatum.
+- the forks' image-and-label-map lists (SegNet's DenseImageData, HED's ImageLabelmapData,
+  DeepLab's ImageSegData): the first image of the list, as ImageData reads it.
 - the mean file (data_transformer.cpp): ``transform_param.mean_file``, a BlobProto.
 
 Only what SetUp needs is read: the first record of a database, the first line of a list,
@@ -87,7 +89,11 @@ def read_sources(graph: Graph, specs: SpecTable, cwd: str | None = None) -> Sour
     """Pass 4b, sources: reads the graph's layers and, for each data layer with a
     ``source_kind`` whose source exists, its first record.  Adds nothing to the graph;
     raises CaffememError (file, line, layer) for a source that cannot be read."""
-    cwd = os.getcwd() if cwd is None else cwd
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:  # the working directory was deleted: relative sources are missing
+            cwd = ""
     records: dict[str, SourceRecord] = {}
     hints: dict[str, str] = {}
     for layer in graph.layers:
@@ -111,8 +117,7 @@ def read_sources(graph: Graph, specs: SpecTable, cwd: str | None = None) -> Sour
 
 def provenance(layer: Layer, record: SourceRecord, tops: tuple[Shape, ...]) -> tuple[str, ...]:
     """The notes saying where a layer's top shapes came from, one per top the record sized."""
-    sized = range(len(tops)) if record.datasets is not None else (0, 1) if record.boxes is not None else (0,)
-    return tuple(f"{layer.tops[i]}: [{','.join(map(str, tops[i]))}] from {record.source} ({record.what})" for i in sized if i < len(tops))
+    return tuple(f"{layer.tops[i]}: [{','.join(map(str, tops[i]))}] from {record.source} ({record.what})" for i in record.tops if i < len(tops))
 
 
 @functools.lru_cache(maxsize=64)
@@ -219,7 +224,7 @@ def _read_db(proto: Any, resolve: Callable[[str], str], message_type: Any, datum
         boxes = sum(len(group.annotation) for group in message.annotation_group)
         what += f", {boxes} box(es)"
     mean, mean_what = _mean(proto, resolve)
-    return SourceRecord(source, what + _crop(proto) + mean_what, image=image, boxes=boxes, mean=mean)
+    return SourceRecord(source, what + _crop(proto) + mean_what, (0,) if boxes is None else (0, 1), image=image, boxes=boxes, mean=mean)
 
 
 # ---- images: ImageData, WindowData ------------------------------------------------------
@@ -256,20 +261,45 @@ def _read_image_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord 
     if line is None:
         return None
     path, _, _ = line.rpartition(" ") if " " in line else (line, "", "")
-    channels = 3 if param.is_color else 1
-    if param.new_height > 0 and param.new_width > 0:
-        image = (channels, param.new_height, param.new_width)
-        what = f"first image {path}, resized to new_height/new_width {param.new_height}x{param.new_width}"
-    else:
-        file = resolve(param.root_folder + path)
-        if not os.path.isfile(file):
-            raise _Absent(f"the first image {param.root_folder + path} that {param.source} lists does not exist")
-        with open(file, "rb") as stream:
-            (width, height), _, kind = _image_header(stream, f"the first image {file}")
-        image = (channels, height, width)
-        what = f"first image {path}: {kind} {width}x{height}, read with {channels} channel(s)"
+    image, what = _read_image(param, path, resolve)
     mean, mean_what = _mean(proto, resolve)
     return SourceRecord(param.source, what + _crop(proto) + mean_what, image=image, mean=mean)
+
+
+def _read_image(param: Any, path: str, resolve: Callable[[str], str]) -> tuple[tuple[int, int, int], str]:
+    """C, H, W of ``root_folder + path`` as ReadImageToCVMat(file, new_height, new_width,
+    is_color) gives it (io.cpp): is_color's channels; new_height x new_width when both are
+    set (then the file is not opened), else the file's own size from its header."""
+    channels = 3 if param.is_color else 1
+    if param.new_height > 0 and param.new_width > 0:
+        return (channels, param.new_height, param.new_width), f"first image {path}, resized to new_height/new_width {param.new_height}x{param.new_width}"
+    file = resolve(param.root_folder + path)
+    if not os.path.isfile(file):
+        raise _Absent(f"the first image {param.root_folder + path} that {param.source} lists does not exist")
+    with open(file, "rb") as stream:
+        (width, height), _, kind = _image_header(stream, f"the first image {file}")
+    return (channels, height, width), f"first image {path}: {kind} {width}x{height}, read with {channels} channel(s)"
+
+
+def _image_pair_list(param_name: str) -> Callable[[Any, Callable[[str], str]], SourceRecord | None]:
+    """The forks' image-and-label-map lists, read with ``infile >> image >> label`` and the
+    first image read by ReadImageToCVMat as ImageData reads it: SegNet's DenseImageData
+    (alexgkendall/caffe-segnet dense_image_data_layer.cpp, dense_image_data_param), HED's
+    ImageLabelmapData (s9xie/hed image_labelmap_data_layer.cpp) and DeepLab's ImageSegData
+    (image_seg_data_layer.cpp), both image_data_param.  The label map is the image's size,
+    so the record sizes both tops."""
+
+    def read(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+        param = getattr(proto, param_name)
+        path, words = _head_tokens(param.source, resolve)
+        if words is None:
+            return None
+        if not words:
+            raise Unreadable(f"the list {path} is empty (Caffe stops: \"File is empty\")")
+        image, what = _read_image(param, words[0], resolve)
+        return SourceRecord(param.source, what + _crop(proto), (0, 1), image=image)
+
+    return read
 
 
 def _first_line(source: str, resolve: Callable[[str], str]) -> str | None:
@@ -347,7 +377,7 @@ def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord |
     except OSError as error:
         raise Unreadable(f"{file} is not an HDF5 file ({error})") from None
     what = "first file " + names[0] + ": " + ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in datasets.items())
-    return SourceRecord(source, what, datasets=datasets)
+    return SourceRecord(source, what, tuple(range(len(proto.top))), datasets=datasets)
 
 
 # ---- the mean file ----------------------------------------------------------------------
@@ -393,4 +423,6 @@ READERS: dict[str, Callable[[Any, Callable[[str], str]], SourceRecord | None]] =
     "image_list": _read_image_list,
     "window_file": _read_window_file,
     "hdf5_list": _read_hdf5_list,
+    "image_pair_list": _image_pair_list("image_data_param"),
+    "dense_image_pair_list": _image_pair_list("dense_image_data_param"),
 }

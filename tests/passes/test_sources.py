@@ -399,3 +399,31 @@ def test_a_listed_image_that_is_missing_keeps_the_request_for_input_and_names_it
     result = run("analyze", net)
     assert result.exit_code == 2
     assert "--input data=50,3,H,W" in result.output and "the first image images/gone.jpg that data/flickr_style/train.txt lists does not exist" in result.output
+
+
+# ---- the forks' image-and-label-map lists -------------------------------------------
+
+SEGNET = MODELS / "segnet" / "segnet_train.prototxt"  # DenseImageData, no resize or crop, batch 4
+HED = MODELS / "hed" / "train_val.prototxt"  # ImageLabelmapData, root_folder ../../data/HED-BSDS/, batch 1
+
+
+def test_segnets_dense_image_data_takes_the_first_images_size_for_image_and_label(in_tmp):
+    # CamVid: 480x360 frames -> data [4,3,360,480], label [4,1,360,480].
+    Path("CamVid/train").mkdir(parents=True)
+    Image.new("RGB", (480, 360)).save("CamVid/train/0001TP_006690.png")
+    Path("CamVid/train.txt").write_text("CamVid/train/0001TP_006690.png CamVid/trainannot/0001TP_006690.png\n")
+    net = analyze(net_copy(SEGNET, **{'"/SegNet/CamVid/train.txt"': '"CamVid/train.txt"'}))
+    assert (net.blobs["data"], net.blobs["label"]) == ((4, 3, 360, 480), (4, 1, 360, 480))
+    assert "label: [4,1,360,480] from CamVid/train.txt (first image CamVid/train/0001TP_006690.png: PNG 480x360, read with 3 channel(s))" in net.shaped.notes
+
+
+def test_heds_image_labelmap_data_reads_its_list_through_root_folder(in_tmp, monkeypatch):
+    # HED's list and images are under ../../data/HED-BSDS/ from where it is run: 481x321 -> [1,3,321,481].
+    root = in_tmp / "data/HED-BSDS"
+    (root / "train/aug_data").mkdir(parents=True)
+    Image.new("RGB", (481, 321)).save(root / "train/aug_data/100075.jpg")
+    (root / "train_pair.lst").write_text("train/aug_data/100075.jpg train/aug_gt/100075.png\n")
+    (in_tmp / "examples/hed").mkdir(parents=True)
+    monkeypatch.chdir(in_tmp / "examples/hed")
+    net = analyze(str(HED))
+    assert (net.blobs["data"], net.blobs["label"]) == ((1, 3, 321, 481), (1, 1, 321, 481))
