@@ -189,9 +189,16 @@ def transformed_image(q: ShapeQuery) -> tuple[int, int, int] | None:
             f"{channels}x{height}x{width} before the crop; Caffe stops at the first batch (data_transformer.cpp: CHECK_EQ of the image's channels, height, width "
             "and the mean's): make the mean from this data (compute_image_mean) or use mean_value"
         )
-    values = len(q.proto.transform_param.mean_value)
-    q.check(values in (0, 1, channels), f"transform_param has {values} mean_value(s) for {channels} channels ({record.source}); Caffe stops: \"Specify either 1 mean_value or as many as channels\"")
+    mean_values_fit(q, channels)
     return channels, (crop or height), (crop or width)
+
+
+def mean_values_fit(q: ShapeQuery, channels: int) -> None:
+    """DataTransformer::Transform's (and WindowData's DataLayerSetUp's) CHECK: one
+    mean_value, or one per channel of the images read."""
+    values = len(q.proto.transform_param.mean_value)
+    source = q.record.source if q.record is not None else "its source"
+    q.check(values in (0, 1, channels), f"transform_param has {values} mean_value(s) for the {channels} channel(s) of {source}; Caffe stops: \"Specify either 1 mean_value or as many as channels\"")
 
 
 def source_size(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
@@ -419,9 +426,10 @@ def _window_data(q: ShapeQuery) -> LayerShapes:
     crop = int32(q.proto.transform_param.crop_size)
     q.check(crop > 0, "WindowData needs transform_param.crop_size > 0")
     batch = int32(q.proto.window_data_param.batch_size)
-    channels = q.record.image[0] if q.record is not None and q.record.image is not None else COLOR_CHANNELS
-    values = len(q.proto.transform_param.mean_value)
-    q.check(values in (0, 1, channels), f"transform_param has {values} mean_value(s) for {channels} channels; Caffe stops: \"Specify either 1 mean_value or as many as channels\"")
+    channels = COLOR_CHANNELS
+    if q.record is not None and q.record.image is not None:
+        channels = q.record.image[0]
+        mean_values_fit(q, channels)
     return resolve_tops(q, [(batch, channels, crop, crop), (batch,)], "")
 
 
@@ -433,10 +441,10 @@ def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     q.check(not q.proto.HasField("transform_param"), "HDF5Data does not transform data (remove transform_param)")
     batch = int32(q.proto.hdf5_data_param.batch_size)
     templates: list[Template] = [(batch, "...")] * len(q.layer.tops)
-    datasets = q.record.datasets if q.record is not None else None
-    if datasets is not None:
-        shapes = [datasets[top] for top in q.layer.tops]
-        where = f"in the first file {q.record.source} lists"  # type: ignore[union-attr]
+    record = q.record
+    if record is not None and record.datasets is not None:
+        shapes = [record.datasets[top] for top in q.layer.tops]
+        where = f"in the first file {record.source} lists"
         q.check(all(len(shape) >= 1 for shape in shapes), f"a dataset {where} is a scalar; HDF5Data needs at least 1 axis (\"Input must have at least 1 axis\")")
         rows = {top: shape[0] for top, shape in zip(q.layer.tops, shapes)}
         q.check(len(set(rows.values())) == 1, f"the datasets {where} have different row counts ({', '.join(f'{t} {n}' for t, n in rows.items())}); Caffe stops: HDF5 data blobs must have the same number of rows")

@@ -71,7 +71,7 @@ class Sources:
     hints: Mapping[str, str] = field(default_factory=dict)
 
 
-class Unreadable(Exception):
+class _Unreadable(Exception):
     """A reader's signal: the source exists but cannot be read (caught in read_sources,
     which names the layer)."""
 
@@ -108,8 +108,10 @@ def read_sources(graph: Graph, specs: SpecTable, cwd: str | None = None) -> Sour
         except _Absent as absent:
             hints[layer.name] = str(absent)
             continue
-        except Unreadable as error:
+        except _Unreadable as error:
             raise CaffememError(f"cannot read this layer's data source: {error}", Location.of_layer(layer, graph.source)) from None
+        except (OSError, ValueError, RuntimeError, EOFError) as error:  # what a library says of a file it cannot take
+            raise CaffememError(f"cannot read this layer's data source ({type(error).__name__}: {error})", Location.of_layer(layer, graph.source)) from None
         if record is not None:
             records[layer.name] = record
     return Sources(records, hints)
@@ -150,19 +152,19 @@ def _first_value(path: str, backend: str) -> bytes:
             with lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True, max_readers=1) as env, env.begin() as txn:
                 cursor = txn.cursor()
                 if not cursor.first():
-                    raise Unreadable(f"the LMDB {path} holds no record")
+                    raise _Unreadable(f"the LMDB {path} holds no record")
                 return bytes(cursor.value())
         except lmdb.Error as error:
-            raise Unreadable(f"{path} is not an LMDB ({error}){_other_backend(path, backend)}") from None
+            raise _Unreadable(f"{path} is not an LMDB ({error}){_other_backend(path, backend)}") from None
     plyvel = _library("plyvel")
     try:
         db = plyvel.DB(path, create_if_missing=False)
     except plyvel.Error as error:
-        raise Unreadable(f"{path} is not a LevelDB ({error}){_other_backend(path, backend)}") from None
+        raise _Unreadable(f"{path} is not a LevelDB ({error}){_other_backend(path, backend)}") from None
     try:
         for _, value in db.iterator():
             return value
-        raise Unreadable(f"the LevelDB {path} holds no record")
+        raise _Unreadable(f"the LevelDB {path} holds no record")
     finally:
         db.close()
 
@@ -182,7 +184,7 @@ def _datum_image(datum: Any, transform: Any, where: str) -> tuple[tuple[int, int
     if not datum.encoded:
         return (datum.channels, datum.height, datum.width), f"first Datum {datum.channels}x{datum.height}x{datum.width}"
     if transform.force_color and transform.force_gray:
-        raise Unreadable("cannot set both force_color and force_gray (data_transformer.cpp)")
+        raise _Unreadable("cannot set both force_color and force_gray (data_transformer.cpp)")
     size, channels, kind = _image_header(io.BytesIO(datum.data), f"the first Datum's encoded image in {where}")
     if transform.force_color or transform.force_gray:
         channels = 3 if transform.force_color else 1  # DecodeDatumToCVMat(datum, is_color)
@@ -217,7 +219,7 @@ def _read_db(proto: Any, resolve: Callable[[str], str], message_type: Any, datum
     try:
         message = message_type.FromString(value)
     except DecodeError as error:
-        raise Unreadable(f"the first record of {path} is not a {message_type.DESCRIPTOR.name} ({error})") from None
+        raise _Unreadable(f"the first record of {path} is not a {message_type.DESCRIPTOR.name} ({error})") from None
     image, what = _datum_image(datum_of(message), proto.transform_param, path)
     boxes = None
     if annotated and (message.HasField("type") or proto.annotated_data_param.HasField("anno_type")):
@@ -237,11 +239,14 @@ def _image_header(stream: Any, what: str) -> tuple[tuple[int, int], int, str]:
     grey 1; colour 3; an alpha channel or a PNG transparency chunk 4 (grfmt_png.cpp);
     a CMYK JPEG is converted to 3."""
     image_module = _library("PIL.Image")
+    limit, image_module.MAX_IMAGE_PIXELS = image_module.MAX_IMAGE_PIXELS, None  # only the header is read: no pixels to guard
     try:
         with image_module.open(stream) as image:
             mode, size, kind, info = image.mode, image.size, image.format or "image", image.info
     except (OSError, SyntaxError, ValueError) as error:  # UnidentifiedImageError is an OSError
-        raise Unreadable(f"{what} cannot be decoded ({error})") from None
+        raise _Unreadable(f"{what} cannot be decoded ({error})") from None
+    finally:
+        image_module.MAX_IMAGE_PIXELS = limit
     if mode in ("LA", "La", "RGBA", "RGBa", "PA") or (mode in ("RGB", "P") and "transparency" in info):
         channels = 4
     elif mode in ("RGB", "P", "CMYK", "YCbCr", "LAB", "HSV"):
@@ -295,7 +300,7 @@ def _image_pair_list(param_name: str) -> Callable[[Any, Callable[[str], str]], S
         if words is None:
             return None
         if not words:
-            raise Unreadable(f"the list {path} is empty (Caffe stops: \"File is empty\")")
+            raise _Unreadable(f"the list {path} is empty (Caffe stops: \"File is empty\")")
         image, what = _read_image(param, words[0], resolve)
         return SourceRecord(param.source, what + _crop(proto), (0, 1), image=image)
 
@@ -312,9 +317,9 @@ def _first_line(source: str, resolve: Callable[[str], str]) -> str | None:
         with open(path, "rb") as stream:
             head = stream.readline(LIST_HEAD_BYTES)
     except OSError as error:
-        raise Unreadable(f"{path}: {error.strerror}") from None
+        raise _Unreadable(f"{path}: {error.strerror}") from None
     if not head:
-        raise Unreadable(f"the list {path} is empty (Caffe stops: \"File is empty\")")
+        raise _Unreadable(f"the list {path} is empty (Caffe stops: \"File is empty\")")
     return head.decode("utf-8", "surrogateescape").rstrip("\n")
 
 
@@ -328,7 +333,7 @@ def _head_tokens(source: str, resolve: Callable[[str], str]) -> tuple[str, list[
         with open(path, "rb") as stream:
             return path, stream.read(LIST_HEAD_BYTES).decode("utf-8", "surrogateescape").split()
     except OSError as error:
-        raise Unreadable(f"{path}: {error.strerror}") from None
+        raise _Unreadable(f"{path}: {error.strerror}") from None
 
 
 def _read_window_file(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
@@ -339,13 +344,13 @@ def _read_window_file(proto: Any, resolve: Callable[[str], str]) -> SourceRecord
     if tokens is None:
         return None
     if len(tokens) < 2:
-        raise Unreadable(f"the window file {path} is empty (Caffe stops: \"Window file is empty\")")
+        raise _Unreadable(f"the window file {path} is empty (Caffe stops: \"Window file is empty\")")
     try:
         if tokens[0] != "#":
             raise ValueError(f"it starts with {tokens[0]!r}, not '#'")
         image, channels, height, width = tokens[2], int(tokens[3]), int(tokens[4]), int(tokens[5])
     except (IndexError, ValueError) as error:
-        raise Unreadable(f"{path} is not a window file (# index, image path, channels, height, width, windows...): {error}") from None
+        raise _Unreadable(f"{path} is not a window file (# index, image path, channels, height, width, windows...): {error}") from None
     what = f"first image {image}: {channels}x{height}x{width}" + _crop(proto)
     return SourceRecord(source, what, image=(channels, height, width))
 
@@ -361,7 +366,7 @@ def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord |
     if names is None:
         return None
     if not names:
-        raise Unreadable(f"the list {path} names no file (Caffe stops: \"Must have at least 1 HDF5 filename listed\")")
+        raise _Unreadable(f"the list {path} names no file (Caffe stops: \"Must have at least 1 HDF5 filename listed\")")
     file = resolve(names[0])
     if not os.path.isfile(file):
         raise _Absent(f"the first file {names[0]} that {source} lists does not exist")
@@ -372,10 +377,10 @@ def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord |
             for top in proto.top:
                 node = h5.get(top)
                 if not isinstance(node, h5py.Dataset):
-                    raise Unreadable(f"{file} has no dataset '{top}' for the top of that name (Caffe stops: \"Failed to find HDF5 dataset {top}\")")
+                    raise _Unreadable(f"{file} has no dataset '{top}' for the top of that name (Caffe stops: \"Failed to find HDF5 dataset {top}\")")
                 datasets[top] = tuple(int(d) for d in node.shape)
     except OSError as error:
-        raise Unreadable(f"{file} is not an HDF5 file ({error})") from None
+        raise _Unreadable(f"{file} is not an HDF5 file ({error})") from None
     what = "first file " + names[0] + ": " + ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in datasets.items())
     return SourceRecord(source, what, tuple(range(len(proto.top))), datasets=datasets)
 
@@ -403,7 +408,7 @@ def _mean(proto: Any, resolve: Callable[[str], str]) -> tuple[tuple[int, int, in
         with open(path, "rb") as stream:
             blob = caffe_pb2.BlobProto.FromString(stream.read())
     except DecodeError as error:
-        raise Unreadable(f"the mean_file {path} is not a BlobProto ({error})") from None
+        raise _Unreadable(f"the mean_file {path} is not a BlobProto ({error})") from None
     legacy = any(blob.HasField(f) for f in ("num", "channels", "height", "width"))
     dims = (blob.num, blob.channels, blob.height, blob.width) if legacy else tuple(blob.shape.dim)
     mean = tuple(dims[i] if i < len(dims) else 1 for i in (1, 2, 3))  # Blob::LegacyShape pads with 1

@@ -427,3 +427,12 @@ def test_heds_image_labelmap_data_reads_its_list_through_root_folder(in_tmp, mon
     monkeypatch.chdir(in_tmp / "examples/hed")
     net = analyze(str(HED))
     assert (net.blobs["data"], net.blobs["label"]) == ((1, 3, 321, 481), (1, 1, 321, 481))
+
+
+def test_mean_values_that_do_not_fit_the_databases_channels_are_refused(in_tmp):
+    # SSD's three mean_values against a grey database: Caffe stops at its first batch.
+    write_lmdb(in_tmp / "examples/imagenet/ilsvrc12_train_lmdb", datum(1, 256, 256))
+    net = net_copy(ALEXNET, **{'    mean_file: "data/ilsvrc12/imagenet_mean.binaryproto"\n  }\n  data_param {\n    source: "examples/imagenet/ilsvrc12_train_lmdb"': '    mean_value: 104\n    mean_value: 117\n    mean_value: 123\n  }\n  data_param {\n    source: "examples/imagenet/ilsvrc12_train_lmdb"'})
+    result = run("analyze", net)
+    assert result.exit_code == 2 and "transform_param has 3 mean_value(s) for the 1 channel(s) of examples/imagenet/ilsvrc12_train_lmdb" in result.output
+
