@@ -45,6 +45,7 @@ import functools
 import importlib
 import io
 import os
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,8 +145,8 @@ def _library(name: str) -> Any:
 
 def _first_value(path: str, backend: str) -> bytes:
     """The first value of the database at ``path``, as Caffe's cursor sees it after
-    SeekToFirst.  LMDB is opened read-only without its lock file, so nothing is written;
-    LevelDB has no read-only mode: opening it, as Caffe does, updates its LOG file."""
+    SeekToFirst.  LMDB is opened read-only without its lock file, so nothing is written
+    (LevelDB: see :func:`_leveldb_first_value`)."""
     if backend == "lmdb":
         lmdb = _library("lmdb")
         try:
@@ -156,17 +157,33 @@ def _first_value(path: str, backend: str) -> bytes:
                 return bytes(cursor.value())
         except lmdb.Error as error:
             raise _Unreadable(f"{path} is not an LMDB ({error}){_other_backend(path, backend)}") from None
+    return _leveldb_first_value(path)
+
+
+def _leveldb_first_value(path: str) -> bytes:
+    """LevelDB has no read-only mode: opening a folder writes its LOCK and LOG files (and
+    renames an old LOG) before it even checks for a database, and recovery may write new
+    tables and a new MANIFEST.  So the folder is opened through a shadow one in a
+    temporary folder, holding links to its files: whatever LevelDB writes or deletes
+    there, the user's folder stays as it was."""
     plyvel = _library("plyvel")
-    try:
-        db = plyvel.DB(path, create_if_missing=False)
-    except plyvel.Error as error:
-        raise _Unreadable(f"{path} is not a LevelDB ({error}){_other_backend(path, backend)}") from None
-    try:
-        for _, value in db.iterator():
-            return value
-        raise _Unreadable(f"the LevelDB {path} holds no record")
-    finally:
-        db.close()
+    if not os.path.isfile(os.path.join(path, "CURRENT")):
+        raise _Unreadable(f"{path} is not a LevelDB (it has no CURRENT file){_other_backend(path, 'leveldb')}")
+    folder = os.path.abspath(path)
+    with tempfile.TemporaryDirectory(prefix="caffemem-leveldb-") as shadow:
+        for name in os.listdir(folder):
+            if name not in ("LOCK", "LOG", "LOG.old"):
+                os.symlink(os.path.join(folder, name), os.path.join(shadow, name))
+        try:
+            db = plyvel.DB(shadow, create_if_missing=False)
+        except plyvel.Error as error:
+            raise _Unreadable(f"{path} is not a LevelDB ({str(error).replace(shadow, path)})") from None
+        try:
+            for _, value in db.iterator():
+                return value
+            raise _Unreadable(f"the LevelDB {path} holds no record")
+        finally:
+            db.close()
 
 
 def _other_backend(path: str, backend: str) -> str:

@@ -118,16 +118,22 @@ def test_without_crop_the_datum_gives_height_and_width_and_scale_changes_nothing
     assert analyze(str(LENET)).blobs["data"] == (64, 1, 28, 28)
 
 
-def test_a_leveldb_is_read_as_its_backend_says(in_tmp):
+def write_leveldb(path: Path, *values: bytes) -> None:
     plyvel = pytest.importorskip("plyvel")
-    path = in_tmp / "examples/mnist/mnist_train_leveldb"
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     db = plyvel.DB(str(path), create_if_missing=True)
-    db.put(b"00000000", datum(1, 28, 28))
-    db.put(b"00000001", datum(3, 9, 9))
+    for i, value in enumerate(values):
+        db.put(f"{i:08d}".encode(), value)
     db.close()
+
+
+def test_a_leveldb_is_read_as_its_backend_says_and_left_as_it_was(in_tmp):
+    path = in_tmp / "examples/mnist/mnist_train_leveldb"
+    write_leveldb(path, datum(1, 28, 28), datum(3, 9, 9))
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in path.iterdir()}
     net = net_copy(LENET, **{'source: "examples/mnist/mnist_train_lmdb"\n    batch_size: 64\n    backend: LMDB': 'source: "examples/mnist/mnist_train_leveldb"\n    batch_size: 64\n    backend: LEVELDB'})
     assert analyze(net).blobs["data"] == (64, 1, 28, 28)
+    assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in path.iterdir()} == before  # no LOG, LOCK or MANIFEST written
 
 
 def test_an_encoded_datum_is_sized_from_its_image_header(in_tmp):
@@ -226,11 +232,14 @@ def test_a_record_that_is_not_a_datum_is_refused(in_tmp):
 
 def test_an_lmdb_read_as_the_default_leveldb_backend_says_which_backend_to_set(in_tmp):
     pytest.importorskip("plyvel")
-    write_lmdb(in_tmp / "examples/mnist/mnist_train_lmdb", datum(1, 28, 28))
+    path = in_tmp / "examples/mnist/mnist_train_lmdb"
+    write_lmdb(path, datum(1, 28, 28))
+    before = sorted(p.name for p in path.iterdir())
     net = net_copy(LENET, **{"batch_size: 64\n    backend: LMDB": "batch_size: 64"})
     result = run("analyze", net)
     assert result.exit_code == 2
     assert "it holds an LMDB (data.mdb): set data_param { backend: LMDB } (the default is LEVELDB)" in result.output
+    assert sorted(p.name for p in path.iterdir()) == before  # LevelDB's LOCK and LOG are not written into it
 
 
 def test_without_the_extra_the_request_for_input_names_it_once(in_tmp, monkeypatch):
