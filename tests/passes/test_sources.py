@@ -148,6 +148,21 @@ def test_an_encoded_datum_is_sized_from_its_image_header(in_tmp):
     assert result.exit_code == 2 and "mean_file examples/cifar10/mean.binaryproto is 3x30x40, but the images of examples/cifar10/cifar10_test_lmdb are 1x30x40" in result.output
 
 
+@pytest.mark.parametrize(
+    ("image", "kind", "channels"),
+    [
+        (Image.new("RGBA", (28, 28)), "PNG", 4),  # imdecode(data, -1) keeps the alpha channel
+        (Image.new("LA", (28, 28)), "PNG", 4),  # grey with alpha: grfmt_png.cpp decodes it as BGRA
+        (Image.new("P", (28, 28)), "PNG", 3),  # a palette without transparency: BGR
+        (Image.new("CMYK", (28, 28)), "JPEG", 3),  # grfmt_jpeg.cpp: more than one component is BGR
+    ],
+    ids=["rgba-png", "grey-alpha-png", "palette-png", "cmyk-jpeg"],
+)
+def test_an_encoded_datum_has_the_channels_opencv_decodes(in_tmp, image, kind, channels):
+    write_lmdb(in_tmp / "examples/mnist/mnist_train_lmdb", encoded_datum(image, kind))
+    assert analyze(str(LENET)).blobs["data"] == (64, channels, 28, 28)
+
+
 def test_force_color_decodes_a_grey_image_to_three_channels(in_tmp):
     write_lmdb(in_tmp / "examples/mnist/mnist_train_lmdb", encoded_datum(Image.new("L", (28, 28)), "PNG"))
     net = net_copy(LENET, **{"scale: 0.00390625\n  }\n  data_param {\n    source: \"examples/mnist/mnist_train_lmdb\"": "scale: 0.00390625\n    force_color: true\n  }\n  data_param {\n    source: \"examples/mnist/mnist_train_lmdb\""})
@@ -445,3 +460,23 @@ def test_mean_values_that_do_not_fit_the_databases_channels_are_refused(in_tmp):
     result = run("analyze", net)
     assert result.exit_code == 2 and "transform_param has 3 mean_value(s) for the 1 channel(s) of examples/imagenet/ilsvrc12_train_lmdb" in result.output
 
+
+
+# ---- old formats: the upgraded layer reads its source as the new one does -------------
+
+
+def test_a_v1_data_layer_reads_its_lmdb_after_the_upgrade(in_tmp):
+    # legacy V1 GoogLeNet: DATA, LMDB, batch 32, crop_size 224 -> [32,3,224,224].
+    write_lmdb(in_tmp / "examples/imagenet/ilsvrc12_train_lmdb", datum(3, 256, 256))
+    assert analyze(str(MODELS / "legacy_v1_bvlc_googlenet" / "train_val.prototxt")).blobs["data"] == (32, 3, 224, 224)
+
+
+def test_a_v0_data_layer_reads_its_leveldb_and_meanfile_from_where_caffe_runs(in_tmp, monkeypatch):
+    # V0 ImageNet, run from examples/imagenet: source ilvsrc12_train_leveldb (LEVELDB, the
+    # default), meanfile ../../data/ilsvrc12/imagenet_mean.binaryproto, batchsize 256, cropsize 227.
+    write_leveldb(in_tmp / "examples/imagenet/ilvsrc12_train_leveldb", datum(3, 256, 256))
+    write_mean(in_tmp / "data/ilsvrc12/imagenet_mean.binaryproto", 3, 256, 256)
+    monkeypatch.chdir(in_tmp / "examples/imagenet")
+    net = analyze(str(MODELS / "legacy_v0_bvlc_imagenet" / "imagenet_train.prototxt"))
+    assert net.blobs["data"] == (256, 3, 227, 227)
+    assert "data: [256,3,227,227] from ilvsrc12_train_leveldb (first Datum 3x256x256, crop_size 227; mean_file 3x256x256)" in net.shaped.notes
