@@ -78,7 +78,6 @@ def infer_shapes(
             result = spec.shape(query)
             _check_from_file(layer, result, inputs, graph.source)
             notes.extend(_override_notes(spec, query, result))
-            notes.extend(provenance(layer, record, result.tops) if record is not None else ())
         except NeedsInput as need:
             hint = "; ".join(h for h in (need.hint, sources.hints.get(layer.name, "")) if h)
             missing.extend((blob, layer, hint) for blob in need.blobs)
@@ -97,6 +96,8 @@ def infer_shapes(
             else:
                 result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
         _check_result(layer, result, graph.source)
+        if record is not None:  # after --batch: the note gives the shape analysed
+            notes.extend(provenance(layer, record, result.tops, query.overrides))
         _check_in_place(layer, query.bottoms, result, graph.source)
         for top, shape in zip(layer.tops, result.tops):
             blob_shapes[top] = shape

@@ -66,7 +66,8 @@ BACKENDS = ("leveldb", "lmdb")
 @dataclass(frozen=True)
 class Sources:
     """What :func:`read_sources` found: a record per layer name, and per layer whose source
-    exists but needs a library that is not installed, the hint naming the extra."""
+    exists but gives no record, the hint its request for --input adds: the extra to
+    install, or the listed file that is missing."""
 
     records: Mapping[str, SourceRecord] = field(default_factory=dict)
     hints: Mapping[str, str] = field(default_factory=dict)
@@ -118,9 +119,11 @@ def read_sources(graph: Graph, specs: SpecTable, cwd: str | None = None) -> Sour
     return Sources(records, hints)
 
 
-def provenance(layer: Layer, record: SourceRecord, tops: tuple[Shape, ...]) -> tuple[str, ...]:
-    """The notes saying where a layer's top shapes came from, one per top the record sized."""
-    return tuple(f"{layer.tops[i]}: [{','.join(map(str, tops[i]))}] from {record.source} ({record.what})" for i in record.tops if i < len(tops))
+def provenance(layer: Layer, record: SourceRecord, tops: tuple[Shape, ...], overridden: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The notes saying where a layer's top shapes came from, one per top the record sized
+    (a top given with --override-input has its own note instead)."""
+    sized = [i for i in record.tops if i < len(tops) and layer.tops[i] not in overridden]
+    return tuple(f"{layer.tops[i]}: [{','.join(map(str, tops[i]))}] from {record.source} ({record.what})" for i in sized)
 
 
 @functools.lru_cache(maxsize=64)

@@ -192,7 +192,14 @@ def test_input_that_agrees_with_the_database_fills_and_one_that_contradicts_it_i
     assert "--input data=1,227,227 contradicts the file (with its data source examples/imagenet/ilsvrc12_train_lmdb): it states 256,3,227,227 for 'data' (axis 1: 3, not 1)" in result.output
     overridden = run("analyze", str(ALEXNET), "--override-input", "data=256,1,227,227", "--json")
     assert overridden.exit_code == 0, overridden.output
-    assert json.loads(overridden.output)["blobs"][0] == {"name": "data", "shape": [256, 1, 227, 227]}
+    document = json.loads(overridden.output)
+    assert document["blobs"][0] == {"name": "data", "shape": [256, 1, 227, 227]}
+    assert [note for note in document["notes"] if note.startswith("data: ")] == []  # the override's own note says where it came from
+
+
+def test_the_note_gives_the_batch_analysed(in_tmp):
+    write_lmdb(in_tmp / "examples/mnist/mnist_train_lmdb", datum(1, 28, 28))
+    assert "data: [8,1,28,28] from examples/mnist/mnist_train_lmdb (first Datum 1x28x28)" in analyze(str(LENET), batch=8).shaped.notes
 
 
 def test_the_json_output_says_where_the_shape_came_from(in_tmp):
