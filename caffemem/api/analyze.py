@@ -19,6 +19,7 @@ from caffemem.passes.filter import filter_net, make_state, phase_name
 from caffemem.passes.load import NetSource, SolverSource, load
 from caffemem.passes.memory import MemoryReport, Run, merged_run, prepare, simulate
 from caffemem.passes.shapes import FROM_FILE, INT_MAX, infer_shapes
+from caffemem.passes.sources import read_sources
 from caffemem.passes.solver import ProcessFootprint, solver_footprint
 from caffemem.passes.splits import insert_splits
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
@@ -312,7 +313,8 @@ def _build_net(source: NetSource, upgraded: caffe_pb2.NetParameter, state: caffe
     produced = {top for layer in graph.layers for top in layer.tops}
     overrides = inputs_for({key: options.inputs[key] for key in options.overrides if key in options.inputs}, role, file, graph.phase, produced)
     inputs = inputs_for(options.inputs, role, file, graph.phase, produced)
-    return infer_shapes(graph, specs, inputs, source.stored_params, batch=options.batch, overrides=frozenset(name for name in overrides if inputs[name] == overrides[name]))
+    sources = read_sources(graph, specs)
+    return infer_shapes(graph, specs, inputs, source.stored_params, batch=options.batch, overrides=frozenset(name for name in overrides if inputs[name] == overrides[name]), sources=sources)
 
 
 def inputs_for(inputs: Mapping[str, Shape], role: str | None, file: str, phase: str | None = None, produced: set[str] | None = None) -> dict[str, Shape]:

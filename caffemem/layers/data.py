@@ -3,10 +3,12 @@
 Caffe sizes a data layer's tops in its (Data)LayerSetUp, usually from the first record it
 reads (a datum in an LMDB, an image on disk, a row of an HDF5 file) passed through
 ``DataTransformer::InferBlobShape`` (data_transformer.cpp), which replaces height and width
-by ``crop_size`` when one is set.  caffemem reads no data, so every rule here:
+by ``crop_size`` when one is set.  Every rule here:
 
 1. derives the top from the layer's parameters wherever Caffe's own formula depends on
-   parameters only (batch sizes, crop sizes, new_height/new_width, colour);
+   parameters only (batch sizes, crop sizes, new_height/new_width, colour), and from the
+   first record of the layer's source where it exists (``q.record``, read by
+   passes/sources.py as the layer's SetUp reads it);
 2. fills the dimensions the parameters leave open from ``--input`` (``q.inputs``), which
    must agree with the ones they state (``--override-input``, ``q.overrides``, replaces
    them instead);
@@ -87,6 +89,7 @@ def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[i
     given = with_batch(q.inputs[name], template)
     override = name in q.overrides
     stated_text, example = _dims(template), _dims(_underscored(template))
+    by_source = f" (with its data source {q.record.source})" if q.record is not None else ""
     if "..." in template:  # the axes before "..." as stated, then as many open ones as given
         head = template[: template.index("...")]
         template = head + tuple(f"d{i}" for i in range(len(head), len(given)))
@@ -109,7 +112,7 @@ def given_shape(q: ShapeQuery, name: str, template: Template, loose: frozenset[i
         elif isinstance(stated, int) and value != stated and not override and axis not in loose:
             hint = "--batch N changes the batch" if axis == 0 else f"--override-input {name}={_dims(q.inputs[name])} analyses it anyway"
             raise q.fail(
-                f"--input {name}={_dims(q.inputs[name])} contradicts the file: it states {stated_text} for '{name}' (axis {axis}: {stated}, not {value}); "
+                f"--input {name}={_dims(q.inputs[name])} contradicts the file{by_source}: it states {stated_text} for '{name}' (axis {axis}: {stated}, not {value}); "
                 f"give only what the file leaves open (_ keeps an axis as stated, e.g. --input {name}={example}), or {hint}"
             )
         else:
@@ -165,6 +168,45 @@ def image_size(q: ShapeQuery, new_height: int, new_width: int, crop_size: int) -
     if new_h > 0 and new_w > 0:
         return new_h, new_w
     return "H", "W"
+
+
+def transformed_image(q: ShapeQuery) -> tuple[int, int, int] | None:
+    """C, H, W of top 0 from the first record of the layer's source (None without one), as
+    DataTransformer::InferBlobShape gives them (data_transformer.cpp): crop_size replaces
+    H and W, CHECK_GT(channels, 0), CHECK_GE(height and width, crop_size).  Transform, run
+    on the first batch, CHECKs the mean_file's blob equal to the image before the crop and
+    the mean_values 1 or one per channel: a mismatch stops Caffe, so it stops here too."""
+    record = q.record
+    if record is None or record.image is None:
+        return None
+    channels, height, width = record.image
+    crop = int32(q.proto.transform_param.crop_size)
+    q.check(channels > 0, f"the first record of {record.source} has {channels} channels ({record.what}); Caffe stops: CHECK_GT(datum_channels, 0)")
+    q.check(height >= crop and width >= crop, f"crop_size {crop} exceeds the first record of {record.source}, {height}x{width} ({record.what})")
+    if record.mean is not None and record.mean != record.image:
+        raise q.fail(
+            f"transform_param.mean_file {q.proto.transform_param.mean_file} is {'x'.join(map(str, record.mean))}, but the images of {record.source} are "
+            f"{channels}x{height}x{width} before the crop; Caffe stops at the first batch (data_transformer.cpp: CHECK_EQ of the image's channels, height, width "
+            "and the mean's): make the mean from this data (compute_image_mean) or use mean_value"
+        )
+    mean_values_fit(q, channels)
+    return channels, (crop or height), (crop or width)
+
+
+def mean_values_fit(q: ShapeQuery, channels: int) -> None:
+    """DataTransformer::Transform's (and WindowData's DataLayerSetUp's) CHECK: one
+    mean_value, or one per channel of the images read."""
+    values = len(q.proto.transform_param.mean_value)
+    source = q.record.source if q.record is not None else "its source"
+    q.check(values in (0, 1, channels), f"transform_param has {values} mean_value(s) for the {channels} channel(s) of {source}; Caffe stops: \"Specify either 1 mean_value or as many as channels\"")
+
+
+def source_size(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
+    """Height, width the parameters leave open (``"H"``, ``"W"``) taken from the first image
+    of the layer's source (``q.record``), where it was read."""
+    if q.record is None or q.record.image is None or all(isinstance(d, int) for d in size):
+        return size
+    return q.record.image[1], q.record.image[2]
 
 
 def follow_data(q: ShapeQuery, size: tuple[Dim, Dim]) -> tuple[Dim, Dim]:
@@ -349,46 +391,64 @@ def _memory_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, channels, height, width), (batch,)], "")
 
 
-@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("data_param"))
+@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("data_param"), source_kind="datum_db")
 def _data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] with C, H, W from the first datum (crop_size fixes H, W); label [batch]."""
     batch = positive_batch(q, q.proto.data_param.batch_size, "data_param.batch_size")
     crop = int32(q.proto.transform_param.crop_size)
+    image = transformed_image(q)
     size: tuple[Dim, Dim] = (crop, crop) if crop else ("H", "W")
-    templates: list[Template] = [(batch, "C") + size, (batch,)]
+    templates: list[Template] = [(batch,) + image if image else (batch, "C") + size, (batch,)]
     return resolve_tops(q, templates, "a Data layer's channels (and height, width without crop_size) are stored in its database")
 
 
-@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("image_data_param"))
+@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("image_data_param"), source_kind="image_list")
 def _image_data(q: ShapeQuery) -> LayerShapes:
-    """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width or crop_size; label [batch]."""
+    """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width, crop_size or the first image; label [batch]."""
     param = q.proto.image_data_param
     both_or_neither(q, param.new_height, param.new_width, "new")
     size = image_size(q, param.new_height, param.new_width, q.proto.transform_param.crop_size)
     batch = positive_batch(q, param.batch_size, "image_data_param.batch_size")
-    templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch,)]
+    image = transformed_image(q)
+    templates: list[Template] = [(batch,) + (image or (color_channels(param.is_color),) + size), (batch,)]
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageData layer takes the first image's size")
 
 
-@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()), gpu="forward", batch_fields=batch_size_of("window_data_param"))
+@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()), gpu="forward", batch_fields=batch_size_of("window_data_param"), source_kind="window_file")
 def _window_data(q: ShapeQuery) -> LayerShapes:
-    """data [batch, 3, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
+    """data [batch, C, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
 
-    Caffe takes the channel count from the window file's image records; R-CNN window files
-    list colour images, so 3 is assumed (pass --input to override).
+    Caffe takes the channel count from the window file's image records (its first one is
+    read, see passes/sources.py); without the file, R-CNN window files list colour
+    images, so 3 is assumed (pass --input to override).  DataLayerSetUp CHECKs the
+    mean_values against those channels.
     """
     crop = int32(q.proto.transform_param.crop_size)
     q.check(crop > 0, "WindowData needs transform_param.crop_size > 0")
     batch = int32(q.proto.window_data_param.batch_size)
-    return resolve_tops(q, [(batch, COLOR_CHANNELS, crop, crop), (batch,)], "")
+    channels = COLOR_CHANNELS
+    if q.record is not None and q.record.image is not None:
+        channels = q.record.image[0]
+        mean_values_fit(q, channels)
+    return resolve_tops(q, [(batch, channels, crop, crop), (batch,)], "")
 
 
-@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory, gpu="forward", batch_fields=batch_size_of("hdf5_data_param"))
+@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory, gpu="forward", batch_fields=batch_size_of("hdf5_data_param"), source_kind="hdf5_list")
 def _hdf5_data(q: ShapeQuery) -> LayerShapes:
-    """Each top is [batch_size, dims of the HDF5 dataset of that name...]: only the batch is known."""
+    """Each top is [batch_size, dims of the HDF5 dataset of that name...] (the first file's,
+    when its list exists): LoadHDF5FileData CHECKs at least 1 axis and the same rows in
+    every top's dataset."""
     q.check(not q.proto.HasField("transform_param"), "HDF5Data does not transform data (remove transform_param)")
     batch = int32(q.proto.hdf5_data_param.batch_size)
     templates: list[Template] = [(batch, "...")] * len(q.layer.tops)
+    record = q.record
+    if record is not None and record.datasets is not None:
+        shapes = [record.datasets[top] for top in q.layer.tops]
+        where = f"in the first file {record.source} lists"
+        q.check(all(len(shape) >= 1 for shape in shapes), f"a dataset {where} is a scalar; HDF5Data needs at least 1 axis (\"Input must have at least 1 axis\")")
+        rows = {top: shape[0] for top, shape in zip(q.layer.tops, shapes)}
+        q.check(len(set(rows.values())) == 1, f"the datasets {where} have different row counts ({', '.join(f'{t} {n}' for t, n in rows.items())}); Caffe stops: HDF5 data blobs must have the same number of rows")
+        templates = [(batch,) + shape[1:] for shape in shapes]
     return resolve_tops(q, templates, "an HDF5Data layer's trailing dimensions are those of the datasets in its files")
 
 

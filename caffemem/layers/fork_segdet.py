@@ -47,6 +47,7 @@ from caffemem.layers.data import (
     layer_note,
     positive_batch,
     resolve_tops,
+    source_size,
 )
 from caffemem.layers.loss import _class_axis as class_axis
 from caffemem.layers.neuron import softmax_memory
@@ -84,7 +85,7 @@ def _image_seg_tops(q: ShapeQuery) -> LayerShapes:
     both_or_neither(q, param.new_height, param.new_width, "new")
     crop = int32(q.proto.transform_param.crop_size)
     # The tops take the crop whatever the image's size: TransformImgAndSeg pads a smaller one.
-    size: tuple[Dim, Dim] = (crop, crop) if crop > 0 else image_size(q, param.new_height, param.new_width, 0)
+    size: tuple[Dim, Dim] = (crop, crop) if crop > 0 else source_size(q, image_size(q, param.new_height, param.new_width, 0))
     size = follow_data(q, size)
     batch = positive_batch(q, param.batch_size, "image_data_param.batch_size")
     templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch, 1) + size, (batch, 1, 1, IMAGE_DIMS)]
@@ -132,6 +133,7 @@ def _image_seg_data_memory(q: MemoryQuery) -> LayerMemory:
     source=DEEPLAB2 + "image_seg_data_layer.cpp, base_data_layer.cpp; " + DEEPLAB1 + "image_seg_data_layer.cpp (IMAGE_SEG_DATA)",
     memory=_image_seg_data_memory,
     batch_fields=batch_size_of("image_data_param"),
+    source_kind="image_pair_list",
 )
 def _image_seg_data(q: ShapeQuery) -> LayerShapes:
     """An image and its label map from a list file (image_data_param, label_type).

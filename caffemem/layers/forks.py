@@ -59,6 +59,7 @@ from caffemem.layers.data import (
     positive_batch,
     prefetch_memory,
     resolve_tops,
+    source_size,
 )
 from caffemem.layers.fork_segdet import _smooth_l1_loss_ohem as smooth_l1_loss_ohem_shapes
 from caffemem.layers.fork_segdet import _smooth_l1_ohem_memory as smooth_l1_ohem_memory
@@ -323,7 +324,17 @@ def _divided(q: ShapeQuery, size: tuple[Dim, Dim], factor: int) -> tuple[Dim, Di
     return tuple(d // factor if isinstance(d, int) else f"{d}/{factor}" for d in size)  # type: ignore[return-value]
 
 
-@layer("DenseImageData", "forks", bottoms=NONE, tops=TWO, is_data=True, source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp", memory=_copying_prefetch_memory, batch_fields=batch_size_of("dense_image_data_param"))
+@layer(
+    "DenseImageData",
+    "forks",
+    bottoms=NONE,
+    tops=TWO,
+    is_data=True,
+    source=SEGNET + "dense_image_data_layer.cpp, base_data_layer.cpp",
+    memory=_copying_prefetch_memory,
+    batch_fields=batch_size_of("dense_image_data_param"),
+    source_kind="dense_image_pair_list",
+)
 def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     """Image and per-pixel label image: data [batch, 3 or 1, H, W], label [batch, 1, H, W].
 
@@ -345,7 +356,7 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     elif crop_h > 0:
         size = (crop_h, crop_w)
     else:
-        size = image_size(q, param.new_height, param.new_width, 0)
+        size = source_size(q, image_size(q, param.new_height, param.new_width, 0))
     size = follow_data(q, size)
     label = size if crop > 0 or crop_h > 0 else _divided(q, size, int32(param.label_divide_factor))
     batch = int32(param.batch_size)
@@ -362,12 +373,13 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     source="s9xie/hed src/caffe/layers/image_labelmap_data_layer.cpp, base_data_layer.cpp",
     memory=_copying_prefetch_memory,
     batch_fields=batch_size_of("image_data_param"),
+    source_kind="image_pair_list",
 )
 def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
     """HED: data [batch, 3 or 1, H, W] and its edge map [batch, 1, H, W] (image_data_param, crop_size)."""
     param = q.proto.image_data_param
     both_or_neither(q, param.new_height, param.new_width, "new")
-    size = follow_data(q, image_size(q, param.new_height, param.new_width, q.proto.transform_param.crop_size))
+    size = follow_data(q, source_size(q, image_size(q, param.new_height, param.new_width, q.proto.transform_param.crop_size)))
     batch = positive_batch(q, param.batch_size, "image_data_param.batch_size")
     templates: list[Template] = [(batch, color_channels(param.is_color)) + size, (batch, 1) + size]
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageLabelmapData layer takes the first image's size")
@@ -417,19 +429,33 @@ def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
     source=SSD + "annotated_data_layer.cpp, base_data_layer.cpp, data_transformer.cpp",
     memory=_annotated_data_memory,
     batch_fields=batch_size_of("data_param"),
+    source_kind="annotated_datum_db",
 )
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
 
-    The label is [1, 1, N, 8] with N the boxes of the batch (annotated datums) or [batch, 1, 1, 1]
-    (plain datums): both depend on the database, so it comes from --input.  YOLO training
-    data of eric612/MobileNet-YOLO (``yolo_data_type: 1``, annotated_data_layer.cpp) has a
-    fixed box label instead: [batch, 1, 300, 5], for the box databases YOLO trains on.
+    The label is [1, 1, N, 8] with N the boxes of the first AnnotatedDatum (at least 1) when
+    it has an annotation type (its own or anno_data_param.anno_type), else [batch, 1, 1, 1]
+    (DataLayerSetUp): both come from the database when it exists (passes/sources.py),
+    else from --input.  YOLO training data of eric612/MobileNet-YOLO (``yolo_data_type:
+    1``, annotated_data_layer.cpp) has a fixed box label instead: [batch, 1, 300, 5], for
+    the box databases YOLO trains on.  Without resize_param and crop, H, W are the datum's.
     """
     batch = int32(q.proto.data_param.batch_size)
-    data: Template = (batch, "C") + _ssd_image_size(q, batch)
+    size = _ssd_image_size(q, batch)
+    record = q.record
+    if record is not None and record.image is not None:
+        channels, height, width = record.image
+        q.check(channels > 0, f"the first record of {record.source} has {channels} channels ({record.what}); Caffe stops: CHECK_GT(datum_channels, 0)")
+        if not q.proto.transform_param.resize_param:  # else the resized size, not the datum's
+            size = (height if size[0] == "H" else size[0], width if size[1] == "W" else size[1])
+        data: Template = (batch, channels) + size
+    else:
+        data = (batch, "C") + size
     yolo = q.proto.annotated_data_param.yolo_data_type == 1
     label: Template = (batch, 1, YOLO_LABEL_ROWS, YOLO_LABEL_FIELDS) if yolo else (1, 1, "N", BBOX_LABEL_FIELDS)
+    if record is not None and not yolo:
+        label = (1, 1, max(record.boxes, 1), BBOX_LABEL_FIELDS) if record.boxes is not None else (batch, 1, 1, 1)
     why = (
         "an AnnotatedData layer's channels come from its database"
         if yolo

@@ -29,6 +29,9 @@ class ShapeQuery:
     net_types: frozenset[str] = frozenset()
     # The tops among ``inputs`` given with --override-input: they replace what the file states.
     overrides: frozenset[str] = frozenset()
+    # What the layer's data source held, read as its SetUp reads it (passes/sources.py);
+    # None: the layer reads no source, or it is missing (the rule then asks for --input).
+    record: "SourceRecord | None" = None
 
     @property
     def proto(self):  # caffe_pb2.LayerParameter
@@ -45,6 +48,28 @@ class ShapeQuery:
 
 
 ShapeRule = Callable[[ShapeQuery], LayerShapes]
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """The first record of a data layer's source, as Caffe's SetUp reads it, before the
+    DataTransformer (crop) and the batch: the layer's rule applies those.
+
+    Made by passes/sources.py (read_sources) for the layers whose spec names a
+    ``source_kind``; each field is None (or empty) where that kind holds no such fact."""
+
+    source: str  # the path as the net file writes it
+    what: str  # what was read, for the output: "first Datum 3x256x256, crop_size 227"
+    tops: tuple[int, ...] = (0,)  # the tops (by index) whose shapes it gives: the output says so
+    # C, H, W of the image the DataTransformer gets: a Datum's, or an image decoded as
+    # Caffe decodes it (resized to new_height/new_width, is_color's channels).
+    image: tuple[int, int, int] | None = None
+    # HDF5Data: the first file's datasets named by the tops, name -> shape.
+    datasets: Mapping[str, Shape] | None = None
+    # AnnotatedData: the box count of the first AnnotatedDatum, None without annotations.
+    boxes: int | None = None
+    # transform_param.mean_file's blob as DataTransformer loads it: C, H, W (Blob::LegacyShape 1-3).
+    mean: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +152,9 @@ class LayerSpec:
     # default, which calls Backward_cpu) or "none" (no .cu file: both run on the host,
     # layer.hpp 316-339), so its reads and writes touch host copies.
     gpu: str = "full"
+    # The kind of source a data layer's SetUp reads its first record from (a reader in
+    # passes/sources.py READERS: "datum_db", "image_list", ...); None: none.
+    source_kind: str | None = None
 
 
 def in_place_always(proto: Any) -> bool:

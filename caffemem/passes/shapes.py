@@ -23,6 +23,7 @@ from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
     int_overflow,
 )
 from caffemem.layers.registry import LayerSpec, ShapeQuery, SpecTable
+from caffemem.passes.sources import Sources, provenance
 from caffemem.schema.forks import fork_defining
 
 
@@ -33,22 +34,27 @@ def infer_shapes(
     stored_params: Mapping[str, tuple[Shape, ...]] | None = None,
     batch: int | None = None,
     overrides: frozenset[str] = frozenset(),
+    sources: Sources | None = None,
 ) -> ShapedGraph:
     """Shapes for a wired graph; raises CaffememError naming the layer at fault.
 
-    ``inputs`` fill what the data layers leave open; those named in ``overrides``
-    (``--override-input``) replace what the file states, each noted with the file's shapes.
+    ``sources`` (pass 4b, :func:`~caffemem.passes.sources.read_sources`) holds the first
+    record of each data layer's source, which its rule sizes the tops from; a note says
+    where each such shape came from.  ``inputs`` fill what the data layers and their
+    sources leave open; those named in ``overrides`` (``--override-input``) replace what
+    the file states, each noted with the file's shapes.
 
     ``batch`` replaces the batch of every data layer's tops (``--batch``): their first
     axis, or where a recurrent net puts it (see :func:`batch_axes`)."""
     inputs = dict(inputs or {})
+    sources = sources or Sources()
     blob_shapes: dict[str, Shape] = {}
     layer_shapes: list[LayerShapes] = []
     missing: list[tuple[str, Layer, str]] = []
     unknown: set[str] = set()
     notes: list[str] = []
     data_tops: set[str] = set()
-    axes = batch_axes(graph, specs, inputs, stored_params, batch) if batch is not None else BatchAxes()
+    axes = batch_axes(graph, specs, inputs, stored_params, batch, sources) if batch is not None else BatchAxes()
     notes.extend(axes.notes)
     net_types = frozenset(layer.type for layer in graph.layers)
 
@@ -66,13 +72,15 @@ def infer_shapes(
             field, value = overflow
             raise CaffememError(f"{field}: {value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {int32_wrapped(value)})", _where(layer, graph.source))
         asked = replace(layer, proto=axes.restated[position]) if position in axes.restated else layer
-        query = ShapeQuery(asked, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs, net_types, overrides & set(layer.tops))
+        record = sources.records.get(layer.name)
+        query = ShapeQuery(asked, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs, net_types, overrides & set(layer.tops), record)
         try:
             result = spec.shape(query)
             _check_from_file(layer, result, inputs, graph.source)
             notes.extend(_override_notes(spec, query, result))
         except NeedsInput as need:
-            missing.extend((blob, layer, need.hint) for blob in need.blobs)
+            hint = "; ".join(h for h in (need.hint, sources.hints.get(layer.name, "")) if h)
+            missing.extend((blob, layer, hint) for blob in need.blobs)
             unknown.update(layer.tops)
             layer_shapes.append(LayerShapes(tops=()))
             continue
@@ -88,6 +96,8 @@ def infer_shapes(
             else:
                 result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
         _check_result(layer, result, graph.source)
+        if record is not None:  # after --batch: the note gives the shape analysed
+            notes.extend(provenance(layer, record, result.tops, query.overrides))
         _check_in_place(layer, query.bottoms, result, graph.source)
         for top, shape in zip(layer.tops, result.tops):
             blob_shapes[top] = shape
@@ -136,7 +146,7 @@ class BatchAxes:
     notes: tuple[str, ...] = ()
 
 
-def batch_axes(graph: Graph, specs: SpecTable, inputs: Mapping[str, Shape], stored_params, batch: int) -> BatchAxes:
+def batch_axes(graph: Graph, specs: SpecTable, inputs: Mapping[str, Shape], stored_params, batch: int, sources: Sources | None = None) -> BatchAxes:
     """A recurrent layer reads its inputs T x N x ... (recurrent_layer.cpp), and LRCN-style
     nets feed it frames computed T x N on axis 0 then reshaped to T x N x ... (e.g. LisaAnne/
     lisa-caffe-public examples/LRCN_activity_recognition/train_test_lstm_RGB.prototxt:
@@ -148,7 +158,7 @@ def batch_axes(graph: Graph, specs: SpecTable, inputs: Mapping[str, Shape], stor
     time_major = _time_major_blobs(graph, specs)
     if not time_major:
         return BatchAxes()
-    shapes = infer_shapes(graph, specs, inputs, stored_params).blob_shapes
+    shapes = infer_shapes(graph, specs, inputs, stored_params, sources=sources).blob_shapes
     in_order = [top for layer in graph.layers for top in layer.tops]
     sequences = {blob: shapes[blob][:2] for blob in dict.fromkeys(in_order) if blob in time_major and len(shapes[blob]) >= 2}
     pairs = set(sequences.values())

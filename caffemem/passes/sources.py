@@ -1,0 +1,453 @@
+"""Pass 4b, sources: what each data layer's source holds, read as Caffe's SetUp reads it.
+
+Entry point: :func:`read_sources`.  It reads the graph's data layers (those whose spec
+names a ``source_kind``) and gives, per layer, a :class:`SourceRecord`: the first
+record's image size (a Datum, an image, a window file's first image), an HDF5 file's
+datasets, an AnnotatedDatum's boxes, and the mean file's size.  The shape pass hands each
+record to its layer's rule, which applies ``transform_param`` and the batch as Caffe's
+DataTransformer::InferBlobShape and DataLayerSetUp do (layers/data.py).
+
+What Caffe reads, and so what is read here (BVLC master):
+
+- Data (data_layer.cpp): ``db::GetDB(backend)`` opens ``data_param.source`` (db_lmdb.cpp:
+  MDB_RDONLY, a folder; db_leveldb.cpp: leveldb::DB::Open, create_if_missing false) and
+  parses the cursor's first value as a Datum.  An encoded Datum is decoded by OpenCV
+  (io.cpp DecodeDatumToCVMatNative: ``imdecode(data, -1)``, the image's own channels;
+  force_color/force_gray: 3/1): its size is read from the image's header.
+- ImageData (image_data_layer.cpp): the list file's lines are ``path label`` (split at
+  the last space); the first image, ``root_folder + path``, is read by ReadImageToCVMat
+  (io.cpp): is_color's 3 or 1 channels, resized to new_height x new_width when set.
+- WindowData (window_data_layer.cpp): the window file is a series of ``# index``, image
+  path, channels, height, width, window count and windows; the data top has the images'
+  channels (Caffe keeps the last image's; the first is read here: R-CNN window files
+  list images of one kind) and crop_size x crop_size.
+- HDF5Data (hdf5_data_layer.cpp): the source lists .h5 files (whitespace-separated); the
+  first file's dataset named by each top gives that top's shape after the batch
+  (hdf5.cpp hdf5_load_nd_dataset; rows must agree across the tops).
+- AnnotatedData (weiliu89/caffe ssd annotated_data_layer.cpp): as Data, an AnnotatedDatum.
+- the forks' image-and-label-map lists (SegNet's DenseImageData, HED's ImageLabelmapData,
+  DeepLab's ImageSegData): the first image of the list, as ImageData reads it.
+- the mean file (data_transformer.cpp): ``transform_param.mean_file``, a BlobProto.
+
+Only what SetUp needs is read: the first record of a database, the first line of a list,
+the header of one image, the dataset shapes (not data) of one HDF5 file.  Relative paths
+resolve against the working directory, as Caffe's own file opening does.  A source that
+does not exist gives no record (the rule asks for --input, as without sources, and names
+the file a list names first where that is the one missing); a source that exists but
+cannot be read is an error naming the file and the layer.  The readers use the field's
+libraries (lmdb, plyvel, h5py, Pillow), the optional extra ``caffemem[data]``; without it
+the layer gets no record and the request for --input says how to install it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import io
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from caffemem.errors import CaffememError, Location
+from caffemem.graph import Graph, Layer, Shape
+from caffemem.layers.registry import SourceRecord, SpecTable
+
+EXTRA = "pip install 'caffemem[data]'"
+# The most of a list file read for its first entry: a line (a path and a label) is short.
+LIST_HEAD_BYTES = 1 << 16
+# A mean file larger than this is not read (an ImageNet mean, 3x256x256 floats, is 0.8 MB).
+MEAN_FILE_BYTES = 1 << 28
+# db.proto's DB enum: DataParameter.backend (LEVELDB, the default, is 0).
+BACKENDS = ("leveldb", "lmdb")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What :func:`read_sources` found: a record per layer name, and per layer whose source
+    exists but gives no record, the hint its request for --input adds: the extra to
+    install, or the listed file that is missing."""
+
+    records: Mapping[str, SourceRecord] = field(default_factory=dict)
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+
+class _Unreadable(Exception):
+    """A reader's signal: the source exists but cannot be read (caught in read_sources,
+    which names the layer)."""
+
+
+class _NoLibrary(Exception):
+    """A reader's signal: the library it needs is not installed."""
+
+
+class _Absent(Exception):
+    """A reader's signal: the source exists but the file it lists first does not (an
+    image, an .h5 file): no record, and the request for --input says which file."""
+
+
+def read_sources(graph: Graph, specs: SpecTable, cwd: str | None = None) -> Sources:
+    """Pass 4b, sources: reads the graph's layers and, for each data layer with a
+    ``source_kind`` whose source exists, its first record.  Adds nothing to the graph;
+    raises CaffememError (file, line, layer) for a source that cannot be read."""
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:  # the working directory was deleted: relative sources are missing
+            cwd = ""
+    records: dict[str, SourceRecord] = {}
+    hints: dict[str, str] = {}
+    for layer in graph.layers:
+        spec = specs.get(layer.type)
+        if spec is None or spec.source_kind is None:
+            continue
+        try:
+            record = _read(spec.source_kind, layer.proto.SerializeToString(), layer.type, cwd)
+        except _NoLibrary as missing:
+            hints[layer.name] = f"to read them from its source, install the readers: {EXTRA} ({missing})"
+            continue
+        except _Absent as absent:
+            hints[layer.name] = str(absent)
+            continue
+        except _Unreadable as error:
+            raise CaffememError(f"cannot read this layer's data source: {error}", Location.of_layer(layer, graph.source)) from None
+        except (OSError, ValueError, RuntimeError, EOFError) as error:  # what a library says of a file it cannot take
+            raise CaffememError(f"cannot read this layer's data source ({type(error).__name__}: {error})", Location.of_layer(layer, graph.source)) from None
+        if record is not None:
+            records[layer.name] = record
+    return Sources(records, hints)
+
+
+def provenance(layer: Layer, record: SourceRecord, tops: tuple[Shape, ...], overridden: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The notes saying where a layer's top shapes came from, one per top the record sized
+    (a top given with --override-input has its own note instead)."""
+    sized = [i for i in record.tops if i < len(tops) and layer.tops[i] not in overridden]
+    return tuple(f"{layer.tops[i]}: [{','.join(map(str, tops[i]))}] from {record.source} ({record.what})" for i in sized)
+
+
+@functools.lru_cache(maxsize=64)
+def _read(kind: str, proto_bytes: bytes, layer_type: str, cwd: str) -> SourceRecord | None:
+    """One layer's record, cached for the run (fit and optimize build a net many times):
+    the key is the layer's parameters and the working directory."""
+    from caffemem.schema import caffe_pb2
+
+    proto = caffe_pb2.LayerParameter.FromString(proto_bytes)
+    return READERS[kind](proto, lambda path: os.path.join(cwd, path))
+
+
+def _library(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise _NoLibrary(f"{name} is not installed") from None
+
+
+# ---- databases: Data, AnnotatedData -----------------------------------------------------
+
+
+def _first_value(path: str, backend: str) -> bytes:
+    """The first value of the database at ``path``, as Caffe's cursor sees it after
+    SeekToFirst.  LMDB is opened read-only without its lock file, so nothing is written
+    (LevelDB: see :func:`_leveldb_first_value`)."""
+    if backend == "lmdb":
+        lmdb = _library("lmdb")
+        try:
+            with lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=True, max_readers=1) as env, env.begin() as txn:
+                cursor = txn.cursor()
+                if not cursor.first():
+                    raise _Unreadable(f"the LMDB {path} holds no record")
+                return bytes(cursor.value())
+        except lmdb.Error as error:
+            raise _Unreadable(f"{path} is not an LMDB ({error}){_other_backend(path, backend)}") from None
+    return _leveldb_first_value(path)
+
+
+def _leveldb_first_value(path: str) -> bytes:
+    """LevelDB has no read-only mode: opening a folder writes its LOCK and LOG files (and
+    renames an old LOG) before it even checks for a database, and recovery may write new
+    tables and a new MANIFEST.  So the folder is opened through a shadow one in a
+    temporary folder, holding links to its files: whatever LevelDB writes or deletes
+    there, the user's folder stays as it was."""
+    plyvel = _library("plyvel")
+    if not os.path.isfile(os.path.join(path, "CURRENT")):
+        raise _Unreadable(f"{path} is not a LevelDB (it has no CURRENT file){_other_backend(path, 'leveldb')}")
+    folder = os.path.abspath(path)
+    with tempfile.TemporaryDirectory(prefix="caffemem-leveldb-") as shadow:
+        for name in os.listdir(folder):
+            if name not in ("LOCK", "LOG", "LOG.old"):
+                os.symlink(os.path.join(folder, name), os.path.join(shadow, name))
+        try:
+            db = plyvel.DB(shadow, create_if_missing=False)
+        except plyvel.Error as error:
+            raise _Unreadable(f"{path} is not a LevelDB ({str(error).replace(shadow, path)})") from None
+        try:
+            for _, value in db.iterator():
+                return value
+            raise _Unreadable(f"the LevelDB {path} holds no record")
+        finally:
+            db.close()
+
+
+def _other_backend(path: str, backend: str) -> str:
+    """A hint when the folder holds the other kind of database than data_param.backend says."""
+    if backend == "leveldb" and os.path.exists(os.path.join(path, "data.mdb")):
+        return "; it holds an LMDB (data.mdb): set data_param { backend: LMDB } (the default is LEVELDB)"
+    if backend == "lmdb" and os.path.exists(os.path.join(path, "CURRENT")):
+        return "; it holds a LevelDB: set data_param { backend: LEVELDB }"
+    return ""
+
+
+def _datum_image(datum: Any, transform: Any, where: str) -> tuple[tuple[int, int, int], str]:
+    """C, H, W of a Datum as DataTransformer::InferBlobShape(const Datum&) sees it: the
+    stored fields, or for an encoded Datum the decoded image's."""
+    if not datum.encoded:
+        return (datum.channels, datum.height, datum.width), f"first Datum {datum.channels}x{datum.height}x{datum.width}"
+    if transform.force_color and transform.force_gray:
+        raise _Unreadable("cannot set both force_color and force_gray (data_transformer.cpp)")
+    size, channels, kind = _image_header(io.BytesIO(datum.data), f"the first Datum's encoded image in {where}")
+    if transform.force_color or transform.force_gray:
+        channels = 3 if transform.force_color else 1  # DecodeDatumToCVMat(datum, is_color)
+    return (channels, size[1], size[0]), f"first Datum encoded {kind} {channels}x{size[1]}x{size[0]}"
+
+
+def _read_datum_db(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+    """Data (data_layer.cpp DataLayerSetUp): the first Datum of data_param.source."""
+    from caffemem.schema import caffe_pb2
+
+    return _read_db(proto, resolve, caffe_pb2.Datum, lambda message: message)
+
+
+def _read_annotated_db(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+    """AnnotatedData (weiliu89/caffe ssd annotated_data_layer.cpp DataLayerSetUp): the first
+    AnnotatedDatum; its boxes (every annotation of every group) size the label when it
+    has a type (its own or anno_data_param.anno_type)."""
+    from caffemem.schema import caffe_pb2
+
+    return _read_db(proto, resolve, caffe_pb2.AnnotatedDatum, lambda message: message.datum, annotated=True)
+
+
+def _read_db(proto: Any, resolve: Callable[[str], str], message_type: Any, datum_of: Callable[[Any], Any], annotated: bool = False) -> SourceRecord | None:
+    from google.protobuf.message import DecodeError
+
+    source = proto.data_param.source
+    path = resolve(source)
+    if not source or not os.path.exists(path):
+        return None
+    backend = BACKENDS[proto.data_param.backend]
+    value = _first_value(path, backend)
+    try:
+        message = message_type.FromString(value)
+    except DecodeError as error:
+        raise _Unreadable(f"the first record of {path} is not a {message_type.DESCRIPTOR.name} ({error})") from None
+    image, what = _datum_image(datum_of(message), proto.transform_param, path)
+    boxes = None
+    if annotated and (message.HasField("type") or proto.annotated_data_param.HasField("anno_type")):
+        boxes = sum(len(group.annotation) for group in message.annotation_group)
+        what += f", {boxes} box(es)"
+    mean, mean_what = _mean(proto, resolve)
+    return SourceRecord(source, what + _crop(proto) + mean_what, (0,) if boxes is None else (0, 1), image=image, boxes=boxes, mean=mean)
+
+
+# ---- images: ImageData, WindowData ------------------------------------------------------
+
+
+def _image_header(stream: Any, what: str) -> tuple[tuple[int, int], int, str]:
+    """(width, height), channels and format of an image, from its header only.
+
+    The channels are those OpenCV's ``imdecode(data, -1)`` (IMREAD_UNCHANGED) gives:
+    grey 1; colour 3; an alpha channel or a PNG transparency chunk 4 (grfmt_png.cpp);
+    a CMYK JPEG is converted to 3."""
+    image_module = _library("PIL.Image")
+    limit, image_module.MAX_IMAGE_PIXELS = image_module.MAX_IMAGE_PIXELS, None  # only the header is read: no pixels to guard
+    try:
+        with image_module.open(stream) as image:
+            mode, size, kind, info = image.mode, image.size, image.format or "image", image.info
+    except (OSError, SyntaxError, ValueError) as error:  # UnidentifiedImageError is an OSError
+        raise _Unreadable(f"{what} cannot be decoded ({error})") from None
+    finally:
+        image_module.MAX_IMAGE_PIXELS = limit
+    if mode in ("LA", "La", "RGBA", "RGBa", "PA") or (mode in ("RGB", "P") and "transparency" in info):
+        channels = 4
+    elif mode in ("RGB", "P", "CMYK", "YCbCr", "LAB", "HSV"):
+        channels = 3
+    else:  # 1, L, I, I;16, F
+        channels = 1
+    return size, channels, kind
+
+
+def _read_image_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+    """ImageData (image_data_layer.cpp DataLayerSetUp): the list's first line and, unless
+    new_height/new_width fix the size, its image's header (ReadImageToCVMat's channels
+    follow is_color whatever the file holds).  A listed image that is missing gives no
+    record, as a missing list does, and the request for --input names it."""
+    param = proto.image_data_param
+    line = _first_line(param.source, resolve)
+    if line is None:
+        return None
+    path, _, _ = line.rpartition(" ") if " " in line else (line, "", "")
+    image, what = _read_image(param, path, resolve)
+    mean, mean_what = _mean(proto, resolve)
+    return SourceRecord(param.source, what + _crop(proto) + mean_what, image=image, mean=mean)
+
+
+def _read_image(param: Any, path: str, resolve: Callable[[str], str]) -> tuple[tuple[int, int, int], str]:
+    """C, H, W of ``root_folder + path`` as ReadImageToCVMat(file, new_height, new_width,
+    is_color) gives it (io.cpp): is_color's channels; new_height x new_width when both are
+    set (then the file is not opened), else the file's own size from its header."""
+    channels = 3 if param.is_color else 1
+    if param.new_height > 0 and param.new_width > 0:
+        return (channels, param.new_height, param.new_width), f"first image {path}, resized to new_height/new_width {param.new_height}x{param.new_width}"
+    file = resolve(param.root_folder + path)
+    if not os.path.isfile(file):
+        raise _Absent(f"the first image {param.root_folder + path} that {param.source} lists does not exist")
+    with open(file, "rb") as stream:
+        (width, height), _, kind = _image_header(stream, f"the first image {file}")
+    return (channels, height, width), f"first image {path}: {kind} {width}x{height}, read with {channels} channel(s)"
+
+
+def _image_pair_list(param_name: str) -> Callable[[Any, Callable[[str], str]], SourceRecord | None]:
+    """The forks' image-and-label-map lists, read with ``infile >> image >> label`` and the
+    first image read by ReadImageToCVMat as ImageData reads it: SegNet's DenseImageData
+    (alexgkendall/caffe-segnet dense_image_data_layer.cpp, dense_image_data_param), HED's
+    ImageLabelmapData (s9xie/hed image_labelmap_data_layer.cpp) and DeepLab's ImageSegData
+    (image_seg_data_layer.cpp), both image_data_param.  The label map is the image's size,
+    so the record sizes both tops."""
+
+    def read(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+        param = getattr(proto, param_name)
+        path, words = _head_tokens(param.source, resolve)
+        if words is None:
+            return None
+        if not words:
+            raise _Unreadable(f"the list {path} is empty (Caffe stops: \"File is empty\")")
+        image, what = _read_image(param, words[0], resolve)
+        return SourceRecord(param.source, what + _crop(proto), (0, 1), image=image)
+
+    return read
+
+
+def _first_line(source: str, resolve: Callable[[str], str]) -> str | None:
+    """The first line of a list file (std::getline: without its newline), None when the file
+    does not exist; an empty file stops Caffe (CHECK(!lines_.empty()) "File is empty")."""
+    path = resolve(source)
+    if not source or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as stream:
+            head = stream.readline(LIST_HEAD_BYTES)
+    except OSError as error:
+        raise _Unreadable(f"{path}: {error.strerror}") from None
+    if not head:
+        raise _Unreadable(f"the list {path} is empty (Caffe stops: \"File is empty\")")
+    return head.decode("utf-8", "surrogateescape").rstrip("\n")
+
+
+def _head_tokens(source: str, resolve: Callable[[str], str]) -> tuple[str, list[str] | None]:
+    """The resolved path of a list read with ``>>`` (whitespace-separated words) and its
+    first words (those in its first LIST_HEAD_BYTES); None when the file does not exist."""
+    path = resolve(source)
+    if not source or not os.path.isfile(path):
+        return path, None
+    try:
+        with open(path, "rb") as stream:
+            return path, stream.read(LIST_HEAD_BYTES).decode("utf-8", "surrogateescape").split()
+    except OSError as error:
+        raise _Unreadable(f"{path}: {error.strerror}") from None
+
+
+def _read_window_file(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+    """WindowData (window_data_layer.cpp DataLayerSetUp): the first image record of the
+    window file: ``# index``, path, channels, height, width."""
+    source = proto.window_data_param.source
+    path, tokens = _head_tokens(source, resolve)
+    if tokens is None:
+        return None
+    if len(tokens) < 2:
+        raise _Unreadable(f"the window file {path} is empty (Caffe stops: \"Window file is empty\")")
+    try:
+        if tokens[0] != "#":
+            raise ValueError(f"it starts with {tokens[0]!r}, not '#'")
+        image, channels, height, width = tokens[2], int(tokens[3]), int(tokens[4]), int(tokens[5])
+    except (IndexError, ValueError) as error:
+        raise _Unreadable(f"{path} is not a window file (# index, image path, channels, height, width, windows...): {error}") from None
+    what = f"first image {image}: {channels}x{height}x{width}" + _crop(proto)
+    return SourceRecord(source, what, image=(channels, height, width))
+
+
+# ---- HDF5Data -----------------------------------------------------------------------
+
+
+def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+    """HDF5Data (hdf5_data_layer.cpp LayerSetUp, LoadHDF5FileData): the first file the list
+    names, and in it the dataset of each top's name (its shape, no data)."""
+    source = proto.hdf5_data_param.source
+    path, names = _head_tokens(source, resolve)
+    if names is None:
+        return None
+    if not names:
+        raise _Unreadable(f"the list {path} names no file (Caffe stops: \"Must have at least 1 HDF5 filename listed\")")
+    file = resolve(names[0])
+    if not os.path.isfile(file):
+        raise _Absent(f"the first file {names[0]} that {source} lists does not exist")
+    h5py = _library("h5py")
+    datasets: dict[str, Shape] = {}
+    try:
+        with h5py.File(file, "r") as h5:
+            for top in proto.top:
+                node = h5.get(top)
+                if not isinstance(node, h5py.Dataset):
+                    raise _Unreadable(f"{file} has no dataset '{top}' for the top of that name (Caffe stops: \"Failed to find HDF5 dataset {top}\")")
+                datasets[top] = tuple(int(d) for d in node.shape)
+    except OSError as error:
+        raise _Unreadable(f"{file} is not an HDF5 file ({error})") from None
+    what = "first file " + names[0] + ": " + ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in datasets.items())
+    return SourceRecord(source, what, tuple(range(len(proto.top))), datasets=datasets)
+
+
+# ---- the mean file ----------------------------------------------------------------------
+
+
+def _mean(proto: Any, resolve: Callable[[str], str]) -> tuple[tuple[int, int, int] | None, str]:
+    """transform_param.mean_file as DataTransformer's constructor loads it (a BlobProto,
+    Blob::FromProto): its LegacyShape(1..3), which Transform CHECKs against the image.
+    A mean file that does not exist is not checked (Caffe stops at it: the note says so)."""
+    from google.protobuf.message import DecodeError
+
+    from caffemem.schema import caffe_pb2
+
+    name = proto.transform_param.mean_file
+    if not name:
+        return None, ""
+    path = resolve(name)
+    if not os.path.isfile(path):
+        return None, f"; mean_file {name} not found: not checked, and Caffe stops without it"
+    if os.path.getsize(path) > MEAN_FILE_BYTES:
+        return None, f"; mean_file {name} not read (over {MEAN_FILE_BYTES >> 20} MiB)"
+    try:
+        with open(path, "rb") as stream:
+            blob = caffe_pb2.BlobProto.FromString(stream.read())
+    except DecodeError as error:
+        raise _Unreadable(f"the mean_file {path} is not a BlobProto ({error})") from None
+    legacy = any(blob.HasField(f) for f in ("num", "channels", "height", "width"))
+    dims = (blob.num, blob.channels, blob.height, blob.width) if legacy else tuple(blob.shape.dim)
+    mean = tuple(dims[i] if i < len(dims) else 1 for i in (1, 2, 3))  # Blob::LegacyShape pads with 1
+    return mean, f"; mean_file {'x'.join(map(str, mean))}"  # type: ignore[return-value]
+
+
+def _crop(proto: Any) -> str:
+    crop = proto.transform_param.crop_size
+    return f", crop_size {crop}" if crop else ""
+
+
+# Each source_kind a LayerSpec may name, and its reader: (LayerParameter, resolve) ->
+# the record, or None when the source does not exist.
+READERS: dict[str, Callable[[Any, Callable[[str], str]], SourceRecord | None]] = {
+    "datum_db": _read_datum_db,
+    "annotated_datum_db": _read_annotated_db,
+    "image_list": _read_image_list,
+    "window_file": _read_window_file,
+    "hdf5_list": _read_hdf5_list,
+    "image_pair_list": _image_pair_list("image_data_param"),
+    "dense_image_pair_list": _image_pair_list("dense_image_data_param"),
+}
