@@ -94,7 +94,7 @@ def _compilers() -> list[list[str]]:
     return found
 
 
-_PROTOC_ERROR = re.compile(r"^caffe\.proto:(\d+):(\d+): (.*)$", re.M)
+_PROTOC_ERROR = re.compile(r"(?:^|/)caffe\.proto:(\d+):(\d+): (.*)$", re.M)
 
 
 def compile_proto(proto: Path) -> descriptor_pb2.FileDescriptorProto:
