@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import contextlib
+import difflib
 import collections
 import itertools
 import os
@@ -303,11 +304,26 @@ def _located(error: text_format.ParseError, text: str, file: str, schema: ForkSc
         detail = f"the file ends in the middle of a definition (is it cut short?): {detail}"
     elif not unknown and not detail.startswith("Expected") and len(before) >= 2 and before[-1].text == ":":
         detail = f"{excerpt(before[-2].text)}: {detail}"  # the field whose value is wrong
-    hint = "" if not unknown else " (use --lenient to skip unknown fields)" if schema else " (a fork's field? --caffe-root DIR reads the fork's own caffe.proto; --lenient skips unknown fields)"
+    hint = _unknown_field_hint(unknown.group(1), unknown.group(2), schema) if unknown else ""
     at_line = text[_offset_of(text, line, 1) : _offset_of(text, (line or 0) + 1, 1)] if line is not None else ""
     if _PLACEHOLDER.search(at_line):
         hint += f" — the file is a template: fill in its placeholders ({excerpt(_PLACEHOLDER.search(at_line).group(), 40)}) first, e.g. with the script that generates it or envsubst"
     return CaffememError(detail + hint, Location(file=file, line=line, column=column, layer=layer))
+
+
+def _unknown_field_hint(message: str, field: str, schema: ForkSchema | None) -> str:
+    """What to do about an unknown field: the field it is close to (``num_outputs``), and
+    (unless the fork's schema was read already) --caffe-root for a fork's own field."""
+    try:
+        names = list(caffe_pb2.DESCRIPTOR.pool.FindMessageTypeByName(f"caffe.{message}").fields_by_name)
+    except KeyError:
+        names = []
+    close = difflib.get_close_matches(field, names, n=1, cutoff=0.8)
+    typo = f"did you mean '{close[0]}'? " if close else ""
+    if schema is not None:
+        return f" (neither caffemem's schema nor {schema.file} has it; {typo}--lenient skips unknown fields)"
+    fork = "if it is your fork's field, --caffe-root DIR reads the fork's caffe.proto" if close else "a fork's field? --caffe-root DIR reads the fork's own caffe.proto"
+    return f" ({typo}{fork}; --lenient skips unknown fields)"
 
 
 def _kept(tokens: Iterator[Token], into: collections.deque) -> Iterator[Token]:
@@ -347,7 +363,7 @@ def _explain_parse_error(raw: str, text: str, line: int | None, schema: ForkSche
     head = body[:1000]  # a name longer than this is shown as protobuf words it, cut short
     neither = f" (neither caffemem's schema nor {schema.file} has it)" if schema else ""
     if match := _UNKNOWN_FIELD.search(head):
-        return _unknown_field(match.group(1), match.group(2)) + neither
+        return _unknown_field(match.group(1), match.group(2))  # the hint (_unknown_field_hint) follows
     if match := _UNKNOWN_ENUM.search(head):
         fork = fork_defining(match.group(1), match.group(2))
         return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}" + (f": it belongs to {fork}" if fork else "") + neither

@@ -131,7 +131,24 @@ def test_a_fork_net_is_refused_without_caffe_root_and_the_message_names_the_flag
     assert result.exit_code == 2
     assert one_error_line(result) == (
         f"caffemem: error: {net}:3:64: layer 'up': unknown field 'my_upsample_param' in LayerParameter "
+        "(did you mean 'upsample_param'? if it is your fork's field, --caffe-root DIR reads the fork's caffe.proto; --lenient skips unknown fields)"
+    )
+
+
+def test_an_unknown_field_close_to_no_field_suggests_the_forks_schema(net, cache):
+    net.write_text(NET.replace("my_upsample_param", "fancy_knob"))
+    assert one_error_line(run("analyze", net)) == (
+        f"caffemem: error: {net}:3:64: layer 'up': unknown field 'fancy_knob' in LayerParameter "
         "(a fork's field? --caffe-root DIR reads the fork's own caffe.proto; --lenient skips unknown fields)"
+    )
+
+
+@needs_protoc
+def test_a_field_in_neither_schema_is_named_with_the_forks_file(net, fork):
+    net.write_text(NET.replace("my_upsample_param", "fancy_knob"))
+    assert one_error_line(run("analyze", net, "--caffe-root", fork)) == (
+        f"caffemem: error: {net}:3:64: layer 'up': unknown field 'fancy_knob' in LayerParameter "
+        f"(neither caffemem's schema nor {fork / PROTO} has it; --lenient skips unknown fields)"
     )
 
 
