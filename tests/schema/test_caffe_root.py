@@ -183,6 +183,22 @@ def test_check_reads_the_fork_too(net, fork, rule):
 
 
 @needs_protoc
+def test_optimize_plans_a_fork_net_and_verify_reads_the_plan_with_the_tree(tmp_path, fork, rule):
+    net = tmp_path / "deep.prototxt"
+    net.write_text(
+        NET.replace("dim: 1 dim: 3 dim: 8 dim: 8", "dim: 2 dim: 3 dim: 16 dim: 16")
+        + 'layer { name: "conv" type: "Convolution" bottom: "up" top: "conv" convolution_param { num_output: 8 kernel_size: 3 pad: 1 } }\n'
+        + 'layer { name: "relu" type: "ReLU" bottom: "conv" top: "relu" }\n'
+        + 'layer { name: "score" type: "Convolution" bottom: "relu" top: "score" convolution_param { num_output: 4 kernel_size: 1 } }\n'
+    )
+    planned = tmp_path / "deep.opt.prototxt"
+    assert run("optimize", net, "--caffe-root", fork, "--layers", rule, "-o", planned).exit_code == 0
+    verified = run("verify", planned, "--caffe-root", fork, "--layers", rule)
+    assert verified.exit_code == 0, verified.output
+    assert "the table is safe" in verified.stdout
+
+
+@needs_protoc
 def test_without_the_tree_a_rule_naming_the_forks_field_says_where_such_a_field_comes_from(net, rule):
     result = run("analyze", net, "--layers", rule, "--lenient")
     assert result.exit_code == 2
