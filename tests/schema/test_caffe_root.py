@@ -123,13 +123,18 @@ def one_error_line(result) -> str:
     return lines[0]
 
 
+def refusal(*args) -> str:
+    """The one line of a command refused as bad input (exit 2)."""
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    return one_error_line(result)
+
+
 # ----------------------------------------------------------------------------- refused, then read
 
 
 def test_a_fork_net_is_refused_without_caffe_root_and_the_message_names_the_flag(net, cache):
-    result = run("analyze", net)
-    assert result.exit_code == 2
-    assert one_error_line(result) == (
+    assert refusal("analyze", net) == (
         f"caffemem: error: {net}:3:64: layer 'up': unknown field 'my_upsample_param' in LayerParameter "
         "(did you mean 'upsample_param'? if it is your fork's field, --caffe-root DIR reads the fork's caffe.proto; --lenient skips unknown fields)"
     )
@@ -200,9 +205,7 @@ def test_optimize_plans_a_fork_net_and_verify_reads_the_plan_with_the_tree(tmp_p
 
 @needs_protoc
 def test_without_the_tree_a_rule_naming_the_forks_field_says_where_such_a_field_comes_from(net, rule):
-    result = run("analyze", net, "--layers", rule, "--lenient")
-    assert result.exit_code == 2
-    assert one_error_line(result).endswith("the layer has no field 'my_upsample_param.scale' (a fork's field? --caffe-root DIR reads the fork's caffe.proto)")
+    assert refusal("analyze", net, "--layers", rule, "--lenient").endswith("the layer has no field 'my_upsample_param.scale' (a fork's field? --caffe-root DIR reads the fork's caffe.proto)")
 
 
 # ----------------------------------------------------------------------------- types: the fork's, or a typo
@@ -217,13 +220,14 @@ def test_a_type_the_fork_registers_without_a_rule_gets_a_ready_skeleton_on_stand
         f"{fork}/src/caffe/layers/my_upsample_layer.cpp:6 but caffemem has no shape rule for it; describe it in a file passed "
         "with --layers: a skeleton for it is on standard output (see README: 'Custom layers')"
     )
-    line = bvlc_proto().count("\n") + FORK_MESSAGE[: FORK_MESSAGE.index("scale")].count("\n") + 1  # caffe.proto's line of `scale`
+    proto = (fork / PROTO).read_text()
+    scale, mode = (proto[: proto.index(field)].count("\n") + 1 for field in ("optional uint32 scale", "optional Mode mode"))
     assert result.stdout == (
         f"# MyUpsample: registered by the fork in {fork}/src/caffe/layers/my_upsample_layer.cpp:6; caffemem has no shape rule for it.\n"
         "# Write each top's shape as the layer's Reshape computes it (README: 'Custom layers'), then pass this file with --layers.\n"
         "# my_upsample_param (MyUpsampleParameter), fields the expressions may read:\n"
-        f"#   my_upsample_param.scale: uint32 = 2, caffe.proto:{line + 1}; this net: 4\n"
-        f"#   my_upsample_param.mode: MyUpsampleParameter.Mode = NEAREST, caffe.proto:{line + 6}; this net: BILINEAR\n"
+        f"#   my_upsample_param.scale: uint32 = 2, caffe.proto:{scale}; this net: 4\n"
+        f"#   my_upsample_param.mode: MyUpsampleParameter.Mode = NEAREST, caffe.proto:{mode}; this net: BILINEAR\n"
         "[layer.MyUpsample]\n"
         "bottoms = 1\n"
         "tops = 1\n"
@@ -274,9 +278,7 @@ def test_a_field_the_fork_types_otherwise_is_refused_naming_file_line_message_an
     make_fork(root)
     (root / PROTO).write_text(conflicting)
     line = conflicting[: conflicting.index("optional float num_output")].count("\n") + 1
-    result = run("analyze", net, "--caffe-root", root)
-    assert result.exit_code == 2
-    assert one_error_line(result) == (
+    assert refusal("analyze", net, "--caffe-root", root) == (
         f"caffemem: error: {root / PROTO}:{line}: ConvolutionParameter.num_output: the fork declares it float = 1, caffemem uint32 = 1: a net cannot be read with both"
     )
 
@@ -302,15 +304,11 @@ def test_a_fork_field_on_a_number_caffemem_uses_is_renumbered_and_named_where_th
 def test_a_broken_fork_proto_is_protocs_message_at_its_line(tmp_path, cache, net):
     root = make_fork(tmp_path / "fork", extra="message Broken {\n  optional NoSuchType x = 1;\n}\n")
     line = (root / PROTO).read_text().count("\n") - 1
-    result = run("analyze", net, "--caffe-root", root)
-    assert result.exit_code == 2
-    assert re.fullmatch(rf"caffemem: error: {re.escape(str(root / PROTO))}:{line}:\d+: protoc cannot read the fork's schema: .*NoSuchType.*", one_error_line(result))
+    assert re.fullmatch(rf"caffemem: error: {re.escape(str(root / PROTO))}:{line}:\d+: protoc cannot read the fork's schema: .*NoSuchType.*", refusal("analyze", net, "--caffe-root", root))
 
 
 def test_a_folder_without_caffe_proto_is_refused(tmp_path, cache, net):
-    result = run("analyze", net, "--caffe-root", tmp_path)
-    assert result.exit_code == 2
-    assert one_error_line(result) == (
+    assert refusal("analyze", net, "--caffe-root", tmp_path) == (
         f"caffemem: error: {tmp_path / PROTO}: no caffe.proto here: --caffe-root (or $CAFFE_ROOT) must be the root of a Caffe source tree, the folder holding src/caffe/proto/caffe.proto"
     )
 
