@@ -121,14 +121,35 @@ def load(
     if fast is not None:
         return _check_names(NetSource(fast[0], file, _with_input_line(text, fast[1])))
     message, notes, tokens = _parse_net_or_solver(text, file, lenient, schema)
+    merged = message
     if schema is not None:
-        notes += [f"note: {conflict.describe()}" for conflict in schema.used_renumbered(message)]
+        notes += [f"note: {conflict.describe()}" for conflict in schema.used_differences(message)]
         message = schema.to_caffemem(message)
     if isinstance(message, caffe_pb2.SolverParameter):
         if expect_net:
             raise CaffememError("is a solver, named where a solver expects a net definition", Location(file=file))
         return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd(), max_text_bytes, schema)
-    return _check_names(NetSource(message, file, _with_input_line(text, _layer_lines(text, layer_blocks(text, tokens))), notes=tuple(notes)))
+    source = NetSource(message, file, _with_input_line(text, _layer_lines(text, layer_blocks(text, tokens))), notes=tuple(notes))
+    if schema is not None:
+        _check_fork_v1_types(merged, source, schema)
+    return _check_names(source)
+
+
+def _check_fork_v1_types(merged, source: NetSource, schema: ForkSchema) -> None:
+    """A V1 layer (``layers { type: MY_TYPE }``) whose type is a value the fork adds to
+    V1LayerParameter.LayerType: the class it builds is in the fork's upgrade_proto.cpp
+    (UpgradeV1LayerType), not in its schema; read as caffemem's message, the type would
+    be unset.  Refused, saying how to write it."""
+    added = {c.field: c for c in schema.fork_values if c.message == "V1LayerParameter.LayerType"}
+    for layer in merged.layers if added else ():
+        name = layer.DESCRIPTOR.fields_by_name["type"].enum_type.values_by_number[layer.type].name if layer.HasField("type") else None
+        if name in added:
+            where = Location(file=source.file, line=source.line_of(layer.name), layer=layer.name or None)
+            raise CaffememError(
+                f"V1 layer type {name} is the fork's ({added[name].file}:{added[name].line}): which layer class it makes is in the fork's upgrade_proto.cpp, "
+                'not its schema; write the layer in the current format (layer { type: "..." }, the string the fork registers)',
+                where,
+            )
 
 
 _INPUT_FIELD = re.compile(r"^[ \t]*input[ \t]*:", re.MULTILINE)

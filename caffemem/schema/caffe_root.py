@@ -218,6 +218,7 @@ class _Merger:
         self.lines = {tuple(location.path): location.span[0] + 1 for location in theirs.source_code_info.location if location.span}
         self.conflicts: list[Conflict] = []  # refused
         self.renumbered: list[Conflict] = []  # noted where the net uses the field
+        self.fork_values: list[Conflict] = []  # the fork's values of caffemem's enums: noted where used
         self.added: dict[str, set[str]] = {}  # message full name -> fields only the fork has
         self.added_messages: set[str] = set()
 
@@ -287,9 +288,10 @@ class _Merger:
                     continue
                 added = mine.value.add()
                 added.CopyFrom(value)
+                line = self._line(path + (index, 2, value_index))
+                self.fork_values.append(Conflict(self.file, line, scope + enum.name, value.name, "the fork's value of an enum caffemem knows: caffemem's own layer rules read the field as unset (its default); a --layers rule reads the value"))
                 if value.number in numbers:
                     added.number = max(numbers) + 1
-                    line = self._line(path + (index, 2, value_index))
                     self.renumbered.append(Conflict(self.file, line, scope + enum.name, value.name, f"the fork numbers it {value.number}, which caffemem gives {numbers[value.number]}: a text net reads the same; a binary file the fork wrote would not"))
                 numbers[added.number] = value.name
                 names.add(value.name)
@@ -333,6 +335,7 @@ class ForkSchema:
             more = f" (and {len(merger.conflicts) - 1} more conflicts)" if len(merger.conflicts) > 1 else ""
             raise CaffememError(f"{first.message}.{first.field}: {first.detail}{more}", Location(file=first.file, line=first.line))
         self.renumbered = tuple(merger.renumbered)
+        self.fork_values = tuple(merger.fork_values)
         self.added = {name: frozenset(fields) for name, fields in merger.added.items()}
         self.added_messages = frozenset(merger.added_messages)
         self._theirs = theirs
@@ -366,11 +369,13 @@ class ForkSchema:
         except KeyError:
             return None
 
-    def used_renumbered(self, message: Any) -> list[Conflict]:
-        """The renumbered fields a parsed (merged) message sets: what a note names."""
-        if not self.renumbered:
+    def used_differences(self, message: Any) -> list[Conflict]:
+        """What a parsed (merged) message uses that reads otherwise in caffemem's schema
+        (a renumbered field, the fork's value of caffemem's enum): what a note names."""
+        differences = self.renumbered + self.fork_values
+        if not differences:
             return []
-        wanted = {(c.message, c.field) for c in self.renumbered}
+        wanted = {(c.message, c.field) for c in differences}
         found: set[tuple[str, str]] = set()
         stack = [message]
         while stack:
@@ -385,7 +390,7 @@ class ForkSchema:
                         enum_value = field.enum_type.values_by_number.get(number)
                         if enum_value is not None:
                             found.add((scope, enum_value.name))
-        return [c for c in self.renumbered if (c.message, c.field) in wanted & found]
+        return [c for c in differences if (c.message, c.field) in wanted & found]
 
     def is_fork_field(self, message: str, field: str) -> bool:
         """Whether ``message.field`` (``LayerParameter``, ``my_upsample_param``) is the fork's alone."""

@@ -330,3 +330,55 @@ def test_without_a_compiler_or_a_cached_schema_the_message_names_the_extra(fork,
     result = run("analyze", net, "--caffe-root", fork)
     assert result.exit_code == 2
     assert "pip install 'caffemem[fork]'" in one_error_line(result)
+
+
+# ----------------------------------------------------------------------------- the fork's enum values
+
+
+def fork_with_enum_values(root: Path) -> Path:
+    """A fork that adds a pooling method and a V1 layer type to BVLC's enums (as
+    facebook/C3D adds its V1 types, see schema/forks.py)."""
+    make_fork(root)
+    proto = (root / PROTO).read_text()
+    for anchor, added in (("    STOCHASTIC = 2;\n", "    DEF = 3;\n"), ("    WINDOW_DATA = 24;\n", "    MY_UPSAMPLE = 60;\n")):
+        assert anchor in proto
+        proto = proto.replace(anchor, anchor + added, 1)
+    (root / PROTO).write_text(proto)
+    return root
+
+
+def line_in(root: Path, text: str) -> int:
+    proto = (root / PROTO).read_text()
+    return proto[: proto.index(text)].count("\n") + 1
+
+
+V1_NET = """name: "v1"
+input: "data"
+input_dim: 1 input_dim: 3 input_dim: 8 input_dim: 8
+layers { name: "pool" type: POOLING bottom: "data" top: "pool" pooling_param { pool: DEF kernel_size: 2 stride: 2 } }
+layers { name: "up" type: MY_UPSAMPLE bottom: "pool" top: "up" }
+"""
+
+
+@needs_protoc
+def test_a_v1_layer_of_the_forks_own_v1_type_is_refused_saying_how_to_write_it(tmp_path, cache):
+    root = fork_with_enum_values(tmp_path / "fork")
+    net = tmp_path / "v1.prototxt"
+    net.write_text(V1_NET)
+    assert refusal("analyze", net, "--caffe-root", root) == (
+        f"caffemem: error: {net}:5: layer 'up': V1 layer type MY_UPSAMPLE is the fork's ({root / PROTO}:{line_in(root, 'MY_UPSAMPLE')}): "
+        "which layer class it makes is in the fork's upgrade_proto.cpp, not its schema; "
+        'write the layer in the current format (layer { type: "..." }, the string the fork registers)'
+    )
+
+
+@needs_protoc
+def test_the_forks_value_of_an_enum_caffemem_knows_is_noted_where_used(tmp_path, cache):
+    root = fork_with_enum_values(tmp_path / "fork")
+    net = tmp_path / "v1.prototxt"
+    net.write_text(V1_NET.replace("MY_UPSAMPLE", "RELU"))
+    source = load(str(net), schema=CaffeRoot(root).schema)
+    assert source.notes == (
+        f"note: {root / PROTO}:{line_in(root, 'DEF = 3')}: PoolingParameter.PoolMethod.DEF: the fork's value of an enum caffemem knows: "
+        "caffemem's own layer rules read the field as unset (its default); a --layers rule reads the value",
+    )
