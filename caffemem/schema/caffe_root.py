@@ -49,6 +49,7 @@ import importlib.util
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from caffemem.errors import CaffememError, Location, excerpt
 
 PROTO = Path("src", "caffe", "proto", "caffe.proto")
+MAX_PROTO_BYTES = 16 * 1024 * 1024
 CACHE_FORMAT = "fdset1"  # in the cache file's name: a change of what is cached changes it
 _COMPILE_SECONDS = 120
 
@@ -102,6 +104,11 @@ def compile_proto(proto: Path) -> descriptor_pb2.FileDescriptorProto:
     compiled before.  Raises CaffememError (no compiler, protoc's error at its line)."""
     where = Location(file=str(proto))
     try:
+        status = proto.stat()
+        if not stat.S_ISREG(status.st_mode):  # a FIFO would block the read
+            raise CaffememError("is not a regular file: --caffe-root must hold Caffe's caffe.proto as a file", where)
+        if status.st_size > MAX_PROTO_BYTES:
+            raise CaffememError(f"is {status.st_size} bytes, larger than any caffe.proto (Caffe's is about 60 KB)", where)
         data = proto.read_bytes()
     except FileNotFoundError:
         raise CaffememError("no caffe.proto here: --caffe-root (or $CAFFE_ROOT) must be the root of a Caffe source tree, the folder holding src/caffe/proto/caffe.proto", where) from None
@@ -435,6 +442,16 @@ _REGISTER = re.compile(r"^[ \t]*REGISTER_LAYER_(?:CLASS|CREATOR)[ \t]*\([ \t]*(\
 _SOURCE_SUFFIXES = (".cpp", ".cu", ".cc", ".hpp", ".h", ".cuh")
 
 
+def _sources(folder: Path) -> list[Path]:
+    """The C++ and CUDA files under ``folder``, tests left out, in a stable order; links to
+    folders are not followed (a link back up would loop)."""
+    found = []
+    for directory, subfolders, files in os.walk(folder):
+        subfolders[:] = sorted(d for d in subfolders if d != "test")
+        found += [Path(directory, name) for name in sorted(files) if name.endswith(_SOURCE_SUFFIXES)]
+    return [path for path in found if path.is_file()]
+
+
 @dataclass(frozen=True)
 class Registration:
     """Where the tree registers a layer type with Caffe's LayerRegistry."""
@@ -452,9 +469,7 @@ def registered_types(root: Path) -> dict[str, Registration]:
     ``REGISTER_LAYER_CREATOR(type, creator)`` (layer_factory.cpp's engine switches)."""
     found: dict[str, Registration] = {}
     for folder in (root / "src" / "caffe", root / "include"):
-        for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
-            if path.suffix not in _SOURCE_SUFFIXES or "test" in path.relative_to(folder).parts[:-1] or not path.is_file():
-                continue
+        for path in _sources(folder):
             try:
                 text = path.read_text(encoding="utf-8", errors="replace")
             except OSError:

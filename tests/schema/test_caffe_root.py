@@ -10,6 +10,7 @@ Interp layer), and a layer registered in its own .cpp with ``REGISTER_LAYER_CLAS
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import re
 import tarfile
@@ -381,4 +382,12 @@ def test_the_forks_value_of_an_enum_caffemem_knows_is_noted_where_used(tmp_path,
     assert source.notes == (
         f"note: {root / PROTO}:{line_in(root, 'DEF = 3')}: PoolingParameter.PoolMethod.DEF: the fork's value of an enum caffemem knows: "
         "caffemem's own layer rules read the field as unset (its default); a --layers rule reads the value",
+    )
+
+
+def test_a_caffe_proto_that_is_no_regular_file_is_refused_unread(tmp_path, cache, net):
+    (tmp_path / PROTO).parent.mkdir(parents=True)
+    os.mkfifo(tmp_path / PROTO)  # reading it would wait forever
+    assert refusal("analyze", net, "--caffe-root", tmp_path) == (
+        f"caffemem: error: {tmp_path / PROTO}: is not a regular file: --caffe-root must hold Caffe's caffe.proto as a file"
     )
