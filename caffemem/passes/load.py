@@ -123,6 +123,8 @@ def load(
     message, notes, tokens = _parse_net_or_solver(text, file, lenient, schema)
     merged = message
     if schema is not None:
+        for conflict in schema.used_conflicts(message):
+            raise CaffememError(f"sets {conflict.message}.{conflict.field}, which the fork's caffe.proto declares otherwise than caffemem's ({conflict.describe()})", Location(file=file))
         notes += [f"note: {conflict.describe()}" for conflict in schema.used_differences(message)]
         message = schema.to_caffemem(message)
     if isinstance(message, caffe_pb2.SolverParameter):

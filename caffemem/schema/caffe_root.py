@@ -9,7 +9,8 @@ Caffe's own docs and scripts call ``$CAFFE_ROOT``.  From it caffemem reads:
   keeps caffemem's definition.  A fork field whose number caffemem gives another field is
   renumbered in the merged schema (a text net names fields, never numbers) and named in a
   note; a field both define with another kind of value (a float where caffemem has an
-  integer, another message) is refused, naming the fork's file, line, message and field.
+  integer, another message) is read as the fork declares it, and a net that sets it is
+  refused, naming the fork's file, line, message and field.
 - the ``REGISTER_LAYER_CLASS(Name)`` and ``REGISTER_LAYER_CREATOR(Name, ...)`` lines of
   its sources (``src/caffe``, ``include/``), which are what Caffe's LayerRegistry knows
   (include/caffe/layer_factory.hpp): an unknown layer type is then either the fork's (it
@@ -223,7 +224,7 @@ class _Merger:
     def __init__(self, theirs: descriptor_pb2.FileDescriptorProto, file: str) -> None:
         self.file = file
         self.lines = {tuple(location.path): location.span[0] + 1 for location in theirs.source_code_info.location if location.span}
-        self.conflicts: list[Conflict] = []  # refused
+        self.conflicts: list[Conflict] = []  # the fork's definition, renumbered: refused where a net sets it
         self.renumbered: list[Conflict] = []  # noted where the net uses the field
         self.fork_values: list[Conflict] = []  # the fork's values of caffemem's enums: noted where used
         self.added: dict[str, set[str]] = {}  # message full name -> fields only the fork has
@@ -277,7 +278,14 @@ class _Merger:
                 self.added.setdefault(name, set()).add(field.name)
                 continue
             if _KIND[field.type] != _KIND[known.type] or field.type_name.split(".")[-1] != known.type_name.split(".")[-1] or (field.label == _F.LABEL_REPEATED and known.label != _F.LABEL_REPEATED):
-                self.conflicts.append(Conflict(self.file, line, name, field.name, f"the fork declares it {_describe_type(field)} = {field.number}, caffemem {_describe_type(known)} = {known.number}: a net cannot be read with both"))
+                # The fork's nets are read as the fork reads them, under a number of the
+                # merged schema's own: caffemem's rules then see the field unset, so a net
+                # that sets it is refused (ForkSchema.used_conflicts); one that does not
+                # (an OCR fork's multi-label Datum.label) reads as it is.
+                self.conflicts.append(Conflict(self.file, line, name, field.name, f"the fork declares it {_describe_type(field)} = {field.number}, caffemem {_describe_type(known)} = {known.number}: caffemem's rules cannot read the fork's meaning"))
+                known.CopyFrom(field)
+                known.ClearField("oneof_index")
+                known.number = _free_number(mine)
             elif field.number != known.number:
                 self.renumbered.append(Conflict(self.file, line, name, field.name, f"the fork numbers it {field.number}, caffemem {known.number}: a text net reads the same; a binary file the fork wrote would not"))
 
@@ -337,10 +345,7 @@ class ForkSchema:
         ours = descriptor_pb2.FileDescriptorProto.FromString(caffe_pb2.DESCRIPTOR.serialized_pb)
         merger = _Merger(theirs, self.file)
         merged = merger.merge(ours, theirs)
-        if merger.conflicts:
-            first = merger.conflicts[0]
-            more = f" (and {len(merger.conflicts) - 1} more conflicts)" if len(merger.conflicts) > 1 else ""
-            raise CaffememError(f"{first.message}.{first.field}: {first.detail}{more}", Location(file=first.file, line=first.line))
+        self.conflicts = tuple(merger.conflicts)
         self.renumbered = tuple(merger.renumbered)
         self.fork_values = tuple(merger.fork_values)
         self.added = {name: frozenset(fields) for name, fields in merger.added.items()}
@@ -376,10 +381,17 @@ class ForkSchema:
         except KeyError:
             return None
 
+    def used_conflicts(self, message: Any) -> list[Conflict]:
+        """The fields a parsed (merged) message sets that the fork types otherwise than
+        caffemem: what refuses the net."""
+        return self._used(message, self.conflicts)
+
     def used_differences(self, message: Any) -> list[Conflict]:
         """What a parsed (merged) message uses that reads otherwise in caffemem's schema
         (a renumbered field, the fork's value of caffemem's enum): what a note names."""
-        differences = self.renumbered + self.fork_values
+        return self._used(message, self.renumbered + self.fork_values)
+
+    def _used(self, message: Any, differences: tuple[Conflict, ...]) -> list[Conflict]:
         if not differences:
             return []
         wanted = {(c.message, c.field) for c in differences}

@@ -270,18 +270,35 @@ def test_registered_types_are_read_from_both_of_caffes_macros(tmp_path):
 # ----------------------------------------------------------------------------- the merge
 
 
-@needs_protoc
-def test_a_field_the_fork_types_otherwise_is_refused_naming_file_line_message_and_field(tmp_path, cache, net):
-    bvlc = bvlc_proto()
-    conflicting = bvlc.replace("optional uint32 num_output = 1; // The number of outputs for the layer", "optional float num_output = 1;", 1)
-    assert conflicting != bvlc
-    root = tmp_path / "fork"
+def fork_retyping(root: Path, old: str, new: str) -> Path:
+    """The fork, with one of BVLC's field declarations typed otherwise."""
     make_fork(root)
-    (root / PROTO).write_text(conflicting)
-    line = conflicting[: conflicting.index("optional float num_output")].count("\n") + 1
-    assert refusal("analyze", net, "--caffe-root", root) == (
-        f"caffemem: error: {root / PROTO}:{line}: ConvolutionParameter.num_output: the fork declares it float = 1, caffemem uint32 = 1: a net cannot be read with both"
+    proto = (root / PROTO).read_text()
+    assert old in proto
+    (root / PROTO).write_text(proto.replace(old, new, 1))
+    return root
+
+
+@needs_protoc
+def test_a_field_the_fork_types_otherwise_refuses_a_net_that_sets_it_naming_file_line_message_and_field(tmp_path, cache, rule):
+    root = fork_retyping(tmp_path / "fork", "optional uint32 num_output = 1; // The number of outputs for the layer", "optional float num_output = 1;")
+    net = tmp_path / "conv.prototxt"
+    net.write_text(NET + 'layer { name: "conv" type: "Convolution" bottom: "up" top: "conv" convolution_param { num_output: 2.5 kernel_size: 1 } }\n')
+    assert refusal("analyze", net, "--caffe-root", root, "--layers", rule) == (
+        f"caffemem: error: {net}: sets ConvolutionParameter.num_output, which the fork's caffe.proto declares otherwise than caffemem's "
+        f"({root / PROTO}:{line_in(root, 'optional float num_output')}: ConvolutionParameter.num_output: the fork declares it float = 1, "
+        "caffemem uint32 = 1: caffemem's rules cannot read the fork's meaning)"
     )
+
+
+@needs_protoc
+def test_a_field_the_fork_types_otherwise_is_no_matter_to_a_net_that_does_not_set_it(tmp_path, cache, net, rule):
+    # senlinuc/caffe_ocr (src/caffe/proto/caffe.proto) makes Datum.label repeated, for its
+    # multi-label text lines; no net file holds a Datum.
+    root = fork_retyping(tmp_path / "fork", "optional int32 label = 5;", "repeated int32 label = 5;")
+    result = run("analyze", net, "--caffe-root", root, "--layers", rule, "--json")
+    assert result.exit_code == 0, result.output
+    assert blobs(result)["up"] == [1, 3, 32, 32]
 
 
 @needs_protoc
