@@ -78,6 +78,7 @@ def infer_shapes(
             layer_shapes.append(LayerShapes(tops=()))
             continue
         except CaffememError as error:
+            error = replace(error, message=error.message + _other_fork_hint(layer, spec, specs))
             raise error.at(file=graph.source, line=layer.line, layer=layer.name, layer_type=layer.type) from None
         except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
@@ -264,6 +265,16 @@ def _unknown_in_tree(layer: Layer, specs: SpecTable, graph: Graph) -> CaffememEr
         where,
         skeleton,
     )
+
+
+def _other_fork_hint(layer: Layer, spec: LayerSpec, specs: SpecTable) -> str:
+    """When a fork's rule refuses a layer whose type the user's tree (--caffe-root)
+    registers: the tree's class may be another fork's layer of the same name (senlinuc/
+    caffe_ocr's DenseBlock is not Tongcheng/caffe's), which a --layers rule replaces."""
+    found = specs.root.registered.get(layer.type) if specs.root is not None else None
+    if found is None or spec.family == "declared" or spec.source.startswith("caffe master"):
+        return ""
+    return f" (caffemem's rule follows {spec.source}; your tree registers its own {layer.type} in {specs.root.relative(found.file)}:{found.line}: if it is another layer, a --layers declaration replaces caffemem's rule)"
 
 
 def _check_counts(layer: Layer, spec: LayerSpec, file: str) -> None:

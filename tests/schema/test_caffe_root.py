@@ -408,3 +408,19 @@ def test_a_caffe_proto_that_is_no_regular_file_is_refused_unread(tmp_path, cache
     assert refusal("analyze", net, "--caffe-root", tmp_path) == (
         f"caffemem: error: {tmp_path / PROTO}: is not a regular file: --caffe-root must hold Caffe's caffe.proto as a file"
     )
+
+
+@needs_protoc
+def test_a_forks_rule_that_refuses_a_type_the_tree_registers_itself_says_a_declaration_replaces_it(net, fork, rule):
+    # The tree has its own Permute (caffemem's follows weiliu89/caffe's SSD), which the
+    # net uses in a way SSD's refuses.
+    (fork / "src" / "caffe" / "layers" / "permute_layer.cpp").write_text("namespace caffe {\nREGISTER_LAYER_CLASS(Permute);\n}\n")
+    net.write_text(NET + 'layer { name: "p" type: "Permute" bottom: "up" top: "p" permute_param { order: 5 } }\n')
+    message = refusal("analyze", net, "--caffe-root", fork, "--layers", rule)
+    assert message.startswith(f"caffemem: error: {net}:4: TEST net: layer 'p' (Permute): order 5 should be less than the input dimension 4 (caffemem's rule follows weiliu89/caffe")
+    assert message.endswith(f"; your tree registers its own Permute in {fork}/src/caffe/layers/permute_layer.cpp:2: if it is another layer, a --layers declaration replaces caffemem's rule)")
+    replacing = rule.parent / "replacing.layers.toml"
+    replacing.write_text(RULE + '\n[layer.Permute]\ntop = ["like bottom 0"]\n')
+    result = run("analyze", net, "--caffe-root", fork, "--layers", replacing, "--json")
+    assert result.exit_code == 0, result.output
+    assert blobs(result)["p"] == [1, 3, 32, 32]
