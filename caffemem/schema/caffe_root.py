@@ -227,8 +227,6 @@ class _Merger:
         self.conflicts: list[Conflict] = []  # the fork's definition, renumbered: refused where a net sets it
         self.renumbered: list[Conflict] = []  # noted where the net uses the field
         self.fork_values: list[Conflict] = []  # the fork's values of caffemem's enums: noted where used
-        self.added: dict[str, set[str]] = {}  # message full name -> fields only the fork has
-        self.added_messages: set[str] = set()
 
     def merge(self, ours: descriptor_pb2.FileDescriptorProto, theirs: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileDescriptorProto:
         if theirs.package != ours.package:
@@ -255,7 +253,6 @@ class _Merger:
                 for field in added.field:
                     field.ClearField("oneof_index")  # proto2 nets have none; a oneof would be dropped from the copy
                 added.ClearField("oneof_decl")
-                self.added_messages.add(name)
                 continue
             self._fields(mine, message, here, name)
             self._messages(mine.nested_type, message.nested_type, here + (3,), name + ".")
@@ -275,7 +272,6 @@ class _Merger:
                     added.number = _free_number(mine)
                     self.renumbered.append(Conflict(self.file, line, name, field.name, f"the fork numbers it {field.number}, which caffemem gives {name}.{numbers.get(field.number, '(reserved)')}: a text net reads the same; a binary file the fork wrote would not"))
                 numbers[added.number] = field.name
-                self.added.setdefault(name, set()).add(field.name)
                 continue
             if _KIND[field.type] != _KIND[known.type] or field.type_name.split(".")[-1] != known.type_name.split(".")[-1] or (field.label == _F.LABEL_REPEATED and known.label != _F.LABEL_REPEATED):
                 # The fork's nets are read as the fork reads them, under a number of the
@@ -310,7 +306,6 @@ class _Merger:
                     self.renumbered.append(Conflict(self.file, line, scope + enum.name, value.name, f"the fork numbers it {value.number}, which caffemem gives {numbers[value.number]}: a text net reads the same; a binary file the fork wrote would not"))
                 numbers[added.number] = value.name
                 names.add(value.name)
-                self.added.setdefault(scope + enum.name, set()).add(value.name)
 
 
 def _reserved(message, number: int) -> bool:
@@ -348,8 +343,6 @@ class ForkSchema:
         self.conflicts = tuple(merger.conflicts)
         self.renumbered = tuple(merger.renumbered)
         self.fork_values = tuple(merger.fork_values)
-        self.added = {name: frozenset(fields) for name, fields in merger.added.items()}
-        self.added_messages = frozenset(merger.added_messages)
         self._theirs = theirs
         self._theirs_lines = merger.lines
         self.pool = descriptor_pool.DescriptorPool()
@@ -410,10 +403,6 @@ class ForkSchema:
                         if enum_value is not None:
                             found.add((scope, enum_value.name))
         return [c for c in differences if (c.message, c.field) in wanted & found]
-
-    def is_fork_field(self, message: str, field: str) -> bool:
-        """Whether ``message.field`` (``LayerParameter``, ``my_upsample_param``) is the fork's alone."""
-        return field in self.added.get(message, ()) or message in self.added_messages
 
     def fields_of(self, full_name: str) -> list[FieldInfo]:
         """The fields of a merged message, with their lines in the fork's file."""
