@@ -345,11 +345,13 @@ class Config:
     plan: tuple[str, ...] | None
 
 
-#: Stock Caffe; the patched Caffe with the blob plan; the same with --share-buffers.
+#: Stock Caffe; the patched Caffe with the blob plan; the same with --share-buffers; stock
+#: Caffe again (its digests tell a plan's difference from cuDNN's own run-to-run one).
 CONFIGS = (
     Config("stock", "stock", None),
     Config("patched", "patched", ()),
     Config("patched-buffers", "patched", ("--share-buffers",)),
+    Config("stock-again", "stock", None),
 )
 
 
@@ -570,15 +572,35 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
                 doc["runs"].append(merge(task.gt_run, measured))
                 end = measured["end"]
                 row.update(ok=True, device_peak=end["device_peak"], device_used=end["device_used"], process=measured["process"])
+                if "results" in measured:
+                    row["results"] = measured["results"]
                 log(f"{task.config.name} {task.stem}: device peak {end['device_peak']} B counted, {end['device_used']} B used on the card"
                     f" ({time.monotonic() - started:.1f} s)")
             row["seconds"] = round(time.monotonic() - started, 2)
             rows.append(row)
             _write_json(out_dir / task.config.name / task.gt_file.name, doc)
     measured_runs = sum(r["ok"] for r in rows)
-    _write_json(out_dir / "summary.json", {"seconds": round(time.monotonic() - t0, 1), "measured": measured_runs, "failed": failures, "runs": rows})
+    identical = bit_identical(rows)
+    _write_json(out_dir / "summary.json", {"seconds": round(time.monotonic() - t0, 1), "measured": measured_runs, "failed": failures,
+                                           "bit_identical": identical, "runs": rows})
+    for config, (same, compared) in identical.items():
+        log(f"{config}: what the net computed is bit-identical to stock Caffe's in {same} of {compared} run(s)")
     log(f"wrote {out_dir}: {measured_runs} run(s) measured, {failures} failed or not measured, in {time.monotonic() - t0:.0f} s")
     return 1 if failures else 0
+
+
+def bit_identical(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """config -> (runs whose digest of outputs and gradients equals stock Caffe's, runs
+    compared): the probe's `results` (benchmarks/gpu/probe.cpp Results)."""
+    stock = {(r["file"], r["phase"]): r["results"]["all"] for r in rows if r["config"] == "stock" and "results" in r}
+    counts: dict[str, tuple[int, int]] = {}
+    for r in rows:
+        key = (r["file"], r["phase"])
+        if r["config"] == "stock" or "results" not in r or key not in stock:
+            continue
+        same, compared = counts.get(r["config"], (0, 0))
+        counts[r["config"]] = (same + (r["results"]["all"] == stock[key]), compared + 1)
+    return counts
 
 
 def configs_of(variant: str) -> tuple[Config, ...]:

@@ -253,6 +253,43 @@ void FillInputs(caffe::Net<float>* net) {
   }
 }
 
+// FNV-1a over the bytes of `count` floats: equal digests mean bit-identical values.
+void Digest(const float* values, int count, unsigned long long* hash) {
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(values);
+  for (size_t k = 0; k < sizeof(float) * count; ++k) {
+    *hash = (*hash ^ bytes[k]) * 1099511628211ULL;
+  }
+}
+
+// What the run computed, for comparing stock with a plan (after every figure is taken: the
+// host copies this makes are not counted): each net output's data, and in TRAIN every
+// learnable parameter's gradient, as one digest each and one over all.
+std::string Results(caffe::Net<float>* net, bool train) {
+  std::ostringstream o;
+  unsigned long long all = 1469598103934665603ULL;
+  o << "{\"outputs\": {";
+  for (int i = 0; i < net->output_blobs().size(); ++i) {
+    caffe::Blob<float>* blob = net->output_blobs()[i];
+    unsigned long long hash = 1469598103934665603ULL;
+    Digest(blob->cpu_data(), blob->count(), &hash);
+    Digest(blob->cpu_data(), blob->count(), &all);
+    o << (i ? ", " : "") << Quote(net->blob_names()[net->output_blob_indices()[i]]) << ": \""
+      << std::hex << hash << std::dec << "\"";
+  }
+  o << "}";
+  if (train) {
+    unsigned long long grads = 1469598103934665603ULL;
+    for (int j = 0; j < net->learnable_params().size(); ++j) {
+      caffe::Blob<float>* param = net->learnable_params()[j];
+      Digest(param->cpu_diff(), param->count(), &grads);
+    }
+    Digest(reinterpret_cast<const float*>(&grads), 2, &all);
+    o << ", \"param_diffs\": \"" << std::hex << grads << std::dec << "\"";
+  }
+  o << ", \"all\": \"" << std::hex << all << std::dec << "\"}";
+  return o.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,6 +321,8 @@ int main(int argc, char** argv) {
   const long long free_context = FreeBytes(&total);
   caffe::Caffe::SetDevice(device);
   caffe::Caffe::set_mode(caffe::Caffe::GPU);
+  // Fixed fillers and Dropout masks, so that stock Caffe and a plan compute the same values.
+  caffe::Caffe::set_random_seed(1701);
   const long long free_handles = FreeBytes();
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -333,9 +372,12 @@ int main(int argc, char** argv) {
     if (backward[i].measured) { out << ",\n   \"backward\": " << Json(backward[i]); }
     out << "}" << (i + 1 < n ? "," : "") << "\n";
   }
-  out << " ],\n \"end\": {\"device_in_use\": " << g_device_in_use << ", \"host_in_use\": "
-      << g_host_in_use << ", \"device_peak\": " << g_device_peak << ", \"host_peak\": "
-      << g_host_peak << ", \"device_used\": " << total - free_end << "}}\n";
+  const long long device_in_use = g_device_in_use, host_in_use = g_host_in_use;
+  const long long device_peak = g_device_peak, host_peak = g_host_peak;
+  out << " ],\n \"end\": {\"device_in_use\": " << device_in_use << ", \"host_in_use\": "
+      << host_in_use << ", \"device_peak\": " << device_peak << ", \"host_peak\": "
+      << host_peak << ", \"device_used\": " << total - free_end << "},\n"
+      << " \"results\": " << Results(net.get(), phase == caffe::TRAIN) << "}\n";
   out.close();
   if (!out) {
     fprintf(stderr, "probe: cannot write %s\n", out_path.c_str());

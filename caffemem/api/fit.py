@@ -18,18 +18,18 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from caffemem.api.analyze import (
-    load_source,
     Analysis,
     NetAnalysis,
     Options,
     analyze,
     default_phase,
+    load_source,
     spec_table,
     with_overrides,
 )
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
-from caffemem.passes.device import CUBLAS_HANDLE, CUDNN_HANDLE, HandleMargin, handle_margin, process_handles
+from caffemem.passes.device import KernelMargin
 from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.solver import solver_footprint
@@ -39,16 +39,15 @@ from caffemem.units import DTYPE_BYTES, format_size, parse_size
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
 
 
-def default_reserve(path: str | NetText, options: Options) -> tuple[int, HandleMargin | None]:
+def default_reserve(path: str | NetText, options: Options) -> tuple[int, KernelMargin | None]:
     """What --reserve leaves free when not given.  CPU mode: 500 MiB for the CUDA context
-    and the handles the heap does not see.  GPU mode: the figure already holds the context
-    (and the workspaces at their bound), but not what the library handles it counts hold:
-    their estimate (passes/device.py ``handle_margin``, from published figures), for every
-    net the fitted process builds."""
+    and the handles the heap does not see.  GPU mode: the figure already holds the context,
+    the library handles and the workspaces at their bound, but not the kernels CUDA loads
+    lazily: the most the card held beyond the figure in the measurement
+    (passes/device.py ``LAZY_KERNELS``)."""
     if options.device != "gpu":
         return parse_size(DEFAULT_RESERVE, "--reserve"), None
-    nets = analyze(path, options).nets
-    margin = handle_margin(process_handles(net.device.handles for net in nets if net.device is not None))
+    margin = KernelMargin()
     return margin.bytes, margin
 
 
@@ -323,7 +322,7 @@ class FitResult:
     schedule: BatchSchedule | None  # None when nothing fits
     evaluations: tuple[Evaluation, ...]  # every exact evaluation, in the order made
     notes: tuple[str, ...]
-    margin: HandleMargin | None = None  # GPU mode without --reserve: what the reserve estimates
+    margin: KernelMargin | None = None  # GPU mode without --reserve: what the reserve keeps for
 
     @property
     def fits(self) -> bool:
@@ -406,7 +405,7 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
     if schedule is not None and request.effective_batch is not None:
         notes += schedule_notes(schedule, search.batch)
     if margin is not None:
-        notes += (f"the reserve is an estimate of what the library handles hold ({margin.describe()}), from published figures, none measured for Caffe: {CUDNN_HANDLE.source}; {CUBLAS_HANDLE.source}; --reserve SIZE overrides it",)
+        notes += (f"the reserve keeps room for the kernels CUDA loads lazily, which no figure counts: {margin.describe()}; --reserve SIZE overrides it",)
     if request.optimized and search.batch:
         notes += (f"to run the plan counted here, write it for batch {search.batch}: {optimize_command(path, subject, options, search.batch)}",)
     return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)), margin)

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, analyze, load_source, build_net, inputs_for, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, UnsafePlan
 from caffemem.graph import ShapedGraph

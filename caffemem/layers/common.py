@@ -75,7 +75,14 @@ def _inner_product_memory(q: MemoryQuery) -> LayerMemory:
     happynear/caffe-windows' ``normalize`` (ms branch @967eedf2, inner_product_layer.cpp
     and .cu): Reshape shapes ``weight_norm_`` [N] and zeroes it; every Forward rewrites the
     weights as unit rows (the GPU code keeping the row norms in ``weight_norm_``)."""
-    memory = _weights_memory(q, elements(q.tops[0][:-1]), q.propagate_down[0])
+    rows = elements(q.tops[0][:-1])
+    memory = _weights_memory(q, rows, q.propagate_down[0])
+    if q.device == "gpu" and rows == 1 and len(q.params) > 1:
+        # Forward_gpu with M_ == 1 is a gemv plus an axpy scaled by
+        # ``bias_multiplier_.cpu_data()[0]`` (inner_product_layer.cu): the multiplier is read
+        # on the host, and only Backward's gemv gives it a device copy.
+        ones = read(q.buffer("bias_multiplier"))
+        memory = replace(memory, forward=tuple(read(t.blob, t.part, "host") if t == ones else t for t in memory.forward))
     if not q.proto.inner_product_param.normalize:
         return memory
     norms = q.buffer("weight_norm")

@@ -322,10 +322,14 @@ def _sigmoid_cross_entropy_loss(q: ShapeQuery) -> LayerShapes:
 def _euclidean_loss_memory(q: MemoryQuery) -> LayerMemory:
     """euclidean_loss_layer.cpp: Forward writes the difference into ``diff_`` (shaped like
     bottom[0] in Reshape); Backward scales it into each bottom's diff asked for (both
-    bottoms may get one: AllowForceBackward is true for both)."""
+    bottoms may get one: AllowForceBackward is true for both).  GPU: the loss is written
+    and its weight read on the host (``top[0]->mutable_cpu_data()``, ``cpu_diff()``,
+    euclidean_loss_layer.cu); Layer::Forward reads them on the device only for a top with
+    a loss weight."""
     difference = q.buffer("diff")
-    forward = (read(q.bottom(0)), read(q.bottom(1)), write(difference), write(q.top(0)))
-    backward = tuple(t for i in (0, 1) if q.propagate_down[i] for t in (read(q.top(0), "diff"), read(difference), write(q.bottom(i), "diff")))
+    forward = (read(q.bottom(0)), read(q.bottom(1)), write(difference), host_output(q))
+    top_weight = read(q.top(0), "diff", "host")
+    backward = tuple(t for i in (0, 1) if q.propagate_down[i] for t in (top_weight, read(difference), write(q.bottom(i), "diff")))
     return LayerMemory(setup=buffer_setup(difference, q.bottoms[0]), forward=forward, backward=backward)
 
 

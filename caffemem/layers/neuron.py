@@ -98,15 +98,21 @@ def _dropout_memory(q: MemoryQuery) -> LayerMemory:
     dropout_layer.cpp/.cu: ``phase_ == TRAIN || sample_weights_test()``).
     rbgirshick/caffe-fast-rcnn@4115385d's ``scale_train: false`` moves the 1/(1-p) scaling
     from the TRAIN to the TEST pass (a caffe_scal of the top, and of the bottom's diff): the
-    same blobs are touched, so the rule is the same."""
+    same blobs are touched, so the rule is the same.
+
+    GPU: Forward_gpu takes the mask (``rand_vec_.mutable_gpu_data()``) inside its
+    ``if (phase_ == TRAIN)`` only, where Forward_cpu takes it before the test
+    (dropout_layer.cu / .cpp): a GPU run of a TEST net never allocates it (measured on an
+    H100, benchmarks/gpu-groundtruth)."""
     mask = q.buffer("rand_vec")
     dropping = q.phase == "TRAIN" or q.proto.dropout_param.sample_weights_test
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
         backward = (read(q.top(0), "diff"), write(q.bottom(0), "diff")) + ((read(mask),) if dropping else ())
+    takes_mask = dropping or q.device == "cpu"
     return LayerMemory(
         setup=buffer_setup(mask, q.bottoms[0], "int"),
-        forward=(read(q.bottom(0)), write(q.top(0)), write(mask)),
+        forward=(read(q.bottom(0)), write(q.top(0))) + ((write(mask),) if takes_mask else ()),
         backward=backward,
     )
 
@@ -382,7 +388,10 @@ def _batch_norm_memory(q: MemoryQuery) -> LayerMemory:
     setup += buffer_setup(by_chans, (num * channels,)) + (write(batch_ones),)
     param = q.proto.batch_norm_param
     global_stats = param.use_global_stats if param.HasField("use_global_stats") else q.phase == "TEST"
-    stats = tuple((read if global_stats else write)(q.param(j)) for j in range(3))
+    # The moving-average factor (blob 2) is a host scalar in either mode: Forward_gpu reads
+    # and updates it with cpu_data()/mutable_cpu_data() (batch_norm_layer.cu), so a GPU run
+    # never gives it a device copy.
+    stats = tuple((read if global_stats else write)(q.param(j), "data", "host" if j == 2 else "") for j in range(3))
     forward = (read(q.bottom(0)), write(q.top(0)), read(spatial_ones), read(batch_ones), write(mean), write(variance), write(by_chans), write(temp))
     forward += stats + (write(x_norm),)
     backward: tuple[Action, ...] = (read(q.top(0), "diff"),)
@@ -551,7 +560,10 @@ def _scale_memory(q: MemoryQuery) -> LayerMemory:
     if param.bias_term:
         last = len(q.params) - 1
         bias = _bias_memory(q, q.param(last), q.params[last], param.axis, q.top(0), False, True)
-        setup, forward = bias.setup + setup, forward + bias.forward
+        # Forward_gpu adds the bias in its own kernel (ScaleBiasForward, scale_layer.cu): only
+        # the inner Bias layer's Backward reads its multiplier on the device.
+        bias_forward = (read(q.param(last)),) if q.device == "gpu" else bias.forward
+        setup, forward = bias.setup + setup, forward + bias_forward
         backward = bias.backward if q.param_propagate_down[last] else ()
     if scale_grad:
         backward += _scale_gradient(q, scale, outer, dim, inner, temp)

@@ -578,12 +578,15 @@ def _lrn(q: ShapeQuery) -> LayerShapes:
 def _crop_memory(q: MemoryQuery) -> LayerMemory:
     """crop_layer.cpp: Reshape writes three Blob<int>s of one value per axis (offsets,
     src_strides_, dest_strides_); Backward takes the top's and bottom 0's diffs whatever
-    propagate_down says, and copies only when it is set.  The reference bottom is untouched."""
-    offsets = q.buffer("offsets")
-    copy_back = (read(offsets),) if q.propagate_down[0] else ()
+    propagate_down says, and copies only when it is set.  The reference bottom is untouched.
+    GPU: crop_layer.cu's kernels take all three blobs' gpu_data (the CPU copy reads only
+    ``offsets``), so each gets a device copy in Forward."""
+    names = ("offsets", "src_strides", "dest_strides") if q.device == "gpu" else ("offsets",)
+    indexing = tuple(read(q.buffer(name)) for name in names)
+    copy_back = indexing if q.propagate_down[0] else ()
     return LayerMemory(
         setup=int_blobs(q, ("offsets", "src_strides", "dest_strides"), len(q.bottoms[0])),
-        forward=(read(q.bottom(0)), write(q.top(0)), read(offsets)),
+        forward=(read(q.bottom(0)), write(q.top(0))) + indexing,
         backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")) + copy_back,
     )
 

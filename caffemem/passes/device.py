@@ -23,7 +23,9 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
   that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like any other.
 
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
-handles) are kept apart: the context as a constant with its source, handles as counts.
+handles) are kept apart, as constants measured on a card (CUDA_CONTEXT, CUDNN_HANDLE):
+Caffe's own allocations in this model equal what an H100 counted at Caffe's cudaMalloc
+sites, byte for byte, on the 117 runs of benchmarks/gpu-groundtruth whose plan is still made.
 ../shared/caffe/GPU-MEMORY.md cites every fact used here (for the developers; no output
 names a file an installed user does not have: :func:`gpu_caveat` points to the README).
 """
@@ -50,6 +52,7 @@ CAUSES = (
     "cudnn_workspace",
     "prefetch",
     "solver_history",
+    "library_handles",
     "cuda_context",
 )
 
@@ -65,13 +68,15 @@ class Constant:
     measured_for_caffe: bool
 
 
-# CUDA 11.7+ loads kernels lazily; what is left is the context itself plus cuBLAS/cuRAND.
+# Measured on the card (README "GPU mode (--device)", benchmarks/gpu-groundtruth): one
+# NVIDIA H100 80GB HBM3, driver 580.159.04, CUDA 13.0, cuDNN 9, BVLC Caffe 9b89154.
+MEASURED_ON = "an H100 80GB (driver 580, CUDA 13.0, cuDNN 9)"
 CUDA_CONTEXT = Constant(
     "cuda_context",
-    300 * 1024 * 1024,
-    "about 300 MB per device for a CUDA >= 11.7 context with lazy module loading, measured in a "
-    "PyTorch process (pytorch/pytorch#107667); not yet measured for Caffe",
-    measured_for_caffe=False,
+    623_706_112,
+    f"measured on {MEASURED_ON}: the CUDA context (526.8 MiB) and the main thread's cuBLAS handle and cuRAND "
+    "generator (68.0 MiB), total minus free memory before the net is built; another card, driver or CUDA differs",
+    measured_for_caffe=True,
 )
 
 
@@ -85,59 +90,48 @@ def context_constant(context_bytes: int | None) -> Constant:
 @dataclass(frozen=True)
 class Handles:
     """Library handles a GPU run creates (common.cpp 107-123, cudnn_conv_layer.cpp 51-56).
-    Their memory is inside the driver and the libraries: counted, not sized."""
+    Their memory is inside the driver and the libraries: sized from the measurement."""
 
     cudnn: int  # cudnnCreate: 3 per group of a cuDNN (de)convolution, 1 per other cuDNN layer
     cublas: int  # one per Caffe instance: the main thread and each prefetch thread
     curand: int  # likewise
 
 
-# What a handle holds, where no Caffe measurement exists: estimates from published ones,
-# for `fit`'s default margin in GPU mode (handles are counted by device_footprint, their
-# memory is not in any figure).  Both are labelled estimates wherever they are used.
-CUDNN_HANDLE = Constant(
-    "cudnn_handle",
-    300 * 1024,
-    "about 300 KiB per cudnnCreate: creating 1024 cuDNN handles took 'like 300MB' and creating them lazily "
-    "brought it under 1 MB (soumith/cudnn.torch#38, cuDNN v2/v3); BVLC/caffe#5612 runs out of memory on the "
-    "3 handles per group of grouped convolutions",
-    measured_for_caffe=False,
+# What the handles hold on the card, measured on the same card as CUDA_CONTEXT: the bytes
+# per cudnnCreate are the least-squares slope, over the 136 runs of the measurement, of what
+# the card held beyond the context and Caffe's own allocations against the cuDNN handles
+# the model counts (18 to 386 a run); a further thread's cuBLAS handle and cuRAND generator
+# hold what the main thread's do.
+CUDNN_HANDLE = Constant("cudnn_handle", 9_977_633, f"9.52 MiB per cuDNN handle, fitted over 136 runs on {MEASURED_ON}", measured_for_caffe=True)
+CUBLAS_HANDLE = Constant("cublas_handle", 71_303_168, f"68.0 MiB per further thread's cuBLAS handle and cuRAND generator, measured on {MEASURED_ON}", measured_for_caffe=True)
+# Not in any figure: the kernels CUDA loads lazily, on their first launch (Caffe's, cuDNN's,
+# cuBLAS's), which depend on the layers and the algorithms cuDNN picks.  Across the 136
+# runs the card held this much more (or less) than the model with the two constants above.
+LAZY_KERNELS_LOW, LAZY_KERNELS_HIGH = -116_806_094, 206_877_357
+LAZY_KERNELS = Constant(
+    "lazy_kernels",
+    LAZY_KERNELS_HIGH,
+    f"what the card held beyond the figure on {MEASURED_ON}: {LAZY_KERNELS_LOW / 2**20:+.1f} to {LAZY_KERNELS_HIGH / 2**20:+.1f} MiB over 136 runs "
+    "(the kernels CUDA loads lazily)",
+    measured_for_caffe=True,
 )
-CUBLAS_HANDLE = Constant(
-    "cublas_handle",
-    32 * 1024 * 1024,
-    "cuBLAS's own workspace per handle: 4 MiB, 32 MiB on Hopper (the cuBLAS API reference, cublasSetWorkspace, "
-    "https://docs.nvidia.com/cuda/cublas/index.html#cublassetworkspace; NVIDIA/MatX#545, pytorch/pytorch#120925), "
-    "the larger taken since the card is not known",
-    measured_for_caffe=False,
-)
+
+
+def handle_bytes(handles: Handles) -> int:
+    """What ``handles`` hold on the card beyond the process constant (which has the main
+    thread's cuBLAS handle and cuRAND generator)."""
+    return handles.cudnn * CUDNN_HANDLE.bytes + max(handles.cublas - 1, 0) * CUBLAS_HANDLE.bytes
 
 
 @dataclass(frozen=True)
-class HandleMargin:
-    """An estimate of what a GPU run's library handles hold on the card: what `fit` keeps
-    free by default in GPU mode.  cuRAND generators have no published size: not in it."""
+class KernelMargin:
+    """What `fit` keeps free by default in GPU mode: the most the card held beyond the
+    figure in the measurement (LAZY_KERNELS)."""
 
-    handles: Handles
-    cudnn_bytes: int
-    cublas_bytes: int
-
-    @property
-    def bytes(self) -> int:
-        return self.cudnn_bytes + self.cublas_bytes
+    bytes: int = LAZY_KERNELS.bytes
 
     def describe(self) -> str:
-        from caffemem.units import format_size, plural
-
-        return (
-            f"{plural(self.handles.cudnn, 'cuDNN handle')} x {format_size(CUDNN_HANDLE.bytes)} + {plural(self.handles.cublas, 'cuBLAS handle')} x "
-            f"{format_size(CUBLAS_HANDLE.bytes)} ({plural(self.handles.curand, 'cuRAND generator')}: no published size, not included)"
-        )
-
-
-def handle_margin(handles: Handles) -> HandleMargin:
-    """The estimated bytes of ``handles`` (CUDNN_HANDLE, CUBLAS_HANDLE: published figures)."""
-    return HandleMargin(handles, handles.cudnn * CUDNN_HANDLE.bytes, handles.cublas * CUBLAS_HANDLE.bytes)
+        return LAZY_KERNELS.source
 
 
 def process_handles(per_net: Iterable[Handles]) -> Handles:
@@ -390,10 +384,11 @@ def device_footprint(
         )
     context = context_constant(context_bytes)
     device_causes = {cause: heap.by_cause.get(("device", cause), 0) for cause in CAUSES}
-    device_causes["cuda_context"] = context.bytes
     host_causes = {cause: heap.by_cause.get(("host", cause), 0) for cause in CAUSES}
     prefetching = sum(1 for rule, side in zip(run.rules, sides) if rule.prefetch and side[0] == "device")
     handles = Handles(cudnn=sum(rule.cudnn_handles for rule in run.rules), cublas=1 + prefetching, curand=1 + prefetching)
+    device_causes["library_handles"] = handle_bytes(handles)
+    device_causes["cuda_context"] = context.bytes
     notes = _notes(run, sides)
     return DeviceReport(
         phase=run.shaped.graph.phase,
@@ -430,11 +425,12 @@ def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
 
 def gpu_caveat(device: DeviceReport) -> str:
     """The one line every output in GPU mode carries once (not per net): what its figures
-    rest on that no GPU has measured yet, and where the README says more."""
-    parts = ["GPU figures are derived from Caffe's source, not yet measured on a GPU"]
-    if not device.context.measured_for_caffe:
-        parts.append(f"the CUDA context is a published {device.context.bytes // (1024 * 1024)} MiB (--context-mib gives yours)")
-    parts.append("cuDNN, cuBLAS and cuRAND handles are counted, not sized")
+    rest on, and where the README says more."""
+    parts = [
+        f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 117 runs), the context and handles as "
+        f"measured there (--context-mib gives yours), kernels loaded lazily not counted ({LAZY_KERNELS_LOW / 2**20:+.0f} to "
+        f"{LAZY_KERNELS_HIGH / 2**20:+.0f} MiB there)"
+    ]
     if device.engine == "cudnn" and device.device_by_cause.get("cudnn_workspace", 0) > 0:
         parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")
     if device.gpus > 1:

@@ -8,8 +8,9 @@ Split summing a gradient nobody wrote), and any class Net::Init touches (a plan'
 takes over only when Init ends, discarding what Init wrote; layers read it later, not
 always in a way that allocates, e.g. a convolution's geometry blobs).  Layer buffers that
 every step refills before reading (the im2col column buffer) may share with
-``share_buffers``.  The lower bound is the peak, over the steps, of the bytes of
-shareable classes alive together.
+``share_buffers``, if the patched Caffe can bind them by name (layers/bound_buffers.py:
+not the blobs of a recurrent layer's unrolled net).  The lower bound is the peak, over the
+steps, of the bytes of shareable classes alive together.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from caffemem.graph import Graph
 from caffemem.layers.access import BlobId
+from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.passes.schedule import Schedule, StorageClass
 
 
@@ -88,6 +90,8 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
         if not uses:
             continue  # never touched: never allocated
         reason = _kept_reason(storage, uses, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
+        if not reason and not runtime_binds(schedule.shaped.graph, BlobId(storage.kind, storage.owner)):
+            reason = UNBOUND
         if not reason and storage.bytes == 0:
             reason = "empty (a zero-sized blob allocates nothing, so there is nothing to share)"
         if not reason and keep:
@@ -110,6 +114,10 @@ def kept_members(liveness: Liveness) -> dict[tuple[BlobId, str], str]:
     """Every storage (blob, part) the liveness keeps private, with why."""
     classes = liveness.schedule.classes
     return {member: why for storage, why in liveness.kept.items() for member in classes[storage].members}
+
+
+# A slot-table member is its class's owner (plan_data), which MemorySlots::Bind looks up by name.
+UNBOUND = "a layer buffer the patched Caffe cannot bind by name (its layer's NamedBuffers does not list it; a recurrent layer's unrolled net is a Net of its own)"
 
 
 def _kept_reason(storage: StorageClass, uses, excluded: set[str], share_buffers: bool, init_touched: bool) -> str | None:

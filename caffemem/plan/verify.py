@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import count
 from caffemem.layers.access import BlobId
+from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.schedule import Schedule
 from caffemem.prototxt.read import read_input
@@ -125,7 +126,8 @@ RERUN = "; rerun `caffemem optimize` on this net (with the input shapes and phas
 def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[Violation]:
     """What the patched Caffe's Net::Init says of this table for this net: the first
     mismatch MemorySlots::Bind stops at (caffemem/runtime/cpp/common/src/caffe/util/
-    mem_slots.cpp, step 1: slots in table order, each member's kind, name, storage and
+    mem_slots.cpp, step 1: slots in table order, each member's kind, name (a buffer only
+    where its layer's NamedBuffers lists it, layers/bound_buffers.py), storage and
     fit, then each slot's size against its members' end), worded as it words it.  Sizes
     are each storage's bytes in the net as built: a table planned for another batch or
     other inputs fails here, before any replay."""
@@ -138,6 +140,8 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
         """(what Caffe keeps as one SyncedMemory, its bytes or None when the net has no such storage)."""
         for id_kind in ("blob", "buffer", "param"):
             storage = schedule.class_of.get((BlobId(id_kind, blob), kind))  # type: ignore[arg-type]
+            if storage is not None and not runtime_binds(shaped.graph, BlobId(id_kind, blob)):
+                return (blob, kind), None  # a buffer no NamedBuffers lists: Bind cannot name it
             if storage is not None:
                 return storage, schedule.classes[storage].bytes
         shape = shaped.blob_shapes.get(blob, params.get(blob))  # a storage the run never touches

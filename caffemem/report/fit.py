@@ -59,7 +59,7 @@ def fit_lines(result: FitResult) -> list[str]:
     what = "training process (solver)" if subject.kind == "solver" else f"{subject.phase} net"
     budget = (
         f"  budget: {_figure(request.budget)} = GPU {format_size(request.gpu_memory)} - reserve {format_size(request.reserve or 0)}"
-        + (" (estimated margin for the library handles, see the note; --reserve overrides)" if result.margin is not None else "")
+        + (" (room for the kernels CUDA loads lazily, see the note; --reserve overrides)" if result.margin is not None else "")
     )
     head = f"{result.path}: {what}, {counted}"
     if not result.fits:

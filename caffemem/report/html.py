@@ -446,7 +446,7 @@ def device_facts(device: DeviceReport) -> tuple[tuple[str, str], ...]:
         ("on the card", span + (f", on each of {device.gpus} GPUs" if device.gpus > 1 else "")),
         ("on the host", f"{mib(device.host_bytes)} (pinned copies of what host code touched)"),
         ("by cause, card / host", both),
-        ("handles", f"{handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (counted, not sized); CUDA context {mib(device.context.bytes)}: {device.context.source}"),
+        ("handles", f"{handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND ({mib(device.device_by_cause.get('library_handles', 0))} as measured); CUDA context {mib(device.context.bytes)}: {device.context.source}"),
     )
 
 

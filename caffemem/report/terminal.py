@@ -125,12 +125,12 @@ def _print_device(device: DeviceReport, console: Console) -> None:
     for cause, size in device.device_by_cause.items():
         host = device.host_by_cause[cause]
         if size or host:
-            label = cause.replace("_", " ") + (" (max)" if cause == "cudnn_workspace" else "") + (" (constant)" if cause == "cuda_context" else "")
+            label = cause.replace("_", " ") + (" (max)" if cause == "cudnn_workspace" else "") + (" (measured)" if cause == "cuda_context" else "")
             table.add_row(label, _cell(size), _cell(host))
     table.add_row("[bold]total[/bold]", f"[bold]{mib_column(device.device_bytes)}[/bold]", f"[bold]{mib_column(device.host_bytes)}[/bold]")
     console.print(table)
     handles = device.handles
-    console.print(f"[dim]handles (counted, not sized): {handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND[/dim]")
+    console.print(f"[dim]library handles: {handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (sized as measured, see 'library handles')[/dim]")
     for note in device.notes:
         console.print(f"[dim]{note}[/dim]")
 

@@ -40,25 +40,34 @@ def _workspaces(plan: PhasePlan) -> list[tuple[str, int]]:
     return [(blob, slot) for blob, _, slot, _ in plan.plan_data.assign if blob.endswith("/cudnn_workspace")]
 
 
+def _fixed(device) -> int:
+    """What no plan changes: the context and the library handles (both as measured on an H100)."""
+    return device.device_by_cause["cuda_context"] + device.device_by_cause["library_handles"]
+
+
 @needs_shared
-def test_resnet50_deploy_plans_under_a_third_of_stock_on_the_card(resnet50):
-    # Stock: 53 cuDNN convolutions, each with its own workspace of at most 24 MiB
-    # (1,272 MiB of 1,855.17 MiB); the plan holds one, beside the shared activations.
+def test_resnet50_deploy_plans_caffes_allocations_under_a_tenth_of_stock(resnet50):
+    # Stock: 53 cuDNN convolutions, each with its own workspace of at most 24 MiB (1,272 MiB
+    # of Caffe's 1,554.94 MiB); the plan holds one, beside the shared activations: 129.39 MiB
+    # (the H100 counted 129.39 MiB for this plan, benchmarks/gpu-groundtruth). The card also
+    # holds the context and 210 cuDNN handles (2,593.09 MiB), which no plan changes.
     devices = resnet50.devices
-    assert devices.stock.device_bytes == 1_945_283_516  # 1,855.17 MiB
+    assert devices.stock.device_bytes == 4_349_486_302  # 4,148.00 MiB
     assert devices.stock.workspace_bytes_max == 53 * WORKSPACE
-    assert devices.planned.device_bytes == 450_477_852  # 429.61 MiB, 0.232x
-    assert devices.planned.device_bytes <= 0.30 * devices.stock.device_bytes
+    assert devices.planned.device_bytes == 2_854_680_638  # 2,722.43 MiB
+    assert _fixed(devices.stock) == _fixed(devices.planned) == 2_719_009_042
+    assert devices.planned.device_bytes - _fixed(devices.planned) <= 0.10 * (devices.stock.device_bytes - _fixed(devices.stock))
 
 
 @needs_shared
-def test_googlenet_train_plans_under_045_of_stock_on_the_card(googlenet):
-    # Stock: 59 cuDNN convolutions x 24 MiB = 1,416 MiB of workspace in 4,183.27 MiB.
+def test_googlenet_train_plans_caffes_allocations_under_a_third_of_stock(googlenet):
+    # Stock: 59 cuDNN convolutions x 24 MiB = 1,416 MiB of workspace in Caffe's 3,883.27 MiB;
+    # planned: 1,131.77 MiB (0.29x), beside 2,975.07 MiB of context and 243 cuDNN handles.
     devices = googlenet.devices
-    assert devices.stock.device_bytes == 4_386_479_192  # 4,183.27 MiB
+    assert devices.stock.device_bytes == 7_191_480_491  # 6,858.33 MiB
     assert devices.stock.workspace_bytes_max == 59 * WORKSPACE
-    assert devices.planned.device_bytes == 1_501_322_328  # 1,431.77 MiB, 0.342x
-    assert devices.planned.device_bytes <= 0.45 * devices.stock.device_bytes
+    assert devices.planned.device_bytes == 4_306_323_627  # 4,106.83 MiB
+    assert devices.planned.device_bytes - _fixed(devices.planned) <= 0.30 * (devices.stock.device_bytes - _fixed(devices.stock))
 
 
 @needs_shared

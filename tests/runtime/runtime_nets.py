@@ -1,6 +1,6 @@
 """Test nets for the runtime tests: models of ../shared/models with their data layers
-replaced by Input layers (shapes from ../shared/groundtruth, batch cut small), plus two
-generated nets (BatchNorm, siamese with shared weights). Written to a tmp directory,
+replaced by Input layers (shapes from ../shared/groundtruth, batch cut small), plus three
+generated nets (BatchNorm, siamese with shared weights, LSTM). Written to a tmp directory,
 never into the repo. caffe.proto is compiled from the repo's proto/ with grpc_tools."""
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ CASES = [
     Case("resnet50_deploy", "resnet/ResNet-50-deploy.prototxt", "TEST", 1, 1),
     Case("batchnorm", None, "TRAIN", 4),
     Case("siamese", None, "TRAIN", 4),
+    Case("lstm", None, "TRAIN", 4),
 ]
 
 
@@ -175,6 +176,23 @@ layer { name: "feat_p" type: "InnerProduct" bottom: "ip1_p" top: "feat_p"
         inner_product_param { num_output: 2 weight_filler { type: "xavier" } } }
 layer { name: "loss" type: "ContrastiveLoss" bottom: "feat" bottom: "feat_p" bottom: "sim" top: "loss"
         contrastive_loss_param { margin: 1 } }
+""",
+    # 8 frames of 4 streams (batch 4; the net spells the shapes out): conv -> pool -> fc ->
+    # T x N x 64 -> LSTM (lstm_layer.cpp's unrolled net) -> fc on axis 2 -> loss per frame.
+    "lstm": """
+name: "lstm_net"
+layer { name: "data" type: "Input" top: "data" top: "cont" top: "label"
+        input_param { shape { dim: 32 dim: 3 dim: 16 dim: 16 } shape { dim: 8 dim: 4 } shape { dim: 8 dim: 4 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+        convolution_param { num_output: 8 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "fc1" type: "InnerProduct" bottom: "pool1" top: "fc1" inner_product_param { num_output: 64 weight_filler { type: "xavier" } } }
+layer { name: "frames" type: "Reshape" bottom: "fc1" top: "frames" reshape_param { shape { dim: 8 dim: 4 dim: 64 } } }
+layer { name: "lstm1" type: "LSTM" bottom: "frames" bottom: "cont" top: "lstm1"
+        recurrent_param { num_output: 32 weight_filler { type: "uniform" min: -0.1 max: 0.1 } bias_filler { type: "constant" value: 0 } } }
+layer { name: "fc2" type: "InnerProduct" bottom: "lstm1" top: "fc2" inner_product_param { num_output: 10 axis: 2 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc2" bottom: "label" top: "loss" softmax_param { axis: 2 } }
 """,
 }
 

@@ -204,7 +204,8 @@ cat > "$3" <<EOF
  "process": {"device_used_after_context": 500, "handles_bytes": 20, "device_used_before_net": 520},
  "phase": "$2", "construct": {}, "fill_inputs": {},
  "layers": [{"name": "conv1", "type": "Convolution", "setup": {"device_alloc": 7}, "forward": {"device_alloc": 0}}],
- "end": {"device_in_use": 0, "host_in_use": 0, "device_peak": $size, "host_peak": 0, "device_used": 9}}
+ "end": {"device_in_use": 0, "host_in_use": 0, "device_peak": $size, "host_peak": 0, "device_used": 9},
+ "results": {"outputs": {}, "all": "$(grep -c mem_param "$1")"}}
 EOF
 """
 
@@ -219,9 +220,9 @@ def fake_programs(tmp_path):
 
 
 def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_programs):
-    """lenet deploy (TEST) in the three configurations: the probe ran on the net as it is,
+    """lenet deploy (TEST) in the four configurations: the probe ran on the net as it is,
     on the blob plan and on the buffers plan, each plan made by this checkout's caffemem in
-    GPU mode, its JSON kept beside the net."""
+    GPU mode, its JSON kept beside the net, and on the net as it is again."""
     out = tmp_path / "out"
     code = gg.measure(gg.CONFIGS, fake_programs, gg.SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, jobs=2)
     assert code == 0
@@ -229,8 +230,10 @@ def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_progra
     assert [(r["config"], r["file"], r["phase"], r["ok"]) for r in summary["runs"]] == [
         (c, f, p, True)
         for f, phases in (("bvlc_examples_mnist__lenet.json", ["TEST"]), ("bvlc_examples_mnist__lenet_train_test.json", ["TRAIN", "TEST"]))
-        for p in phases for c in ("stock", "patched", "patched-buffers")
+        for p in phases for c in ("stock", "patched", "patched-buffers", "stock-again")
     ]
+    # The stand-in's digest is whether the net has a slot table: a plan's differs from stock's.
+    assert summary["bit_identical"] == {"patched": [0, 3], "patched-buffers": [0, 3], "stock-again": [3, 3]}
     stock = json.loads((out / "stock" / "bvlc_examples_mnist__lenet.json").read_text())
     buffers = json.loads((out / "patched-buffers" / "bvlc_examples_mnist__lenet.json").read_text())
     assert (stock["plan"], buffers["plan"]) == (None, ["--share-buffers"])
