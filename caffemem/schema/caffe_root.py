@@ -453,6 +453,13 @@ def _sources(folder: Path) -> list[Path]:
     return [path for path in found if path.is_file()]
 
 
+def _continues_a_macro(text: str, start: int) -> bool:
+    """Whether the line at ``start`` continues the line before it (a ``\\`` at its end):
+    part of a #define, not a registration."""
+    end = text.rfind("\n", 0, start)
+    return end > 0 and text[text.rfind("\n", 0, end) + 1 : end].rstrip().endswith("\\")
+
+
 @dataclass(frozen=True)
 class Registration:
     """Where the tree registers a layer type with Caffe's LayerRegistry."""
@@ -478,6 +485,8 @@ def registered_types(root: Path) -> dict[str, Registration]:
             if "REGISTER_LAYER_" not in text:
                 continue
             for match in _REGISTER.finditer(text):
+                if _continues_a_macro(text, match.start()):
+                    continue  # layer_factory.hpp's own #define of REGISTER_LAYER_CLASS(type)
                 found.setdefault(match.group(1), Registration(match.group(1), path, text.count("\n", 0, match.start()) + 1))
     return found
 

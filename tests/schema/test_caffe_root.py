@@ -261,6 +261,18 @@ def test_registered_types_are_read_from_both_of_caffes_macros(tmp_path):
     (layers / "a_layer.cu").write_text("namespace caffe {\nINSTANTIATE_LAYER_GPU_FUNCS(ALayer);\n}\n")
     (layers / "a_layer.cpp").write_text("namespace caffe {\n// REGISTER_LAYER_CLASS(Commented);\nREGISTER_LAYER_CLASS(A);\n}\n")
     (tmp_path / "src" / "caffe" / "layer_factory.cpp").write_text("REGISTER_LAYER_CREATOR(Convolution, GetConvolutionLayer);\n")
+    include = tmp_path / "include" / "caffe"
+    include.mkdir(parents=True)
+    # layer_factory.hpp's macro: its body's REGISTER_LAYER_CREATOR(type, ...) registers nothing
+    (include / "layer_factory.hpp").write_text(
+        "#define REGISTER_LAYER_CLASS(type)                          \\\n"
+        "  template <typename Dtype>                                 \\\n"
+        "  shared_ptr<Layer<Dtype> > Creator_##type##Layer(const LayerParameter& param) \\\n"
+        "  {                                                         \\\n"
+        "    return shared_ptr<Layer<Dtype> >(new type##Layer<Dtype>(param)); \\\n"
+        "  }                                                         \\\n"
+        "  REGISTER_LAYER_CREATOR(type, Creator_##type##Layer)\n"
+    )
     (tmp_path / "src" / "caffe" / "test").mkdir()
     (tmp_path / "src" / "caffe" / "test" / "test_x.cpp").write_text("REGISTER_LAYER_CLASS(OnlyInATest);\n")
     found = registered_types(tmp_path)
@@ -424,3 +436,18 @@ def test_a_forks_rule_that_refuses_a_type_the_tree_registers_itself_says_a_decla
     result = run("analyze", net, "--caffe-root", fork, "--layers", replacing, "--json")
     assert result.exit_code == 0, result.output
     assert blobs(result)["p"] == [1, 3, 32, 32]
+
+
+@needs_protoc
+def test_the_skeleton_of_a_registered_type_without_bottoms_declares_a_data_layer(tmp_path, fork):
+    (fork / "src" / "caffe" / "layers" / "my_reader_layer.cpp").write_text("namespace caffe {\nREGISTER_LAYER_CLASS(MyReader);\n}\n")
+    net = tmp_path / "reader.prototxt"
+    net.write_text('name: "r"\nlayer { name: "read" type: "MyReader" top: "data" top: "label" }\n')
+    result = run("analyze", net, "--caffe-root", fork)
+    assert result.exit_code == 2
+    assert result.stdout.endswith("[layer.MyReader]\nbottoms = 0\ntops = 2\ndata = true  # its tops' shapes come from --input NAME=d0,d1,...\n")
+    skeleton = tmp_path / "reader.layers.toml"
+    skeleton.write_text(result.stdout)
+    done = run("analyze", net, "--caffe-root", fork, "--layers", skeleton, "--input", "data=4,3,8,8", "--input", "label=4", "--json")
+    assert done.exit_code == 0, done.output
+    assert blobs(done) == {"data": [4, 3, 8, 8], "label": [4]}
