@@ -7,7 +7,7 @@ knows (file, line, column, layer) so the message tells the user where to look.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,17 @@ class CaffememError(Exception):
         for key, value in location.items():
             if merged.get(key) is None:
                 merged[key] = value
-        return type(self)(self.message, Location(**merged))  # type: ignore[arg-type]
+        return replace(self, where=Location(**merged))  # type: ignore[arg-type]
+
+
+@dataclass
+class NoShapeRule(CaffememError):
+    """A layer type the user's Caffe tree registers (--caffe-root) and caffemem has no
+    shape rule for.  Raised by the shape pass (passes/shapes.py) with a ready ``--layers``
+    TOML skeleton for every such type of the net; cli.common.reports_errors prints the
+    skeleton on standard output beside the one-line error."""
+
+    skeleton: str = ""
 
 
 class UnsafePlan(CaffememError):

@@ -16,6 +16,7 @@ def pytest_configure(config):
     against real Caffe), so the session runs with CAFFEMEM_DEVICE=cpu (module-scoped
     fixtures run commands too), except the tests marked ``gpu_default``."""
     os.environ["CAFFEMEM_DEVICE"] = "cpu"
+    os.environ.pop("CAFFE_ROOT", None)  # a developer's own Caffe tree is no input of these tests (--caffe-root)
 
 
 @pytest.fixture(autouse=True)

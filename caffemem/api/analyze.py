@@ -25,6 +25,7 @@ from caffemem.passes.splits import insert_splits
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.prototxt.read import MAX_TEXT_BYTES
 from caffemem.schema import caffe_pb2
+from caffemem.schema.caffe_root import CaffeRoot, caffe_root
 from caffemem.units import DTYPE_BYTES
 
 
@@ -48,6 +49,9 @@ class Options:
     device: str = "cpu"
     gpus: int = 1  # GPUs training together (--gpus): every one holds the figure
     context_bytes: int | None = None  # the CUDA context per GPU; None: the cited constant
+    # A fork's source tree (--caffe-root, $CAFFE_ROOT): its caffe.proto merged with
+    # caffemem's schema, and the layer types it registers (schema/caffe_root.py).
+    caffe_root: str | None = None
 
     @property
     def build_engine(self) -> str:
@@ -164,13 +168,25 @@ class Analysis:
     process: ProcessFootprint | None = None  # a solver's train + test nets, while all are alive
 
 
+def fork_tree(options: Options) -> CaffeRoot | None:
+    """The --caffe-root tree of the run, read once per process."""
+    return None if options.caffe_root is None else caffe_root(options.caffe_root)
+
+
+def load_source(path, options: Options) -> NetSource | SolverSource:
+    """Pass 1 with the run's options: the net or solver as read (with the fork's schema)."""
+    tree = fork_tree(options)
+    return load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes, schema=tree.schema if tree else None)
+
+
 def spec_table(options: Options) -> SpecTable:
-    """Built-in layer specs plus the user's declared ones."""
+    """Built-in layer specs plus the user's declared ones, and what the fork's tree registers."""
+    tree = fork_tree(options)
     if options.layers_file is None:
-        return SpecTable()
+        return SpecTable(root=tree)
     from caffemem.layers.declarative import load_declarations
 
-    return SpecTable(load_declarations(options.layers_file))
+    return SpecTable(load_declarations(options.layers_file, tree.schema if tree else None), root=tree)
 
 
 def analyze(
@@ -187,7 +203,7 @@ def analyze(
     options = with_overrides(options, phase, inputs, batch)
     path = as_source(net)
     specs = spec_table(options)
-    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    source = load_source(path, options)
     if isinstance(source, SolverSource):
         return _analyze_solver(source, options, specs)
     upgraded, notes = upgrade_net(source.proto, source.file)

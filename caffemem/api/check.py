@@ -22,10 +22,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from caffemem._version import __version__
-from caffemem.api.analyze import Options, analyze, net_phases, spec_table
+from caffemem.api.analyze import Options, analyze, load_source, net_phases, spec_table
 from caffemem.api.config import CheckConfig
 from caffemem.errors import CaffememError, Location
-from caffemem.passes.load import NetSource, SolverSource, load
+from caffemem.passes.load import NetSource, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.prototxt.read import HEAD_BYTES, looks_binary, read_input
@@ -220,7 +220,7 @@ def check_file(path: str, settings: CheckSettings) -> tuple[Outcome, ...]:
     that fails does not hide the phase that builds)."""
     try:
         options, budget = settings.config.settings_for(path, settings.options, settings.budget) if settings.config else (settings.options, None)
-        source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+        source = load_source(path, options)
         options = replace(options, inputs=_inputs_named_in(source, options.inputs))
         if isinstance(source, SolverSource):
             return tuple(replace(outcome, budget=budget) if isinstance(outcome, Measurement) else outcome for outcome in _check_solver(path, source, options, settings.optimized))

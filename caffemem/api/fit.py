@@ -23,13 +23,14 @@ from caffemem.api.analyze import (
     Options,
     analyze,
     default_phase,
+    load_source,
     spec_table,
     with_overrides,
 )
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.device import KernelMargin
-from caffemem.passes.load import NetText, SolverSource, load
+from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
@@ -453,7 +454,7 @@ def schedule_notes(schedule: BatchSchedule, largest: int) -> tuple[str, ...]:
 def subject_of(path: str, options: Options, optimized: bool) -> Subject:
     """Memory as a function of the batch: a net's phase (its total_bytes), or a solver's
     training process (train net at the batch, solver history, test nets at their own batch)."""
-    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    source = load_source(path, options)
     if isinstance(source, SolverSource):
         return _solver_subject(path, source, options, optimized)
     specs = spec_table(options)
@@ -510,7 +511,7 @@ def optimize_command(path: str | NetText, subject: Subject, options: Options, ba
     net = str(path)
     phase = options.phase
     if subject.kind == "solver":
-        source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+        source = load_source(path, options)
         net, phase = source.train.file, "TRAIN"  # type: ignore[union-attr]
         if net == str(path):
             return f"the solver defines its train net inline (train_net_param): move it to a file, then caffemem optimize THAT_FILE --phase TRAIN --batch {batch} -o OUT"

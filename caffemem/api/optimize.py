@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, analyze, build_net, inputs_for, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, UnsafePlan
 from caffemem.graph import ShapedGraph
@@ -22,7 +22,7 @@ from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
 from caffemem.passes.liveness import Liveness, kept_members, lifetimes
-from caffemem.passes.load import NetSource, NetText, SolverSource, load
+from caffemem.passes.load import NetSource, NetText, SolverSource
 from caffemem.passes.memory import (
     MemoryReport,
     Run,
@@ -336,7 +336,7 @@ def optimize(
     options = with_overrides(options, phase, inputs, batch)
     path = as_source(net)
     specs = spec_table(options)
-    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    source = load_source(path, options)
     if isinstance(source, SolverSource):
         raise CaffememError("optimize takes a net definition, not a solver: pass the solver's net file", Location(file=str(path)))
     if source.proto.HasField("mem_param") and not force:
@@ -420,7 +420,7 @@ def written_text(result: OptimizeResult, options: Options, original: str, exclud
     text = original
     if options.batch is not None:
         text = with_batch(text, [phase.shaped for phase in result.phases], spec_table(options), options.batch, result.source.proto, result.path)
-    net = load(NetText(text, result.path), lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    net = load_source(NetText(text, result.path), options)
     records = list(made_for(result, options, fingerprint(net.proto), rescaled=options.batch is not None))
     previous = result.source.proto.mem_param if result.source.proto.HasField("mem_param") else None
     planned = {phase.phase for phase in result.phases}

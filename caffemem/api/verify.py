@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from caffemem.api.analyze import Options, analyze, net_batch, planning_runs, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, load_source, net_batch, planning_runs, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
-from caffemem.passes.load import NetSource, NetText, load
+from caffemem.passes.load import NetSource, NetText
 from caffemem.passes.schedule import build_schedule
 from caffemem.plan.record import MadeFor, fingerprint, read_records
 from caffemem.plan.verify import PlanData, Violation, bind_violations, read_plan, verify_plan_on
@@ -62,7 +62,7 @@ def verify(
     one (the library default: the caller's ``options`` throughout)."""
     options = with_overrides(options, phase, inputs, None)
     path = as_source(net)
-    source = load(path, lenient=options.lenient, max_text_bytes=options.max_input_bytes)
+    source = load_source(path, options)
     if not isinstance(source, NetSource):
         raise CaffememError("verify takes a net definition, not a solver: pass the net file the table is for", Location(file=str(path)))
     wanted = options.phase if "phase" in explicit else None

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, GPUS_OPTION, OVERRIDE_INPUT_OPTION, Reported, console, device_flags, device_options, distinct_outputs, given_inputs, reports_errors
+from caffemem.cli.common import CAFFE_ROOT_OPTION, EXIT_CODES_HELP, GPUS_OPTION, caffe_root_given, OVERRIDE_INPUT_OPTION, Reported, console, device_flags, device_options, distinct_outputs, given_inputs, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 from caffemem.units import DTYPE_BYTES
 
@@ -34,6 +34,7 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @OVERRIDE_INPUT_OPTION
 @click.option("--config", "config_file", metavar="FILE", help="Per-file inputs, phase, stages and budget (default: caffemem.toml or pyproject.toml's [tool.caffemem] here or above, up to the repository's root).")
 @click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
+@CAFFE_ROOT_OPTION
 @click.option("--lenient", is_flag=True, help="Skip unknown fields with a warning instead of failing.")
 @click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default="float32", show_default=True, help="Caffe's Dtype.")
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(4, os.cpu_count() or 1), show_default="min(4, CPUs)", help="Files analysed in parallel.")
@@ -78,8 +79,12 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
     budget_bytes = parse_size(budget, "--budget") if budget is not None else None
     tolerance_fraction = parse_tolerance(tolerance)
     options = device_options(
-        Options(phase=phase.upper() if phase else None, stages=tuple(stages), **given_inputs(inputs), layers_file=layers_file, lenient=lenient, dtype=dtype, engine=engine)
+        Options(phase=phase.upper() if phase else None, stages=tuple(stages), **given_inputs(inputs), layers_file=layers_file, lenient=lenient, dtype=dtype, engine=engine, caffe_root=caffe_root_given())
     )
+    if options.caffe_root is not None:
+        from caffemem.api.analyze import fork_tree
+
+        fork_tree(options)  # a tree that cannot be read is the run's bad input, not each file's
     device = options.device
     old = _measured_as(read_baseline(baseline, optimized, missing_ok=update_baseline, device=device), optimized, device) if baseline else None
     targets = collect_files(paths)

@@ -60,6 +60,10 @@ def reports_errors(command: Callable) -> Callable:
             say(f"caffemem: {error}")
             sys.exit(EXIT_FINDING)
         except CaffememError as error:
+            skeleton = getattr(error, "skeleton", "")  # NoShapeRule: the --layers start the message points to
+            if skeleton:
+                with contextlib.suppress(OSError, ValueError):
+                    click.echo(skeleton, nl=False)
             say(f"caffemem: error: {error}")
             sys.exit(EXIT_BAD_INPUT)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
@@ -235,6 +239,29 @@ def _remember(key: str) -> Callable:
     return callback
 
 
+def _remember_caffe_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:  # an empty $CAFFE_ROOT names no tree
+        ctx.meta["caffemem.caffe_root"] = value
+
+
+# Read by options_from (and check) through the context, so no command lists it among its parameters.
+CAFFE_ROOT_OPTION = click.option(
+    "--caffe-root",
+    metavar="DIR",
+    envvar="CAFFE_ROOT",
+    show_envvar=True,
+    expose_value=False,
+    callback=_remember_caffe_root,
+    help="Your Caffe fork's source tree: its src/caffe/proto/caffe.proto is read with caffemem's schema, and the layer types it registers tell a fork's type from a typo (see README: 'A fork through its caffe.proto').",
+)
+
+
+def caffe_root_given() -> str | None:
+    """--caffe-root DIR, else $CAFFE_ROOT, of the current command."""
+    context = click.get_current_context(silent=True)
+    return context.meta.get("caffemem.caffe_root") if context else None
+
+
 def device_flags(command: Callable) -> Callable:
     """--device and --context-mib, read by device_options through the context."""
     command = click.option(
@@ -309,6 +336,7 @@ def net_options(command: Callable) -> Callable:
         click.option("--batch", type=click.IntRange(min=1), help="Rescale the batch axis of every data layer."),
         click.option("--engine", type=click.Choice(["caffe", "cudnn"]), help="Default engine of the build (default: cudnn with --device gpu, caffe with --device cpu)."),
         device_flags,
+        CAFFE_ROOT_OPTION,
         MAX_INPUT_SIZE_OPTION,
     ]
     for decorate in reversed(decorators):
@@ -332,6 +360,7 @@ def options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batc
         dtype=dtype,
         batch=batch,
         engine=engine,
+        caffe_root=caffe_root_given(),
     )
     return device_options(options, gpus)
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 try:
     import tomllib
@@ -42,9 +43,11 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 @dataclass(frozen=True)
 class ShapeTemplate:
-    """One declared shape, kept as text and checked for syntax when the file is read."""
+    """One declared shape, kept as text and checked for syntax when the file is read.
+    ``schema``: the fork's merged schema (--caffe-root), whose fields expressions may read."""
 
     text: str
+    schema: Any = field(default=None, compare=False)
 
     def evaluate(self, query: ShapeQuery) -> Shape:
         like = _LIKE.match(self.text)
@@ -57,14 +60,14 @@ class ShapeTemplate:
                 axis = int(axis_match.group(1))
                 if not -len(base) <= axis < len(base):
                     raise query.fail(f"declared shape '{excerpt(self.text)}': axis {axis} is outside bottom {like.group(1)} of {len(base)} axes")
-                base[axis] = _evaluate(axis_match.group(2), query, self.text)
+                base[axis] = _evaluate(axis_match.group(2), query, self.text, self.schema)
             return tuple(base)
         if self.text.strip().lower() == "scalar":
             return ()
         text = self.text.strip()
         if text.startswith("[") and text.endswith("]"):
             text = text[1:-1]  # an optional list bracket around the whole shape
-        return tuple(_evaluate(part, query, self.text) for part in _split_top_level(text))
+        return tuple(_evaluate(part, query, self.text, self.schema) for part in _split_top_level(text))
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -91,10 +94,10 @@ def _bottom(query: ShapeQuery, index: int) -> Shape:
     return query.bottoms[index]
 
 
-def _evaluate(expression: str, query: ShapeQuery, context: str) -> int:
+def _evaluate(expression: str, query: ShapeQuery, context: str, schema: Any = None) -> int:
     try:
         tree = ast.parse(expression.strip(), mode="eval")
-        return _Evaluator(query, context).visit(tree.body)
+        return _Evaluator(query, context, schema).visit(tree.body)
     except (SyntaxError, ValueError):
         raise query.fail(f"declared shape '{excerpt(context)}': cannot read expression '{excerpt(expression.strip())}'") from None
     except (RecursionError, MemoryError):  # Python's parser gives up on deep nesting with either
@@ -104,8 +107,8 @@ def _evaluate(expression: str, query: ShapeQuery, context: str) -> int:
 class _Evaluator(ast.NodeVisitor):
     """Evaluates the small, safe expression language (nothing else is reachable)."""
 
-    def __init__(self, query: ShapeQuery, context: str) -> None:
-        self.query, self.context = query, context
+    def __init__(self, query: ShapeQuery, context: str, schema: Any = None) -> None:
+        self.query, self.context, self.schema = query, context, schema
 
     def fail(self, what: str) -> CaffememError:
         return self.query.fail(f"declared shape '{excerpt(self.context)}': {what}")
@@ -175,7 +178,9 @@ class _Evaluator(ast.NodeVisitor):
         return int(value)
 
     def _field(self, node: ast.AST):
-        """A field of the layer's proto, by dotted path (message.field)."""
+        """A field of the layer's proto, by dotted path (message.field).  A field caffemem's
+        schema lacks is read with the fork's (--caffe-root), where the passes keep it as an
+        unknown field."""
         path: list[str] = []
         while isinstance(node, ast.Attribute):
             path.append(node.attr)
@@ -186,8 +191,12 @@ class _Evaluator(ast.NodeVisitor):
         value = self.query.proto
         for name in reversed(path):
             descriptor = getattr(value, "DESCRIPTOR", None)
+            if descriptor is not None and name not in descriptor.fields_by_name and self.schema is not None:
+                value = self.schema.view(value) or value
+                descriptor = value.DESCRIPTOR
             if descriptor is None or name not in descriptor.fields_by_name:
-                raise self.fail(f"the layer has no field '{'.'.join(reversed(path))}'")
+                where = f"neither caffemem's schema nor {self.schema.file} has it" if self.schema else "a fork's field? --caffe-root DIR reads the fork's caffe.proto"
+                raise self.fail(f"the layer has no field '{'.'.join(reversed(path))}' ({where})")
             value = getattr(value, name)
         return value
 
@@ -200,23 +209,23 @@ def _arity(value, what: str, where: Location) -> Arity:
     raise CaffememError(f"'{what}' must be a count or [min, max], got {value!r}", where)
 
 
-def _shapes(value, what: str, where: Location) -> tuple[ShapeTemplate, ...]:
+def _shapes(value, what: str, where: Location, schema: Any = None) -> tuple[ShapeTemplate, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise CaffememError(f"'{what}' must be a list of shape strings", where)
-    return tuple(ShapeTemplate(v) for v in value)
+    return tuple(ShapeTemplate(v, schema) for v in value)
 
 
-def _spec(type_name: str, table: dict, file: str) -> LayerSpec:
+def _spec(type_name: str, table: dict, file: str, schema: Any = None) -> LayerSpec:
     where = Location(file=file, layer_type=type_name)
     known = {"bottoms", "tops", "top", "params", "data"}
     extra = set(table) - known
     if extra:
         raise CaffememError(f"[layer.{type_name}]: unknown key(s) {', '.join(sorted(extra))} (known: {', '.join(sorted(known))})", where)
     is_data = bool(table.get("data", False))
-    tops = _shapes(table.get("top"), "top", where)
-    params = _shapes(table.get("params"), "params", where)
+    tops = _shapes(table.get("top"), "top", where, schema)
+    params = _shapes(table.get("params"), "params", where, schema)
     bottoms = _arity(table.get("bottoms", 0 if is_data else 1), "bottoms", where)
     top_count = _arity(table.get("tops", len(tops) or 1), "tops", where)
     if not is_data and not tops:
@@ -236,8 +245,9 @@ def _spec(type_name: str, table: dict, file: str) -> LayerSpec:
     return LayerSpec(type=type_name, shape=rule, family="declared", bottoms=bottoms, tops=top_count, is_data=is_data, opaque_tops=True, source=file)
 
 
-def load_declarations(file: str) -> dict[str, LayerSpec]:
-    """Read a --layers file into specs (errors name the file and the declaration)."""
+def load_declarations(file: str, schema: Any = None) -> dict[str, LayerSpec]:
+    """Read a --layers file into specs (errors name the file and the declaration).
+    ``schema``: a fork's merged schema (--caffe-root), whose fields the rules may read."""
     try:
         document = tomllib.loads(read_input(file, what="--layers file").decode("utf-8"))
     except CaffememError as error:
@@ -250,4 +260,71 @@ def load_declarations(file: str) -> dict[str, LayerSpec]:
     layers = document.get("layer")
     if not isinstance(layers, dict) or not layers or set(document) - {"layer"}:
         raise CaffememError("expected one or more [layer.TYPE] tables and nothing else", Location(file=file))
-    return {name: _spec(name, table if isinstance(table, dict) else {}, file) for name, table in layers.items()}
+    return {name: _spec(name, table if isinstance(table, dict) else {}, file, schema) for name, table in layers.items()}
+
+
+# Fields of every layer (LayerParameter's own bookkeeping), never a layer's parameters.
+_GENERIC_FIELDS = frozenset(("param", "include", "exclude", "blobs"))
+
+
+def _snake(name: str) -> str:
+    """``MyUpsample`` -> ``my_upsample``: the name Caffe's convention gives the parameters
+    of a layer type (``InnerProduct`` -> ``inner_product_param``)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def layer_skeleton(type_name: str, layers: list, root: Any) -> str:
+    """A ready ``[layer.TYPE]`` declaration for a type the fork registers and caffemem has
+    no rule for: the bottoms and tops its layers in this net have, and, as comments, the
+    fields of its parameters in the fork's caffe.proto (name, type, default, line, and
+    the value this net gives), which the shape expressions may read.  ``layers``: the
+    net's layers of that type (graph ``Layer``s); ``root``: the CaffeRoot."""
+    schema = root.schema
+    found = root.registered[type_name]
+    bottoms = sorted({len(layer.bottoms) for layer in layers})
+    tops = sorted({len(layer.tops) for layer in layers})
+    views = [schema.view(layer.proto) or layer.proto for layer in layers]
+    params: list[str] = []
+    conventional = f"{_snake(type_name)}_param"
+    if conventional in views[0].DESCRIPTOR.fields_by_name:
+        params.append(conventional)
+    for view in views:
+        for described, _value in view.ListFields():
+            if described.message_type is not None and described.name not in _GENERIC_FIELDS and described.name not in params:
+                params.append(described.name)
+    lines = [
+        f"# {type_name}: registered by the fork in {root.relative(found.file)}:{found.line}; caffemem has no shape rule for it.",
+        "# Write each top's shape as the layer's Reshape computes it (README: 'Custom layers'), then pass this file with --layers.",
+    ]
+    for name in params:
+        message = views[0].DESCRIPTOR.fields_by_name[name].message_type
+        lines.append(f"# {name} ({message.name}), fields the expressions may read:")
+        given = getattr(views[0], name)
+        for info in schema.fields_of(message.full_name):
+            default = f" = {info.default}" if info.default is not None else ""
+            where = f", caffe.proto:{info.line}" if info.line else ""
+            value = _given(given, info.name)
+            lines.append(f"#   {name}.{info.name}: {info.type}{default}{where}{value}")
+    lines.append(f"[layer.{type_name}]")
+    lines.append(f"bottoms = {bottoms[0] if len(bottoms) == 1 else [bottoms[0], bottoms[-1]]}")
+    lines.append(f"tops = {tops[0] if len(tops) == 1 else [tops[0], tops[-1]]}")
+    if bottoms[-1] == 0:
+        lines.append("data = true  # its tops' shapes come from --input NAME=d0,d1,...")
+    else:
+        lines.append("top = [" + ", ".join('"like bottom 0"' for _ in range(tops[-1])) + "]  # a placeholder: replace with each top's real shape")
+    return "\n".join(lines) + "\n"
+
+
+def _given(message: Any, name: str) -> str:
+    """``; this net: 4`` when the (first) layer sets the field, else nothing."""
+    described = message.DESCRIPTOR.fields_by_name[name]
+    if described.message_type is not None:
+        return ""
+    value = getattr(message, name)
+    if hasattr(value, "__len__") and not isinstance(value, str):
+        return f"; this net: {list(value)}" if len(value) else ""
+    if not message.HasField(name):
+        return ""
+    if described.enum_type is not None:
+        return f"; this net: {described.enum_type.values_by_number[value].name}"
+    return f"; this net: {value!r}" if isinstance(value, str) else f"; this net: {str(value).lower() if isinstance(value, bool) else value}"

@@ -25,19 +25,27 @@
   CPU implementation (naive loops over Blobs it creates itself) and a cuDNN-only GPU one
   (``DenseBlock_layer.cu``: raw cudaMalloc buffers and workspaces, not Blobs).  caffemem
   models the CPU code, as for every layer; the GPU figures would differ.
+- Transpose and Reverse: senlinuc/caffe_ocr (master, 81642f61) ``src/caffe/layers/
+  transpose_layer.cpp/.cu``, ``reverse_layer.cpp/.cu`` and their classes in
+  ``include/caffe/layers/``: the OCR fork's CRNN turns the CNN's N x C x H x W features
+  into a W x H x N x C sequence (``transpose_param { dim: 3 dim: 2 dim: 0 dim: 1 }``)
+  and reverses its time axis around the backward LSTM (``reverse_param { axis: 0 }``), as
+  in its ``examples/ocr/*/deploy.prototxt``.  (Its ``Lstm`` and ``CTCGreedyDecoder`` are
+  not modelled: ``--caffe-root`` with a ``--layers`` rule reads them.)
 """
 
 from __future__ import annotations
 
 from caffemem.graph import LayerShapes, Shape, count
 from caffemem.layers.access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, read, write
-from caffemem.layers.blob import axis_index, format_shape, legacy4, reshaped
+from caffemem.layers.blob import MAX_BLOB_AXES, axis_index, format_shape, legacy4, reshaped
 from caffemem.layers.registry import Arity, ShapeQuery, layer
 
 FAMILY = "fork_misc"
 GRAM = "happynear/caffe-windows (ms) src/caffe/layers/gram_layer.cpp @c291a9e2, include/caffe/custom_layers.hpp @967eedf2"
 GATHER_TF = "foss-for-synopsys-dwc-arc-processors/synopsys-caffe src/caffe/layers/gather_layer.cpp @1e93e856, include/caffe/layers/gather_layer.hpp"
 GATHER_MPI = "hszhao/PSPNet src/caffe/layers/gather_layer.cpp @88d0b3ee"
+OCR = "senlinuc/caffe_ocr src/caffe/layers/{}_layer.cpp/.cu, include/caffe/layers/{}_layer.hpp @81642f61"
 DENSE_BLOCK = "Tongcheng/caffe src/caffe/layers/DenseBlock_layer.cpp, include/caffe/layers/DenseBlock_layer.hpp @1625bb3b"
 
 
@@ -282,3 +290,67 @@ def _dense_block(q: ShapeQuery) -> LayerShapes:
     dense = _Dense(param, bottom)
     top = reshaped(q, dense.image(dense.channels(dense.transitions)))
     return LayerShapes(tops=(top,), params=dense.param_shapes())
+
+
+# ----------------------------------------------------------------------------------------
+# Transpose and Reverse (senlinuc/caffe_ocr)
+# ----------------------------------------------------------------------------------------
+
+
+def _transpose_memory(q: MemoryQuery) -> LayerMemory:
+    """transpose_layer.cpp/.cu.  Reshape reshapes five Blob<int>: ``bottom_counts_``,
+    ``top_counts_``, ``forward_map_`` and ``backward_map_`` [num_axes], which it writes
+    (mutable_cpu_data), and ``buf_`` [count * num_axes], which only the GPU kernels write
+    (each thread's axis indices, through buf_.mutable_gpu_data()).  Forward reads the
+    bottom, the counts and the forward map and writes the top; Backward, when the bottom
+    needs it, reads the top's diff, the counts and the backward map and writes the
+    bottom's diff (never the bottom's data)."""
+    axes = len(q.bottoms[0])
+    counts = (q.buffer("bottom_counts"), q.buffer("top_counts"))
+    forward_map, backward_map, buf = q.buffer("forward_map"), q.buffer("backward_map"), q.buffer("buf")
+    setup: tuple[Action, ...] = ()
+    for pair in (counts, (forward_map, backward_map)):  # Reshape both, then write both
+        setup += tuple(Reshape(blob, (axes,), "int") for blob in pair) + tuple(write(blob) for blob in pair)
+    setup += (Reshape(buf, (count(q.bottoms[0]) * axes,), "int"),)
+    scratch: tuple[Action, ...] = (write(buf),) if q.device == "gpu" else ()
+    forward = (read(q.bottom(0)), write(q.top(0))) + tuple(read(blob) for blob in counts + (forward_map,)) + scratch
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down and q.propagate_down[0]:
+        backward = (read(q.top(0), "diff"), write(q.bottom(0), "diff")) + tuple(read(blob) for blob in counts + (backward_map,)) + scratch
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("Transpose", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=OCR.format("transpose", "transpose"), memory=_transpose_memory)
+def _transpose(q: ShapeQuery) -> LayerShapes:
+    """Top axis i is bottom axis dim(i) (TransposeLayer::permute).  LayerSetUp refuses
+    in-place; Reshape CHECKs 0 < num_axes <= kMaxBlobAxes and one dim per axis.  An
+    index out of range (or repeated) is not checked there: it reads past the shape, so it
+    is refused here."""
+    bottom = q.bottoms[0]
+    dims = list(q.proto.transpose_param.dim)
+    q.check(q.layer.bottoms[0] != q.layer.tops[0], "Transpose Layer does not support in-place computation.")
+    q.check(0 < len(bottom) <= MAX_BLOB_AXES, f"the dimension of the transposed blob should be greater than 0 and at most kMaxBlobAxes ({MAX_BLOB_AXES}), not {len(bottom)}")
+    q.check(len(dims) == len(bottom), f"the dimensions of the top blob and bottom blob must be equal: transpose_param gives {len(dims)} dim, the bottom {format_shape(bottom)} has {len(bottom)} axes")
+    q.check(sorted(dims) == list(range(len(bottom))), f"transpose_param's dim {dims} must name each axis of the bottom {format_shape(bottom)} once")
+    return LayerShapes(tops=(tuple(bottom[axis] for axis in dims),))
+
+
+def _reverse_memory(q: MemoryQuery) -> LayerMemory:
+    """reverse_layer.cpp/.cu: Forward copies the bottom's slices into the top in reverse
+    order; Backward, when the bottom needs it, copies the top's diff back into the
+    bottom's diff (no read of the bottom's data)."""
+    backward: tuple[Action, ...] = ()
+    if q.propagate_down and q.propagate_down[0]:
+        backward = (write(q.bottom(0), "diff"), read(q.top(0), "diff"))
+    return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=backward)
+
+
+@layer("Reverse", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=OCR.format("reverse", "reverse"), memory=_reverse_memory)
+def _reverse(q: ShapeQuery) -> LayerShapes:
+    """A NeuronLayer: the top is shaped like the bottom.  The constructor CHECKs axis >= 0,
+    LayerSetUp refuses in-place and an axis past the bottom's."""
+    axis = q.proto.reverse_param.axis
+    q.check(axis >= 0, f"reverse_param's axis must be >= 0, not {axis}")
+    q.check(q.layer.bottoms[0] != q.layer.tops[0], "Reverse Layer does not allow in-place computation.")
+    q.check(axis < len(q.bottoms[0]), f"Axis must be less than the number of axis for reversing ({axis} for {format_shape(q.bottoms[0])})")
+    return LayerShapes(tops=(q.bottoms[0],))

@@ -191,11 +191,14 @@ def builtin_specs() -> Mapping[str, LayerSpec]:
 
 
 class SpecTable:
-    """The specs one run uses: built-ins plus any declared with --layers."""
+    """The specs one run uses: built-ins plus any declared with --layers.  ``root``: the
+    fork's tree (--caffe-root, schema/caffe_root.py), whose registered layer types tell an
+    unknown type from a typo."""
 
-    def __init__(self, extra: Mapping[str, LayerSpec] | None = None) -> None:
+    def __init__(self, extra: Mapping[str, LayerSpec] | None = None, root: Any = None) -> None:
         self._specs = dict(builtin_specs())
         self._specs.update(extra or {})
+        self.root = root
 
     def get(self, type: str) -> LayerSpec | None:
         return self._specs.get(type)

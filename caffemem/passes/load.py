@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import contextlib
+import difflib
 import collections
 import itertools
 import os
@@ -28,6 +29,7 @@ from caffemem.prototxt.parse import parse_net
 from caffemem.prototxt.read import MAX_TEXT_BYTES, read_input, text_with_nul
 from caffemem.prototxt.textmap import LAYER_FIELDS, Token, check_nesting, iter_tokens, iter_top_level_blocks, layer_blocks, tokenize, top_level_blocks, unknown_fields
 from caffemem.schema import caffe_pb2, is_repeated
+from caffemem.schema.caffe_root import ForkSchema
 from caffemem.schema.forks import fork_defining
 
 MAX_LAYERS = 200_000  # a few GiB of memory for the whole pipeline (README: Benchmarks)
@@ -94,10 +96,14 @@ def load(
     cwd: str | os.PathLike | None = None,
     expect_net: bool = False,
     max_text_bytes: int = MAX_TEXT_BYTES,
+    schema: ForkSchema | None = None,
 ) -> Source:
     """Read a net (text or binary) or a solver file; raises CaffememError on any problem.
 
-    ``expect_net``: the file is a solver's net, so a solver here is an error (not a loop)."""
+    ``expect_net``: the file is a solver's net, so a solver here is an error (not a loop).
+    ``schema``: a fork's caffe.proto merged with caffemem's (--caffe-root): a text file is
+    read with it, and handed on as caffemem's message with the fork's fields unknown to it
+    (schema/caffe_root.py)."""
     file = str(path)
     data = path.text.encode("utf-8", "surrogateescape") if isinstance(path, NetText) else read_input(file, max_text_bytes)
     text = _as_text(data, file)
@@ -114,12 +120,38 @@ def load(
     fast = None if lenient else parse_net(text)  # a plain net file, read at once (textparse.py)
     if fast is not None:
         return _check_names(NetSource(fast[0], file, _with_input_line(text, fast[1])))
-    message, notes, tokens = _parse_net_or_solver(text, file, lenient)
+    message, notes, tokens = _parse_net_or_solver(text, file, lenient, schema)
+    merged = message
+    if schema is not None:
+        for conflict in schema.used_conflicts(message):
+            raise CaffememError(f"sets {conflict.message}.{conflict.field}, which the fork's caffe.proto declares otherwise than caffemem's ({conflict.describe()})", Location(file=file))
+        notes += [f"note: {conflict.describe()}" for conflict in schema.used_differences(message)]
+        message = schema.to_caffemem(message)
     if isinstance(message, caffe_pb2.SolverParameter):
         if expect_net:
             raise CaffememError("is a solver, named where a solver expects a net definition", Location(file=file))
-        return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd(), max_text_bytes)
-    return _check_names(NetSource(message, file, _with_input_line(text, _layer_lines(text, layer_blocks(text, tokens))), notes=tuple(notes)))
+        return _load_solver(message, file, text, notes, lenient, Path(cwd) if cwd else Path.cwd(), max_text_bytes, schema)
+    source = NetSource(message, file, _with_input_line(text, _layer_lines(text, layer_blocks(text, tokens))), notes=tuple(notes))
+    if schema is not None:
+        _check_fork_v1_types(merged, source, schema)
+    return _check_names(source)
+
+
+def _check_fork_v1_types(merged, source: NetSource, schema: ForkSchema) -> None:
+    """A V1 layer (``layers { type: MY_TYPE }``) whose type is a value the fork adds to
+    V1LayerParameter.LayerType: the class it builds is in the fork's upgrade_proto.cpp
+    (UpgradeV1LayerType), not in its schema; read as caffemem's message, the type would
+    be unset.  Refused, saying how to write it."""
+    added = {c.field: c for c in schema.fork_values if c.message == "V1LayerParameter.LayerType"}
+    for layer in merged.layers if added else ():
+        name = layer.DESCRIPTOR.fields_by_name["type"].enum_type.values_by_number[layer.type].name if layer.HasField("type") else None
+        if name in added:
+            where = Location(file=source.file, line=source.line_of(layer.name), layer=layer.name or None)
+            raise CaffememError(
+                f"V1 layer type {name} is the fork's ({added[name].file}:{added[name].line}): which layer class it makes is in the fork's upgrade_proto.cpp, "
+                'not its schema; write the layer in the current format (layer { type: "..." }, the string the fork registers)',
+                where,
+            )
 
 
 _INPUT_FIELD = re.compile(r"^[ \t]*input[ \t]*:", re.MULTILINE)
@@ -204,14 +236,16 @@ _UNKNOWN_FIELD = re.compile(r'Message type "caffe\.(\w+)" has no field named "([
 _UNKNOWN_ENUM = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\S+?)( for field (\S+))?\.?$')
 
 
-def _parse_net_or_solver(text: str, file: str, lenient: bool):
+def _parse_net_or_solver(text: str, file: str, lenient: bool, schema: ForkSchema | None = None):
     """(NetParameter or SolverParameter, notes, tokens or None).
 
     A solver names a solver-only field at the top level.  protobuf tells cheaply: parsing
     as a net stops at the first field a net does not have, so garbage fails at its first
     token without the whole file being scanned.  Only when that field is unknown to both
-    messages (a typo) does one regular-expression scan look for the solver's fields."""
-    net = caffe_pb2.NetParameter()
+    messages (a typo) does one regular-expression scan look for the solver's fields.
+    ``schema``: the messages are the merged schema's (load gives them on as caffemem's)."""
+    net_class, solver_class = (schema.message_class("caffe.NetParameter"), schema.message_class("caffe.SolverParameter")) if schema else (caffe_pb2.NetParameter, caffe_pb2.SolverParameter)
+    net = net_class()
     try:
         return _parse_once(text, net, file), [], None
     except text_format.ParseError as error:
@@ -219,10 +253,10 @@ def _parse_net_or_solver(text: str, file: str, lenient: bool):
     unknown = _UNKNOWN_FIELD.search(_head(net_error))
     if unknown and unknown.group(1) == "NetParameter":
         if unknown.group(2) in _SOLVER_ONLY_FIELDS or _SOLVER_FIELD_ANYWHERE.search(text):
-            return _parse_text(text, caffe_pb2.SolverParameter(), file, lenient)
+            return _parse_text(text, solver_class(), file, lenient, schema)
     if not lenient:
-        raise _located(net_error, text, file)  # parsing again would stop at the same place
-    return _parse_text(text, caffe_pb2.NetParameter(), file, lenient)
+        raise _located(net_error, text, file, schema)  # parsing again would stop at the same place
+    return _parse_text(text, net_class(), file, lenient, schema)
 
 
 def _head(error: text_format.ParseError) -> str:
@@ -257,13 +291,13 @@ def _parse_once(text: str, message, file: str, lenient: bool = False):
         raise CaffememError("nesting too deep to be a Caffe definition", Location(file=file)) from None
 
 
-def _parse_text(text: str, message, file: str, lenient: bool):
+def _parse_text(text: str, message, file: str, lenient: bool, schema: ForkSchema | None = None):
     """(message, notes, tokens or None) with located errors.  --lenient: protobuf skips the
     unknown fields in its one pass, and one walk of the tokens names each in a warning."""
     try:
         _parse_once(text, message, file, lenient)
     except text_format.ParseError as error:
-        raise _located(error, text, file) from None
+        raise _located(error, text, file, schema) from None
     if not lenient:
         return message, [], None
     tokens = tokenize(text)
@@ -276,11 +310,11 @@ def _parse_text(text: str, message, file: str, lenient: bool):
     return message, notes, tokens
 
 
-def _located(error: text_format.ParseError, text: str, file: str) -> CaffememError:
+def _located(error: text_format.ParseError, text: str, file: str, schema: ForkSchema | None = None) -> CaffememError:
     """protobuf's parse error as a CaffememError naming line, column, layer and field.
     The file is only tokenized up to the error, so a huge file stays cheap."""
     line, column = error.GetLine(), error.GetColumn()
-    detail = _explain_parse_error(str(error), text, line)
+    detail = _explain_parse_error(str(error), text, line, schema)
     unknown = _UNKNOWN_FIELD.search(_head(error))
     offset = _offset_of(text, line, column)
     before: collections.deque = collections.deque(maxlen=2)  # the last two tokens before the error
@@ -293,11 +327,26 @@ def _located(error: text_format.ParseError, text: str, file: str) -> CaffememErr
         detail = f"the file ends in the middle of a definition (is it cut short?): {detail}"
     elif not unknown and not detail.startswith("Expected") and len(before) >= 2 and before[-1].text == ":":
         detail = f"{excerpt(before[-2].text)}: {detail}"  # the field whose value is wrong
-    hint = " (use --lenient to skip unknown fields)" if unknown else ""
+    hint = _unknown_field_hint(unknown.group(1), unknown.group(2), schema) if unknown else ""
     at_line = text[_offset_of(text, line, 1) : _offset_of(text, (line or 0) + 1, 1)] if line is not None else ""
     if _PLACEHOLDER.search(at_line):
         hint += f" — the file is a template: fill in its placeholders ({excerpt(_PLACEHOLDER.search(at_line).group(), 40)}) first, e.g. with the script that generates it or envsubst"
     return CaffememError(detail + hint, Location(file=file, line=line, column=column, layer=layer))
+
+
+def _unknown_field_hint(message: str, field: str, schema: ForkSchema | None) -> str:
+    """What to do about an unknown field: the field it is close to (``num_outputs``), and
+    (unless the fork's schema was read already) --caffe-root for a fork's own field."""
+    try:
+        names = list(caffe_pb2.DESCRIPTOR.pool.FindMessageTypeByName(f"caffe.{message}").fields_by_name)
+    except KeyError:
+        names = []
+    close = difflib.get_close_matches(field, names, n=1, cutoff=0.8)
+    typo = f"did you mean '{close[0]}'? " if close else ""
+    if schema is not None:
+        return f" (neither caffemem's schema nor {schema.file} has it; {typo}--lenient skips unknown fields)"
+    fork = "if it is your fork's field, --caffe-root DIR reads the fork's caffe.proto" if close else "a fork's field? --caffe-root DIR reads the fork's own caffe.proto"
+    return f" ({typo}{fork}; --lenient skips unknown fields)"
 
 
 def _kept(tokens: Iterator[Token], into: collections.deque) -> Iterator[Token]:
@@ -323,7 +372,7 @@ def _offset_of(text: str, line: int | None, column: int | None) -> int:
     return min(start + max((column or 1) - 1, 0), len(text))
 
 
-def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
+def _explain_parse_error(raw: str, text: str, line: int | None, schema: ForkSchema | None = None) -> str:
     """protobuf's wording, made shorter and in caffemem's terms (without the echo of the
     whole line, which in a one-line file is the whole file)."""
     body = re.sub(r"^\d+:\d+ : ", "", raw)
@@ -335,11 +384,12 @@ def _explain_parse_error(raw: str, text: str, line: int | None) -> str:
             if body.startswith(quoted):
                 body = body[len(quoted) :]
     head = body[:1000]  # a name longer than this is shown as protobuf words it, cut short
+    neither = f" (neither caffemem's schema nor {schema.file} has it)" if schema else ""
     if match := _UNKNOWN_FIELD.search(head):
-        return _unknown_field(match.group(1), match.group(2))
+        return _unknown_field(match.group(1), match.group(2))  # the hint (_unknown_field_hint) follows
     if match := _UNKNOWN_ENUM.search(head):
         fork = fork_defining(match.group(1), match.group(2))
-        return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}" + (f": it belongs to {fork}" if fork else "")
+        return f"unknown value {excerpt(match.group(2))} for enum {match.group(1)}" + (f": it belongs to {fork}" if fork else "") + neither
     return excerpt(body.rstrip("."), 200)
 
 
@@ -494,7 +544,7 @@ def _blob_shape(blob) -> Shape:
 # ----------------------------------------------------------------------------- solvers
 
 
-def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, cwd: Path, max_text_bytes: int = MAX_TEXT_BYTES) -> SolverSource:
+def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, cwd: Path, max_text_bytes: int = MAX_TEXT_BYTES, schema: ForkSchema | None = None) -> SolverSource:
     """Read the train net and test nets as Solver::InitTrainNet / InitTestNets do."""
     where = Location(file=file)
     sources = [name for name in ("train_net_param", "train_net", "net_param", "net") if solver.HasField(name)]
@@ -504,7 +554,7 @@ def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, 
             where,
         )
     blocks = top_level_blocks(text)
-    train = _solver_net(solver, sources[0], None, file, text, blocks, lenient, cwd, notes, max_text_bytes)
+    train = _solver_net(solver, sources[0], None, file, text, blocks, lenient, cwd, notes, max_text_bytes, schema)
     train_state = caffe_pb2.NetState(phase=caffe_pb2.TRAIN)
     train_state.MergeFrom(train.proto.state)
     train_state.MergeFrom(solver.train_state)
@@ -524,8 +574,8 @@ def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, 
         raise CaffememError(f"test_state must be unspecified or given once per test net ({num_tests})", where)
 
     nets: list[NetSource] = []
-    nets += [_solver_net(solver, "test_net_param", i, file, text, blocks, lenient, cwd, notes, max_text_bytes) for i in range(num_params)]
-    nets += [_solver_net(solver, "test_net", i, file, text, blocks, lenient, cwd, notes, max_text_bytes) for i in range(num_files)]
+    nets += [_solver_net(solver, "test_net_param", i, file, text, blocks, lenient, cwd, notes, max_text_bytes, schema) for i in range(num_params)]
+    nets += [_solver_net(solver, "test_net", i, file, text, blocks, lenient, cwd, notes, max_text_bytes, schema) for i in range(num_files)]
     if num_generic:
         generic_net = train if sources[0] in ("net", "net_param") else None
         nets += [generic_net] * num_generic  # type: ignore[list-item]
@@ -539,7 +589,7 @@ def _load_solver(solver, file: str, text: str, notes: list[str], lenient: bool, 
     return SolverSource(solver, file, train, train_state, tuple(tests), tuple(notes))
 
 
-def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, notes, max_text_bytes) -> NetSource:
+def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, notes, max_text_bytes, schema=None) -> NetSource:
     value = getattr(solver, field_name)
     if index is not None:
         value = value[index]
@@ -557,7 +607,7 @@ def _solver_net(solver, field_name, index, file, text, blocks, lenient, cwd, not
         return _check_names(NetSource(value, file, lines, notes=(f"{field_name} is given inline in the solver",)))
     path, note = resolve_net_path(value, file, cwd, field_name)
     notes.append(note)
-    return load(path, lenient=lenient, cwd=cwd, expect_net=True, max_text_bytes=max_text_bytes)  # type: ignore[return-value]
+    return load(path, lenient=lenient, cwd=cwd, expect_net=True, max_text_bytes=max_text_bytes, schema=schema)  # type: ignore[return-value]
 
 
 def resolve_net_path(value: str, solver_file: str, cwd: Path, field_name: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from caffemem.errors import CaffememError, Location, NeedsInput
+from caffemem.errors import CaffememError, Location, NeedsInput, NoShapeRule
 from caffemem.graph import Graph, Layer, LayerShapes, Shape, ShapedGraph, count
 from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
     FROM_FILE,
@@ -22,6 +22,7 @@ from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
     int32_wrapped,
     int_overflow,
 )
+from caffemem.layers.declarative import layer_skeleton
 from caffemem.layers.registry import LayerSpec, ShapeQuery, SpecTable
 from caffemem.passes.sources import Sources, provenance
 from caffemem.schema.forks import fork_defining
@@ -59,7 +60,7 @@ def infer_shapes(
     net_types = frozenset(layer.type for layer in graph.layers)
 
     for position, layer in enumerate(graph.layers):
-        spec = _spec_for(layer, specs, graph.source)
+        spec = _spec_for(layer, specs, graph)
         _check_counts(layer, spec, graph.source)
         if spec.is_data:
             data_tops.update(layer.tops)
@@ -85,6 +86,7 @@ def infer_shapes(
             layer_shapes.append(LayerShapes(tops=()))
             continue
         except CaffememError as error:
+            error = replace(error, message=error.message + _other_fork_hint(layer, spec, specs))
             raise error.at(file=graph.source, line=layer.line, layer=layer.name, layer_type=layer.type) from None
         except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
@@ -234,10 +236,13 @@ def _where(layer: Layer, file: str) -> Location:
     return Location.of_layer(layer, file)
 
 
-def _spec_for(layer: Layer, specs: SpecTable, file: str) -> LayerSpec:
+def _spec_for(layer: Layer, specs: SpecTable, graph: Graph) -> LayerSpec:
     spec = specs.get(layer.type)
     if spec is not None:
         return spec
+    file = graph.source
+    if specs.root is not None:
+        raise _unknown_in_tree(layer, specs, graph)
     close = difflib.get_close_matches(layer.type, specs.types(), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     fork = fork_defining("LayerParameter.type", layer.type)
@@ -247,6 +252,39 @@ def _spec_for(layer: Layer, specs: SpecTable, file: str) -> LayerSpec:
         "(see README: 'Custom layers')",
         _where(layer, file),
     )
+
+
+def _unknown_in_tree(layer: Layer, specs: SpecTable, graph: Graph) -> CaffememError:
+    """A type with no rule, when the user's Caffe tree is known (--caffe-root): the tree
+    registers it (it needs a --layers rule: the error carries a skeleton for every such
+    type of the net), or it is a typo (the closest types of caffemem and of the tree)."""
+    root = specs.root
+    where = _where(layer, graph.source)
+    registered = root.registered
+    found = registered.get(layer.type)
+    if found is None:
+        close = difflib.get_close_matches(layer.type, sorted(set(specs.types()) | set(registered)), n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "" if registered else f" (no source under {root.root} registers any layer type: is it the root of a Caffe tree?)"
+        return CaffememError(f"no layer type '{layer.type}' in caffemem or in {root.root}{hint}", where)
+    missing = [t for t in dict.fromkeys(other.type for other in graph.layers) if specs.get(t) is None and t in registered]
+    skeleton = "\n".join(layer_skeleton(t, [other for other in graph.layers if other.type == t], root) for t in missing)
+    others = f" (and {len(missing) - 1} more of the fork's types)" if len(missing) > 1 else ""
+    return NoShapeRule(
+        f"type '{layer.type}' is registered by the fork in {root.relative(found.file)}:{found.line} but caffemem has no shape rule for it{others}; "
+        "describe it in a file passed with --layers: a skeleton for it is on standard output (see README: 'Custom layers')",
+        where,
+        skeleton,
+    )
+
+
+def _other_fork_hint(layer: Layer, spec: LayerSpec, specs: SpecTable) -> str:
+    """When a fork's rule refuses a layer whose type the user's tree (--caffe-root)
+    registers: the tree's class may be another fork's layer of the same name (senlinuc/
+    caffe_ocr's DenseBlock is not Tongcheng/caffe's), which a --layers rule replaces."""
+    found = specs.root.registered.get(layer.type) if specs.root is not None else None
+    if found is None or spec.family == "declared" or spec.source.startswith("caffe master"):
+        return ""
+    return f" (caffemem's rule follows {spec.source}; your tree registers its own {layer.type} in {specs.root.relative(found.file)}:{found.line}: if it is another layer, a --layers declaration replaces caffemem's rule)"
 
 
 def _check_counts(layer: Layer, spec: LayerSpec, file: str) -> None:

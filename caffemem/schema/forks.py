@@ -47,6 +47,7 @@ DEEPLAB1 = "TheLegendAli/DeepLab-Context@master"
 DEEPLAB2 = "talent518/deeplab-public-ver2@master"  # a mirror of bitbucket deeplab/deeplab-public-ver2
 MSCAFFE = "Microsoft/caffe@master"  # py-R-FCN's Caffe (the OHEM layers)
 LRCN = "LisaAnne/lisa-caffe-public@lstm_video_deploy"
+OCR = "senlinuc/caffe_ocr@master"
 CAFFEMEM = "caffemem"
 
 # Commits the numbers were read from (checked 2026; see docs/schema.md).
@@ -75,6 +76,7 @@ SOURCE_COMMITS: Dict[str, str] = {
     DEEPLAB2: "51750fa92e9f9e6ccae78c2be5cf809a256e56d5",
     MSCAFFE: "ed05614cb020f782bad5cf31131c55a73697f374",
     LRCN: "49b8643ddef23a4f6120017968de30c45e693f59",
+    OCR: "81642f61ea8f888e360cca30e08e05b7bc6d4556",
 }
 
 
@@ -152,6 +154,8 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "yolov3_detection_output_param", 602, MOBILEYOLO),
     _f("LayerParameter", "yolov3_param", 603, MOBILEYOLO),
     _f("LayerParameter", "label_specific_add_param", 241, HAPPYNEAR),
+    _f("LayerParameter", "transpose_param", 8266710, OCR),
+    _f("LayerParameter", "reverse_param", 160, OCR),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
@@ -356,6 +360,8 @@ FORK_MESSAGES: Dict[str, str] = {
     "Yolov3DetectionOutputParameter": MOBILEYOLO,
     "Yolov3Parameter": MOBILEYOLO,
     "LabelSpecificAddParameter": HAPPYNEAR,
+    "TransposeParameter": OCR,
+    "ReverseParameter": OCR,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 

@@ -206,7 +206,7 @@ def test_an_error_in_a_solvers_net_points_at_that_net(repo):
     (repo / "bad" / "solver.prototxt").write_text('net: "broken.prototxt"\nbase_lr: 0.01\n')
     (problem,) = check_file("bad/solver.prototxt", CheckSettings())
     assert (problem.at_file, problem.line) == ("bad/broken.prototxt", 9)
-    assert problem.message == "bad/broken.prototxt:9: layer 'conv1': unknown field 'num_outputs' in ConvolutionParameter (use --lenient to skip unknown fields)"
+    assert problem.message == "bad/broken.prototxt:9: layer 'conv1': unknown field 'num_outputs' in ConvolutionParameter (did you mean 'num_output'? if it is your fork's field, --caffe-root DIR reads the fork's caffe.proto; --lenient skips unknown fields)"
 
 
 # ----------------------------------------------------------------------------- budget
@@ -370,7 +370,7 @@ def test_bad_input_exits_2_and_every_other_file_is_still_reported(repo):
         ("bad/data_layer.prototxt", "TRAIN", "error"),
         ("bad/data_layer.prototxt", "TEST", "error"),
     ]
-    assert document["results"][6]["message"] == "line 9: layer 'conv1': unknown field 'num_outputs' in ConvolutionParameter (use --lenient to skip unknown fields)"
+    assert document["results"][6]["message"] == "line 9: layer 'conv1': unknown field 'num_outputs' in ConvolutionParameter (did you mean 'num_output'? if it is your fork's field, --caffe-root DIR reads the fork's caffe.proto; --lenient skips unknown fields)"
     assert document["results"][7]["message"].startswith("line 4: layer 'reader' (Data): the file does not tell the shape of 1 data blob(s): 'pixels'")
 
 
@@ -386,7 +386,7 @@ def test_parallel_and_serial_runs_print_the_same(repo):
 
 GITHUB_BAD_INPUT = (
     "::error file=bad/broken.prototxt,line=9,title=caffemem%3A bad input::"
-    "line 9: layer 'conv1': unknown field 'num_outputs' in ConvolutionParameter (use --lenient to skip unknown fields)\n"
+    "line 9: layer 'conv1': unknown field 'num_outputs' in ConvolutionParameter (did you mean 'num_output'? if it is your fork's field, --caffe-root DIR reads the fork's caffe.proto; --lenient skips unknown fields)\n"
 )
 
 

@@ -199,3 +199,87 @@ layer { name: "SoftmaxWithLoss1" type: "SoftmaxWithLoss" bottom: "InnerProduct1"
 
 def test_optimize_plans_a_densenet_with_dense_blocks(tmp_path):
     check_plans(tmp_path, DENSE_NET)
+
+
+# --- Transpose and Reverse (senlinuc/caffe_ocr transpose_layer.cpp, reverse_layer.cpp) -----
+
+TRANSPOSE = 'type: "Transpose" bottom: "x" top: "t" transpose_param {{ {dims} }}'
+CRNN_DIMS = "dim: 3 dim: 2 dim: 0 dim: 1"  # caffe_ocr's examples/ocr/resnet/deploy.prototxt
+
+
+def test_transpose_shape(shape_of):
+    # top axis i = bottom axis dim(i): N x C x H x W -> W x H x N x C
+    assert shape_of(TRANSPOSE.format(dims=CRNN_DIMS), (2, 512, 1, 35)).tops == ((35, 1, 2, 512),)
+    assert shape_of(TRANSPOSE.format(dims="dim: 1 dim: 0"), (3, 7)).tops == ((7, 3),)
+
+
+def test_transpose_checks(shape_of):
+    with pytest.raises(CaffememError, match="must be equal: transpose_param gives 2 dim"):
+        shape_of(TRANSPOSE.format(dims="dim: 1 dim: 0"), (2, 3, 4))
+    with pytest.raises(CaffememError, match="must name each axis"):
+        shape_of(TRANSPOSE.format(dims="dim: 0 dim: 0"), (2, 3))
+    with pytest.raises(CaffememError, match="in-place"):
+        shape_of('type: "Transpose" bottom: "x" top: "x" transpose_param { dim: 1 dim: 0 }', (2, 3))
+
+
+def test_transpose_memory(memory_of):
+    # x (2,3,4,5): 120 values.  SetUp: t's shape 16; bottom_counts_, top_counts_,
+    # forward_map_, backward_map_ (Blob<int> [4]): shape 4 + data 16 each = 80; buf_
+    # [120 * 4] reshaped only (the GPU kernels write it): shape 4.  Forward: t 480.
+    # Backward (force_backward): t's diff, read unwritten, 480; x's diff 480.
+    got = memory_of(f'layer {{ name: "tr" {TRANSPOSE.format(dims=CRNN_DIMS)} }}', {"x": (2, 3, 4, 5)})["tr"]
+    assert (got.init, got.fwd_alloc, got.bwd_alloc) == (16 + 80 + 4, 480, 960)
+
+
+def test_transpose_writes_its_index_buffer_on_the_gpu(tmp_path):
+    from caffemem.api.analyze import Options, analyze
+
+    net = tmp_path / "t.prototxt"
+    net.write_text('layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 dim: 4 dim: 5 } } }\n' + f'layer {{ name: "tr" {TRANSPOSE.format(dims=CRNN_DIMS)} }}\n')
+    device = analyze(str(net), Options(device="gpu", phase="TEST")).nets[0].device
+    # On the card: buf_ [120 * 4] ints (Forward_gpu's mutable_gpu_data) 1920, and the device
+    # copies of the three int blobs Forward_gpu reads (the counts, the forward map) 3 * 16.
+    assert device.device_by_cause["layer_buffers"] == 1920 + 3 * 16
+    # On the host: Reshape writes the four int blobs (4 + 16 each) and shapes buf_ (4).
+    assert device.host_by_cause["layer_buffers"] == 4 * 20 + 4
+
+
+def test_reverse_shape_and_checks(shape_of):
+    assert shape_of('type: "Reverse" bottom: "x" top: "r" reverse_param { axis: 0 }', (35, 2, 256)).tops == ((35, 2, 256),)
+    with pytest.raises(CaffememError, match="Axis must be less than the number of axis"):
+        shape_of('type: "Reverse" bottom: "x" top: "r" reverse_param { axis: 3 }', (35, 2, 256))
+    with pytest.raises(CaffememError, match="in-place"):
+        shape_of('type: "Reverse" bottom: "x" top: "x"', (35, 2, 256))
+
+
+def test_reverse_memory(memory_of):
+    # x (2,3,4): 24 values.  SetUp: r's shape 12.  Forward: r 96.  Backward: x's diff 96,
+    # then r's diff, read unwritten, 96.
+    got = memory_of('layer { name: "rev" type: "Reverse" bottom: "x" top: "r" }', {"x": (2, 3, 4)})["rev"]
+    assert (got.init, got.fwd_alloc, got.bwd_alloc) == (12, 96, 192)
+
+
+# The tail of senlinuc/caffe_ocr examples/ocr/resnet/deploy.prototxt (81642f61), its LSTMs
+# (Junhyuk's Lstm, not modelled) left out: pool5 features -> W x H x N x C -> a sequence
+# and its reverse, joined, scored per step.
+OCR_TAIL = """name: "ocr-tail"
+force_backward: true
+layer { name: "pool5_ave" type: "Input" top: "pool5_ave" input_param { shape { dim: 2 dim: 32 dim: 1 dim: 12 } } }
+layer { name: "pool5_ave_transpose" type: "Transpose" bottom: "pool5_ave" top: "pool5_ave_transpose" transpose_param { dim: 3 dim: 2 dim: 0 dim: 1 } }
+layer { name: "blstm_input" type: "Reshape" bottom: "pool5_ave_transpose" top: "blstm_input" reshape_param { shape { dim: -1 } axis: 1 num_axes: 2 } }
+layer { name: "lstm1-reverse1" type: "Reverse" bottom: "blstm_input" top: "rlstm1_input" reverse_param { axis: 0 } }
+layer { name: "lstm1-reverse2" type: "Reverse" bottom: "rlstm1_input" top: "rlstm1" reverse_param { axis: 0 } }
+layer { name: "blstm1" type: "Concat" bottom: "blstm_input" bottom: "rlstm1" top: "blstm1" concat_param { axis: 2 } }
+layer { name: "fc1x" type: "InnerProduct" bottom: "blstm1" top: "fc1x" inner_product_param { num_output: 10 axis: 2 } }
+"""
+
+
+def test_the_ocr_tail_shapes_and_plans(shape_of, tmp_path):
+    from caffemem.api.analyze import Options, analyze
+
+    net = tmp_path / "ocr_tail.prototxt"
+    net.write_text(OCR_TAIL)
+    blobs = analyze(str(net), Options(phase="TRAIN")).nets[0].blobs
+    # 2 x 32 x 1 x 12 -> 12 x 1 x 2 x 32 -> T=12, N=2, 32 -> both directions: 64 -> 10 classes
+    assert (blobs["pool5_ave_transpose"], blobs["blstm_input"], blobs["blstm1"], blobs["fc1x"]) == ((12, 1, 2, 32), (12, 2, 32), (12, 2, 64), (12, 2, 10))
+    check_plans(tmp_path, OCR_TAIL)
