@@ -25,7 +25,7 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
 handles) are kept apart, as constants measured on a card (CUDA_CONTEXT, CUDNN_HANDLE):
 Caffe's own allocations in this model equal what an H100 counted at Caffe's cudaMalloc
-sites, byte for byte, on the 117 runs of benchmarks/gpu-groundtruth whose plan is still made.
+sites, byte for byte, on every run of benchmarks/gpu-groundtruth (320 runs, two measurements).
 ../shared/caffe/GPU-MEMORY.md cites every fact used here (for the developers; no output
 names a file an installed user does not have: :func:`gpu_caveat` points to the README).
 """
@@ -427,7 +427,7 @@ def gpu_caveat(device: DeviceReport) -> str:
     """The one line every output in GPU mode carries once (not per net): what its figures
     rest on, and where the README says more."""
     parts = [
-        f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 117 runs), the context and handles as "
+        f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 320 runs), the context and handles as "
         f"measured there (--context-mib gives yours), kernels loaded lazily not counted ({LAZY_KERNELS_LOW / 2**20:+.0f} to "
         f"{LAZY_KERNELS_HIGH / 2**20:+.0f} MiB there)"
     ]
