@@ -21,7 +21,10 @@ Sources (the commits read):
 - shelhamer/fcn.berkeleyvision.org@1305c737 (voc_layers.py, siftflow_layers.py,
   nyud_layers.py, pascalcontext_layers.py): one image a batch, the net reshaped to it;
 - LisaAnne/lisa-caffe-public@09b40dbb examples/LRCN_activity_recognition/
-  sequence_input_layer.py: clips of 16 frames, 24 videos a batch (3 at test), 227x227.
+  sequence_input_layer.py: clips of 16 frames, 24 videos a batch (3 at test), 227x227;
+- ENet's spatial_dropout.SpatialDropoutLayer (Timo Saemann's python/spatial_dropout.py
+  of TimoSaemann/caffe-enet, the submodule TimoSaemann/ENet's prototxts use; read at its
+  copy haanjack/caffe@3aede7b3): reshape() gives its one top the bottom's shape.
 """
 
 from __future__ import annotations
@@ -235,6 +238,14 @@ def _lrcn_clips(videos: int) -> PythonRule:
     return rule
 
 
+def _bottom_shape(q: ShapeQuery, params: dict) -> tuple[Shape, ...]:
+    """spatial_dropout.py reshape(): top[0].reshape(*bottom[0].data.shape), after setup()
+    checks one bottom and one top."""
+    q.check(len(q.bottoms) == 1, f"Dropout layer needs one blob as input; received bottom blobs = {len(q.bottoms)}")
+    q.check(len(q.layer.tops) == 1, f"Output of dropout layer is just one blob; received top blobs = {len(q.layer.tops)}")
+    return (q.bottoms[0],)
+
+
 # (python_param.module, python_param.layer) -> rule; the note says which figures are bounds.
 KNOWN: dict[tuple[str, str], tuple[PythonRule, str]] = {
     ("roi_data_layer.layer", "RoIDataLayer"): (_roi_data, "py-faster-rcnn's RoIDataLayer (or R-FCN's): gt_boxes counted for one box"),
@@ -249,6 +260,7 @@ KNOWN: dict[tuple[str, str], tuple[PythonRule, str]] = {
     ("pascalcontext_layers", "PASCALContextSegDataLayer"): (_seg_pair, "FCN's PASCALContextSegDataLayer: one image a batch, at the size given"),
     ("siftflow_layers", "SIFTFlowSegDataLayer"): (_siftflow, "FCN's SIFTFlowSegDataLayer: one 256x256 SIFT Flow image a batch unless --input gives another size"),
     ("nyud_layers", "NYUDSegDataLayer"): (_nyud, "FCN's NYUDSegDataLayer: one image a batch, at the size given"),
+    ("spatial_dropout", "SpatialDropoutLayer"): (_bottom_shape, "ENet's SpatialDropoutLayer: the bottom's shape"),
     **{
         ("sequence_input_layer", f"videoRead{phase.title()}_{kind}"): (_lrcn_clips(videos), f"LRCN's sequence_input_layer: {LRCN_FRAMES} frames x {videos} videos")
         for phase, videos in LRCN_VIDEOS.items()

@@ -3,7 +3,7 @@ Sources (commits in caffemem/layers/pylayers.py): rbgirshick/py-faster-rcnn
 lib/roi_data_layer/layer.py, lib/rpn/*.py and its config; YuwenXiong/py-R-FCN's copies of
 them with experiments/cfgs/rfcn_end2end{,_ohem}.yml; shelhamer/fcn.berkeleyvision.org
 voc_layers.py, siftflow_layers.py, nyud_layers.py; LisaAnne/lisa-caffe-public
-examples/LRCN_activity_recognition/sequence_input_layer.py."""
+examples/LRCN_activity_recognition/sequence_input_layer.py; ENet's python/spatial_dropout.py."""
 
 from __future__ import annotations
 
@@ -280,3 +280,20 @@ def test_fast_rcnn_roi_data_gives_two_images_and_128_sampled_rois():
     assert blobs["cls"] == (128, 21)
     cls = next(layer for layer in result.memory.layers if layer.name == "cls")
     assert cls.fwd_alloc == 128 * 21 * 4  # its top's data on the first Forward: 10,752 bytes
+
+
+def test_enet_spatial_dropout_keeps_its_bottom_shape():
+    # Mirrors TimoSaemann/ENet prototxts/enet_train_encoder.prototxt (drop1_0_3 after
+    # bn1_0_2, summed with the pooled branch): reshape() copies the bottom's shape.
+    net = 'layer { name: "in" type: "Input" top: "bn" input_param { shape { dim: 4 dim: 16 dim: 256 dim: 512 } } }\n'
+    net += python_layer("spatial_dropout", "SpatialDropoutLayer", ["bn"], ["drop"], "{\\'phase\\': \\'TRAIN\\', \\'p\\': \\'0.01\\'}")
+    net += 'layer { name: "sum" type: "Eltwise" bottom: "drop" bottom: "bn" top: "sum" }\n'
+    blobs = caffemem.analyze(net).nets[0].blobs
+    assert blobs["drop"] == blobs["sum"] == (4, 16, 256, 512)
+
+
+def test_enet_spatial_dropout_takes_one_bottom():
+    net = 'layer { name: "in" type: "Input" top: "a" top: "b" input_param { shape { dim: 1 dim: 2 dim: 3 dim: 4 } } }\n'
+    net += python_layer("spatial_dropout", "SpatialDropoutLayer", ["a", "b"], ["drop"], "{\\'phase\\': \\'TRAIN\\', \\'p\\': \\'0.01\\'}")
+    with pytest.raises(caffemem.CaffememError, match="Dropout layer needs one blob as input; received bottom blobs = 2"):
+        caffemem.analyze(net)
