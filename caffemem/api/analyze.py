@@ -207,7 +207,7 @@ def analyze(
     if isinstance(source, SolverSource):
         return _analyze_solver(source, options, specs)
     upgraded, notes = upgrade_net(source.proto, source.file)
-    phase = options.phase or default_phase(upgraded, specs)
+    phase = options.phase or default_phase(upgraded, specs, options.stages, options.level)
     state = make_state(phase, options.stages, options.level, base=upgraded.state)
     net = build_net(source, upgraded, state, options, specs)
     try:
@@ -367,21 +367,28 @@ def net_phases(net: caffe_pb2.NetParameter, specs: SpecTable, options: Options) 
     """The phases a net file defines: TRAIN and TEST for a net that trains, TEST for a
     deploy net — but not TEST when no data layer is left in it (SSD's train.prototxt
     feeds TRAIN only: Caffe could not build a TEST net from it)."""
-    if default_phase(net, specs) != "TRAIN":
+    if default_phase(net, specs, options.stages, options.level) != "TRAIN":
         return ["TEST"]
-    test = filter_net(net, make_state("TEST", options.stages, options.level, base=net.state))
-    feeds = any((spec := specs.get(layer.type)) is not None and spec.is_data for layer in test.layer)
-    return ["TRAIN", "TEST"] if feeds else ["TRAIN"]
+    return ["TRAIN", "TEST"] if _feeds(net, specs, "TEST", options.stages, options.level) else ["TRAIN"]
 
 
-def default_phase(net: caffe_pb2.NetParameter, specs: SpecTable) -> str:
-    """TRAIN for a net that can train (a loss layer or a TRAIN rule), else TEST."""
+def _feeds(net: caffe_pb2.NetParameter, specs: SpecTable, phase: str, stages: Sequence[str] = (), level: int | None = None) -> bool:
+    """Whether a data layer is left in the net of that phase."""
+    kept = filter_net(net, make_state(phase, stages, level, base=net.state))
+    return any((spec := specs.get(layer.type)) is not None and spec.is_data for layer in kept.layer)
+
+
+def default_phase(net: caffe_pb2.NetParameter, specs: SpecTable, stages: Sequence[str] = (), level: int | None = None) -> str:
+    """TRAIN for a net that can train (a loss layer or a TRAIN rule), else TEST -- and TEST
+    when only TEST keeps a data layer and the net has no inputs of its own: DeepLab v1's
+    voc12/vgg128_noup/test.prototxt (TheLegendAli/DeepLab-Context) keeps its loss for TRAIN
+    but its IMAGE_SEG_DATA for TEST, so Caffe could not build a TRAIN net from it."""
     for layer in net.layer:
         spec = specs.get(layer.type)
-        if (spec is not None and spec.auto_top) or any(w for w in layer.loss_weight):
-            return "TRAIN"
-        if any(rule.HasField("phase") and rule.phase == caffe_pb2.TRAIN for rule in list(layer.include) + list(layer.exclude)):
-            return "TRAIN"
+        trains = (spec is not None and spec.auto_top) or any(w for w in layer.loss_weight)
+        if trains or any(rule.HasField("phase") and rule.phase == caffe_pb2.TRAIN for rule in list(layer.include) + list(layer.exclude)):
+            test_only = not net.input and _feeds(net, specs, "TEST", stages, level) and not _feeds(net, specs, "TRAIN", stages, level)
+            return "TEST" if test_only else "TRAIN"
     return "TEST"
 
 

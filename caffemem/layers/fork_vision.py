@@ -10,6 +10,9 @@
   interp_layer.cpp is the same Reshape, Forward and Backward).  DeepLab v1's (V1 ``INTERP``,
   TheLegendAli/DeepLab-Context@fb04e9e2) CHECKs that exactly one of zoom_factor,
   shrink_factor, height+width is set; with one set it gives the same size.
+- Padding: DeepLab v1's (V1 ``PADDING``, TheLegendAli/DeepLab-Context@fb04e9e2
+  padding_layer.cpp): pads H and W with zeros, or crops them, by pad_beg and pad_end; its
+  vgg128 test nets crop the zoomed scores back to the input with it.
 - Upsample: alexgkendall/caffe-segnet (max-unpooling with the pooling mask, two bottoms) and
   YOLO's nearest-neighbour Upsample (eric612/MobileNet-YOLO, one bottom, ``scale``): one
   type string, so one spec that tells them apart by their number of bottoms.
@@ -218,6 +221,21 @@ def _interp(q: ShapeQuery) -> LayerShapes:
     q.check(height_eff > 0 and width_eff > 0, f"the cropped input ({height_eff} x {width_eff}) must be positive")
     q.check(out[0] > 0 and out[1] > 0, f"the output ({out[0]} x {out[1]}) must be positive")
     return LayerShapes(tops=((num, channels) + out,))
+
+
+# padding_layer.cpp: Forward reads the bottom and writes the top (zeroed first when
+# padding); Backward returns without propagate_down[0], else zeroes the bottom's diff and
+# copies the top's diff into it.
+@layer("Padding", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source="TheLegendAli/DeepLab-Context@fb04e9e2 src/caffe/layers/padding_layer.cpp (DeepLab v1)", memory=neuron_memory())
+def _padding(q: ShapeQuery) -> LayerShapes:
+    """LayerSetUp: pad_beg and pad_end both >= 0 (pad) or both <= 0 (crop); Reshape:
+    (num, channels, height + pad_beg + pad_end, width + pad_beg + pad_end), each > 0."""
+    num, channels, height, width = legacy4(q, q.bottoms[0])
+    beg, end = q.proto.padding_param.pad_beg, q.proto.padding_param.pad_end
+    q.check((beg >= 0 and end >= 0) or (beg <= 0 and end <= 0), "Padding must either be both positive or negative")
+    q.check(height + beg + end > 0, "Padding makes height <= 0")
+    q.check(width + beg + end > 0, "Padding makes width <= 0")
+    return LayerShapes(tops=((num, channels, height + beg + end, width + beg + end),))
 
 
 def _upsample_memory(q: MemoryQuery) -> LayerMemory:

@@ -90,6 +90,7 @@ V1_LAYER_TYPE_NAMES: dict[str, str] = {
     "SEG_ACCURACY": "SegAccuracy",
     "INTERP": "Interp",
     "MAT_WRITE": "MatWrite",
+    "PADDING": "Padding",  # v1's padding_layer.cpp
     # C3D: facebook/C3D C3D-v1.0 (V1 is its own format; C3D-v1.1 names the same layers so).
     "CONVOLUTION3D": "Convolution3D",
     "POOLING3D": "Pooling3D",
@@ -174,6 +175,7 @@ _V1_PARAM_MESSAGES: tuple[str, ...] = (
     "seg_accuracy_param",
     "mat_write_param",
     "softmaxloss_param",
+    "padding_param",
 )
 
 # Old data layers that kept transformation fields in their own parameter message.
@@ -732,8 +734,8 @@ def _upgrade_v1_net(net: Any, file: str | None, notes: list[str]) -> Any:
 
 # What only DeepLab v1's V1 nets hold: its layer types and its fields (caffe.proto of
 # TheLegendAli/DeepLab-Context@fb04e9e2).
-_DEEPLAB_V1_TYPES = frozenset({"IMAGE_SEG_DATA", "SEG_ACCURACY", "INTERP", "MAT_WRITE"})
-_DEEPLAB_V1_FIELDS = ("strict_dim", "softmaxloss_param", "interp_param", "seg_accuracy_param", "mat_write_param")
+_DEEPLAB_V1_TYPES = frozenset({"IMAGE_SEG_DATA", "SEG_ACCURACY", "INTERP", "MAT_WRITE", "PADDING"})
+_DEEPLAB_V1_FIELDS = ("strict_dim", "softmaxloss_param", "interp_param", "seg_accuracy_param", "mat_write_param", "padding_param")
 
 
 def _is_deeplab_v1(net: Any) -> bool:

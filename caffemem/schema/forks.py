@@ -236,10 +236,14 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("V1LayerParameter", "softmaxloss_param", 44, DEEPLAB1),
     _f("LayerParameter", "softmaxloss_param", 44, DEEPLAB1, 44,
        "DeepLab v1's own LayerParameter (the V1 layout); here so the upgrade can carry it"),
+    _f("V1LayerParameter", "padding_param", 45, DEEPLAB1),
+    _f("LayerParameter", "padding_param", 45, DEEPLAB1, 45,
+       "DeepLab v1's own LayerParameter (the V1 layout); here so the upgrade can carry it"),
     _f("LayerParameter", "seg_accuracy_param", 1144, DEEPLAB2, 144, "LayerParameter.crop_param"),
     _f("LayerParameter", "mat_write_param", 1145, DEEPLAB2, 145, "LayerParameter.parameter_param"),
     _f("ImageDataParameter", "ignore_label", 15, DEEPLAB2, 15, "the same number in DeepLab v1"),
     _f("ImageDataParameter", "label_type", 16, DEEPLAB2, 16, "the same number in DeepLab v1"),
+    _f("ImageDataParameter", "has_label", 1013, DEEPLAB1, 13, "ImageDataParameter.use_image (C3D-v1.0)"),
     _f("ConvolutionParameter", "hole", 1017, DEEPLAB1, 17, "ConvolutionParameter.force_nd_im2col"),
     _f("ConvolutionParameter", "hole_h", 1018, DEEPLAB1, 18, "ConvolutionParameter.dilation"),
     _f("ConvolutionParameter", "hole_w", 19, DEEPLAB1),
@@ -311,6 +315,7 @@ FORK_ENUM_VALUES: tuple[ForkEnumValue, ...] = (
     ForkEnumValue("V1LayerParameter.LayerType", "SEG_ACCURACY", 40, DEEPLAB1, 40),
     ForkEnumValue("V1LayerParameter.LayerType", "INTERP", 41, DEEPLAB1, 41),
     ForkEnumValue("V1LayerParameter.LayerType", "MAT_WRITE", 43, DEEPLAB1, 43),
+    ForkEnumValue("V1LayerParameter.LayerType", "PADDING", 42, DEEPLAB1, 42),
     ForkEnumValue("LossParameter.NormalizationMode", "PRE_FIXED", 1003, RFCN, 3,
                   "LossParameter.NONE (R-FCN renumbers NONE to 4; Microsoft/caffe likewise)"),
 )
@@ -357,6 +362,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "SegAccuracyParameter": DEEPLAB2,  # v1: the same without reset
     "MatWriteParameter": DEEPLAB2,  # identical in v1
     "SoftmaxLossParameter": DEEPLAB1,
+    "PaddingParameter": DEEPLAB1,
     "Yolov3DetectionOutputParameter": MOBILEYOLO,
     "Yolov3Parameter": MOBILEYOLO,
     "LabelSpecificAddParameter": HAPPYNEAR,

@@ -8,14 +8,19 @@ of that repository writes them, and v1's own SoftmaxWithLoss they bring.
 - softmaxloss_param (44): softmax_loss_layer.cpp/.cu of v1, a class-weighted loss that
   runs on the host (Forward_gpu calls Forward_cpu), whose inner SoftmaxLayer is built from
   the param as written (no default loss weight), with v1's 4-axis buffers and loss top.
+- PADDING (V1 enum 42, padding_param 45, padding_layer.cpp) and ImageDataParameter's
+  has_label (13 there, 1013 here), as its voc12/vgg128_noup/test.prototxt writes them.
 
 Bytes: float32, 4 bytes a value; a Blob's shape buffer is 4 bytes an axis.
 """
 
 from __future__ import annotations
 
+import pytest
+
 from caffemem.api.analyze import Options, analyze
 from caffemem.api.optimize import OptimizeSettings, optimize
+from caffemem.errors import CaffememError
 from caffemem.plan.verify import verify_plan
 
 # fc8 (2, 3, 8, 8): 384 values, 1,536 bytes; label (2, 1, 8, 8): 128 values.
@@ -121,3 +126,56 @@ def test_vgg128_noup_train_analyses_and_plans(tmp_path):
     for phase in result.phases:
         assert verify_plan(phase.schedule, phase.plan_data) == []
         assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
+
+
+# voc12/vgg128_noup/test.prototxt (TheLegendAli/DeepLab-Context@fb04e9e2) shortened: its
+# IMAGE_SEG_DATA names only the data top and sets has_label: false (parsed only: no v1 layer
+# reads it), is kept for TEST while the loss is kept for TRAIN, and its scores, zoomed back
+# by INTERP, are cropped to the input by PADDING (pad_beg -7, pad_end -8 there).
+VGG128_NOUP_TEST = """name: "${NET_ID}"
+layers { name: "data" type: IMAGE_SEG_DATA top: "data"
+  image_data_param { root_folder: "/rmt/data/pascal/VOCdevkit/VOC2012" source: "voc12/list/${TEST_SET}.txt" batch_size: 1 has_label: false }
+  transform_param { mean_value: 104.008 mean_value: 116.669 mean_value: 122.675 crop_size: 34 mirror: false }
+  include: { phase: TEST } }
+layers { bottom: "data" top: "conv1" name: "conv1" type: CONVOLUTION convolution_param { num_output: 8 pad: 1 kernel_size: 3 } }
+layers { bottom: "conv1" top: "pool1" name: "pool1" type: POOLING pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layers { bottom: "pool1" top: "fc8_pascal" name: "fc8_pascal" type: CONVOLUTION convolution_param { num_output: 21 kernel_size: 1 } }
+layers { bottom: "fc8_pascal" top: "fc8_interp" name: "fc8_interp" type: INTERP interp_param { zoom_factor: 2 } }
+layers { bottom: "fc8_interp" top: "fc8_crop" name: "fc8_crop" type: PADDING padding_param { pad_beg: {beg} pad_end: {end} } }
+layers { name: "loss" type: SOFTMAX_LOSS bottom: "fc8_crop" bottom: "label" include: { phase: TRAIN } }
+layers { name: "fc8_crop_mat" type: MAT_WRITE bottom: "fc8_crop" mat_write_param { prefix: "features/" source: "voc12/list/val_id.txt" strip: 0 period: 1 } include: { phase: TEST } }
+"""
+
+
+def _test_net(tmp_path, beg: int = -1, end: int = -2):
+    path = tmp_path / "test.prototxt"
+    path.write_text(VGG128_NOUP_TEST.replace("{beg}", str(beg)).replace("{end}", str(end)))
+    return path
+
+
+def test_vgg128_noup_test_is_built_for_test_and_cropped_by_padding(tmp_path):
+    # Only TEST keeps a data layer: the net analysed by default is TEST's (Caffe could not
+    # build TRAIN's).  34 -> pool1 17 -> zoom 2: 17 + 16 = 33 -> crop 1 + 2: 30.
+    net = analyze(str(_test_net(tmp_path)), Options()).nets[0]
+    assert net.phase == "TEST"
+    assert net.blobs["data"] == (1, 3, 34, 34)
+    assert net.blobs["fc8_interp"] == (1, 21, 33, 33)
+    assert net.blobs["fc8_crop"] == (1, 21, 30, 30)
+    # Forward reads the bottom and writes the top: 21 * 30 * 30 * 4 = 75,600 bytes
+    crop = {layer.name: layer for layer in net.memory.layers}["fc8_crop"]
+    assert crop.fwd_alloc == 75600
+
+
+def test_padding_pads_with_positive_pads(tmp_path):
+    net = analyze(str(_test_net(tmp_path, 2, 3)), Options()).nets[0]
+    assert net.blobs["fc8_crop"] == (1, 21, 38, 38)
+
+
+def test_padding_refuses_mixed_signs(tmp_path):
+    with pytest.raises(CaffememError, match="layer 'fc8_crop'.*Padding must either be both positive or negative"):
+        analyze(str(_test_net(tmp_path, 1, -1)), Options())
+
+
+def test_padding_refuses_cropping_everything(tmp_path):
+    with pytest.raises(CaffememError, match="Padding makes height <= 0"):
+        analyze(str(_test_net(tmp_path, -20, -13)), Options())
