@@ -6,6 +6,10 @@
   ``Gram`` layers exist only as single-repository copies (one with a ``gram_param { axis
   }`` of its own, one with ``down_channel``); happynear's is the one in a fork people
   build, so its rule is the one here.
+- Flip: happynear/caffe-windows (branch ms, 967eedf2) ``src/caffe/layers/flip_layer.cpp/.cu``
+  (434b0fa2): mirrors each image (``flip_param``: width by default), as AM-Softmax's
+  ``face_deploy_mirror_normalize.prototxt`` (happynear/AMSoftmax) does to add each face's
+  mirror to the batch.
 - Gather: two forks register a ``Gather`` type.
   * foss-for-synopsys-dwc-arc-processors/synopsys-caffe ``src/caffe/layers/
     gather_layer.cpp`` (1e93e856; read at 977ba36a) and ``include/caffe/layers/
@@ -46,7 +50,28 @@ GRAM = "happynear/caffe-windows (ms) src/caffe/layers/gram_layer.cpp @c291a9e2, 
 GATHER_TF = "foss-for-synopsys-dwc-arc-processors/synopsys-caffe src/caffe/layers/gather_layer.cpp @1e93e856, include/caffe/layers/gather_layer.hpp"
 GATHER_MPI = "hszhao/PSPNet src/caffe/layers/gather_layer.cpp @88d0b3ee"
 OCR = "senlinuc/caffe_ocr src/caffe/layers/{}_layer.cpp/.cu, include/caffe/layers/{}_layer.hpp @81642f61"
+FLIP = "happynear/caffe-windows (ms) src/caffe/layers/flip_layer.cpp/.cu @434b0fa2"
 DENSE_BLOCK = "Tongcheng/caffe src/caffe/layers/DenseBlock_layer.cpp, include/caffe/layers/DenseBlock_layer.hpp @1625bb3b"
+
+
+# ----------------------------------------------------------------------------------------
+# Flip (happynear/caffe-windows flip_layer.cpp/.cu)
+# ----------------------------------------------------------------------------------------
+
+
+def _flip_memory(q: MemoryQuery) -> LayerMemory:
+    """flip_layer.cpp/.cu: Forward reads the bottom and writes the top; Backward takes the
+    top's diff and the bottom's (mutable) diff before testing propagate_down[0], and writes
+    it only when that is set."""
+    return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")))
+
+
+@layer("Flip", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=FLIP, memory=_flip_memory)
+def _flip(q: ShapeQuery) -> LayerShapes:
+    """Reshape: top[0]->ReshapeLike(*bottom[0]); Forward indexes num, channels, height and
+    width (the legacy accessors: at most 4 axes)."""
+    legacy4(q, q.bottoms[0])
+    return LayerShapes(tops=(q.bottoms[0],))
 
 
 # ----------------------------------------------------------------------------------------

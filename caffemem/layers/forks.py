@@ -488,6 +488,35 @@ def _normalize_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward, notes=_bare_normalize_note(q))
 
 
+HAPPYNEAR_NORMALIZE = "happynear/caffe-windows (ms) src/caffe/layers/normalize_layer.cpp/.cu, include/caffe/layers/normalize_layer.hpp @967eedf2"
+
+
+def _happynear_normalize_memory(q: MemoryQuery) -> LayerMemory:
+    """happynear's normalize_layer.cpp/.cu (a layer with ``normalize_param``).  Reshape
+    shapes ``squared_`` like the bottom and ``norm_`` [N, 1, H, W] (and the second top, the
+    norm, when there is one).  Forward reads the bottom and writes the top, ``squared_`` and
+    the norm (the second top, else ``norm_``).  Backward takes the top's diff and data, the
+    bottom's data, ``squared_``, the norm and the bottom's diff before its propagate_down
+    test; the GPU code also keeps its per-place dot product in ``norm_``'s diff; with
+    ``bp_norm`` and two tops it reads the second top's diff."""
+    num, channels, height, width = _nchw(q.bottoms[0])
+    squared, own_norm = q.buffer("squared"), q.buffer("norm")
+    norm = q.top(1) if len(q.tops) == 2 else own_norm
+    setup = buffer_setup(squared, (num, channels, height, width)) + buffer_setup(own_norm, (num, 1, height, width))
+    forward = (read(q.bottom(0)), write(q.top(0)), write(squared), write(norm))
+    backward = (read(q.top(0), "diff"), read(q.top(0)), read(q.bottom(0)), read(squared), read(norm), write(q.bottom(0), "diff"))
+    if q.device == "gpu":
+        backward += (write(own_norm, "diff"),)
+    if q.proto.normalize_param.bp_norm and len(q.tops) == 2:
+        backward += (read(q.top(1), "diff"),)
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+def _any_normalize_memory(q: MemoryQuery) -> LayerMemory:
+    """happynear's Normalize when the layer gives ``normalize_param``, else ssd's."""
+    return _happynear_normalize_memory(q) if q.proto.HasField("normalize_param") else _normalize_memory(q)
+
+
 def _bare_normalize_note(q: MemoryQuery) -> tuple[str, ...]:
     """Two forks register "Normalize": ssd's (norm_param) and happynear/caffe-windows'
     (normalize_param; NormFace and AM-Softmax nets use it bare).  A bare one is taken as
@@ -502,10 +531,18 @@ def _bare_normalize_note(q: MemoryQuery) -> tuple[str, ...]:
     return (note,)
 
 
-@layer("Normalize", "forks", bottoms=ONE, tops=ONE, source=SSD + "normalize_layer.cpp", memory=_normalize_memory)
+@layer("Normalize", "forks", bottoms=ONE, tops=Arity(1, 2), source=SSD + "normalize_layer.cpp; " + HAPPYNEAR_NORMALIZE, memory=_any_normalize_memory)
 def _normalize(q: ShapeQuery) -> LayerShapes:
-    """L2 normalisation with a learned scale: one scalar (channel_shared) or one per channel."""
+    """ssd's: L2 normalisation with a learned scale, one scalar (channel_shared) or one per
+    channel.  happynear's (``normalize_param``; MinTopBlobs 1, MaxTopBlobs 2): the top like
+    the bottom's (num, channels, height, width), the second top the norm (num, 1, height,
+    width); no parameter."""
     bottom = q.bottoms[0]
+    if q.proto.HasField("normalize_param"):
+        num, channels, height, width = legacy4(q, bottom)
+        q.check(q.proto.normalize_param.normalize_type in ("L2", "L1"), f"normalize_type '{q.proto.normalize_param.normalize_type}' is not implemented (L2 or L1)")
+        return LayerShapes(tops=((num, channels, height, width), (num, 1, height, width))[: len(q.layer.tops)])
+    q.check(len(q.layer.tops) < 2, "ssd's Normalize takes exactly 1 top (a second one is happynear's, with normalize_param)")
     q.check(len(bottom) >= 2, f"Number of axes of bottom blob must be >=2 (got {format_shape(bottom)})")
     channels = legacy_dim(q, bottom, 1)
     scale: Shape = () if q.proto.norm_param.channel_shared else (channels,)

@@ -154,6 +154,8 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "yolov3_detection_output_param", 602, MOBILEYOLO),
     _f("LayerParameter", "yolov3_param", 603, MOBILEYOLO),
     _f("LayerParameter", "label_specific_add_param", 241, HAPPYNEAR),
+    _f("LayerParameter", "flip_param", 212, HAPPYNEAR),
+    _f("LayerParameter", "normalize_param", 214, HAPPYNEAR),
     _f("LayerParameter", "transpose_param", 8266710, OCR),
     _f("LayerParameter", "reverse_param", 160, OCR),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
@@ -366,6 +368,8 @@ FORK_MESSAGES: Dict[str, str] = {
     "Yolov3DetectionOutputParameter": MOBILEYOLO,
     "Yolov3Parameter": MOBILEYOLO,
     "LabelSpecificAddParameter": HAPPYNEAR,
+    "FlipParameter": HAPPYNEAR,
+    "HappynearNormalizeParameter": HAPPYNEAR,  # its NormalizeParameter (ssd has one of that name)
     "TransposeParameter": OCR,
     "ReverseParameter": OCR,
 }

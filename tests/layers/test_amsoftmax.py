@@ -1,6 +1,8 @@
 """happynear/caffe-windows (ms branch @967eedf2) pieces that AM-Softmax's training net uses
 (happynear/AMSoftmax prototxt/face_train_test.prototxt): InnerProduct ``normalize``, the
-LabelSpecificAdd margin, and a bare ``Normalize`` (figured as ssd's, with a note).
+LabelSpecificAdd margin, and a bare ``Normalize`` (figured as ssd's, with a note); and what
+its deploy net (prototxt/face_deploy_mirror_normalize.prototxt) adds: the fork's own
+Normalize with ``normalize_param`` (normalize_layer.cpp/.cu) and Flip (flip_layer.cpp/.cu).
 
 Bytes: float32, 4 bytes a value; a Blob's shape buffer is 4 bytes an axis.
 """
@@ -66,3 +68,38 @@ def test_am_softmax_head_plans_and_says_how_it_took_the_bare_normalize(tmp_path)
     for phase in optimize(str(path), Options(phase="TRAIN"), OptimizeSettings()).phases:
         assert verify_plan(phase.schedule, phase.plan_data) == []
         assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
+
+
+# face_deploy_mirror_normalize.prototxt shortened: the faces and their mirrors (Flip, then a
+# Concat on axis 0), an embedding, its halves summed, then Normalize with normalize_param.
+MIRROR = """
+layer { name: "flip_data" type: "Flip" bottom: "data" top: "flip_data" }
+layer { name: "concat_data" type: "Concat" bottom: "data" bottom: "flip_data" top: "concat_data" concat_param { axis: 0 } }
+layer { name: "fc5" type: "InnerProduct" bottom: "concat_data" top: "fc5" inner_product_param { num_output: 8 } }
+layer { name: "slice_fc5" type: "Slice" bottom: "fc5" top: "fc5_orig" top: "fc5_mirror" slice_param { axis: 0 } }
+layer { name: "eltmax_fc5" type: "Eltwise" bottom: "fc5_orig" bottom: "fc5_mirror" top: "eltmax_fc5" eltwise_param { operation: MAX } }
+layer { name: "normalize1" type: "Normalize" bottom: "eltmax_fc5" top: "norm1" {tops} normalize_param { normalize_type: "L2" } }
+"""
+
+
+def test_mirrored_faces_are_flipped_and_normalized(memory_report):
+    report = memory_report(MIRROR.replace("{tops}", ""), {"data": (2, 3, 12, 10)}, phase="TEST", force_backward=False)
+    layers = {layer.name: layer for layer in report.layers}
+    # Flip: the top like the bottom, written by Forward: 2 * 3 * 12 * 10 * 4 = 2,880 bytes
+    assert layers["flip_data"].fwd_alloc == 2880
+    # Normalize (2, 8) -> top (2, 8, 1, 1) 64 bytes, squared_ (2, 8, 1, 1) 64, norm_ (2, 1, 1, 1) 8
+    assert layers["normalize1"].fwd_alloc == 64 + 64 + 8
+    assert not any("has no norm_param" in note for note in report.notes)
+
+
+def test_happynear_normalize_gives_the_norm_as_a_second_top(memory_report):
+    report = memory_report(MIRROR.replace("{tops}", 'top: "norm"'), {"data": (2, 3, 12, 10)}, phase="TEST", force_backward=False)
+    layers = {layer.name: layer for layer in report.layers}
+    # the norm is the second top (2, 1, 1, 1), written instead of norm_: the same 136 bytes
+    assert layers["normalize1"].fwd_alloc == 64 + 64 + 8
+
+
+def test_ssd_normalize_takes_one_top(memory_report):
+    ssd = MIRROR.replace(' {tops} normalize_param { normalize_type: "L2" }', ' top: "norm" norm_param { across_spatial: false }')
+    with pytest.raises(CaffememError, match="ssd's Normalize takes exactly 1 top"):
+        memory_report(ssd, {"data": (2, 3, 12, 10)}, phase="TEST")
