@@ -59,13 +59,21 @@ def _voxel_truth_data(q: ShapeQuery) -> LayerShapes:
     [batch, T, L, crop, crop] (T truth channels).  Without crop_size they keep the file's
     H and W, and the truth top is Reshape'd [batch, T, C, H, W] -- the file's channel count
     where its length belongs (prefetch_truth_ is [batch, T, L, H, W]; that is what Forward
-    copies in).  The file's C and L are not in the net: the data top's come from --input.
-    mirror without crop_size stops the prefetch thread (LOG(FATAL))."""
+    copies in).  The file's C, L (and H, W) are read from its header where the list and
+    the file exist (passes/sources.py), else the data top's come from --input.  SetUp
+    CHECKs the file's H and W greater than crop_size (CHECK_GT); mirror without crop_size
+    stops the prefetch thread (LOG(FATAL))."""
     param = q.proto.image_data_param
     truth_channels, crop, batch = _truth_channels(q), param.crop_size, param.batch_size
     q.check(not (param.mirror and crop == 0), "Current implementation requires mirror and crop_size to be set at the same time.")
-    size: Template = (crop, crop) if crop else ("H", "W")
-    data = resolve_tops(q, [(batch, "C", "L") + size], "the clip's channels and length are in its blob file").tops[0]
+    template: Template = (batch, "C", "L") + ((crop, crop) if crop else ("H", "W"))
+    if q.record is not None and q.record.volume is not None:
+        _, channels, length, height, width = q.record.volume
+        where = f"the first blob file of {q.record.source} is {'x'.join(map(str, q.record.volume))}"
+        q.check(channels > truth_channels, f"{where}: its {channels} channel(s) leave none for the clip after {truth_channels} truth channel(s)")
+        q.check(height > crop and width > crop, f"{where}: crop_size {crop} must be smaller than its height and width (CHECK_GT)")
+        template = (batch, channels - truth_channels, length) + ((crop, crop) if crop else (height, width))
+    data = resolve_tops(q, [template], "the clip's channels and length are in its blob file").tops[0]
     if crop:
         truth: Template = (batch, truth_channels) + data[2:]
     else:
@@ -99,6 +107,7 @@ _DATA_OPTIONS = dict(
     is_data=True,
     memory=_voxel_truth_data_memory,
     batch_fields=batch_size_of("image_data_param"),
+    source_kind="volume_list",
 )
 
 layer("VideoWithVoxelTruthData", FAMILY, source=C3D_V10 + "video_with_voxel_truth_data_layer.cpp, .cu", **_DATA_OPTIONS)(_voxel_truth_data)

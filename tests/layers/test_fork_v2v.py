@@ -11,6 +11,7 @@ Bytes: float32, 4 bytes a value; a Blob's shape buffer is 4 bytes an axis.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,40 @@ def test_v2v_nets_optimize_and_the_plans_verify(tmp_path, text):
     assert runner.invoke(main, ["verify", path, str(plan), *args]).exit_code == 0
     # the written file keeps C3D-v1.0's V1 types
     assert "type: VIDEO_" in out.read_text()
+
+
+# --- shapes from the blob files --------------------------------------------------------------
+
+
+def blob_file(folder: Path, name: str, n: int, c: int, l: int, h: int, w: int) -> None:
+    """A C3D-v1.0 blob file (util/image_io.cpp): five int32 n, c, l, h, w, then the floats."""
+    (folder / name).write_bytes(struct.pack("<5i", n, c, l, h, w) + bytes(4 * n * c * l * h * w))
+
+
+def test_voxel_truth_data_reads_its_first_blob_file(tmp_path, monkeypatch):
+    # the list names blob files, one a line (infile >> filename); the first is 1x5x4x10x12:
+    # 3 clip channels and 2 flow channels, cropped to 8
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train_flow01_brox.txt").write_text("clip0.bin\nclip1.bin\n")
+    blob_file(tmp_path, "clip0.bin", 1, 5, 4, 10, 12)
+    net = analyze(str(BROX), Options(phase="TRAIN")).nets[0]
+    assert net.blobs["data"] == (1, 3, 4, 8, 8) and net.blobs["truth"] == (1, 2, 4, 8, 8)
+    assert "data: [1,3,4,8,8] from train_flow01_brox.txt (first blob file clip0.bin: 1x5x4x10x12, crop_size 8)" in net.shaped.notes
+    # an --input that disagrees with the file is refused
+    with pytest.raises(CaffememError, match="contradicts the file"):
+        analyze(str(BROX), Options(phase="TRAIN", inputs={"data": (1, 3, 16, 8, 8)}))
+
+
+def test_a_blob_file_no_larger_than_the_crop_stops_as_in_c3d(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train_flow01_brox.txt").write_text("clip0.bin\n")
+    blob_file(tmp_path, "clip0.bin", 1, 5, 4, 8, 12)
+    with pytest.raises(CaffememError, match=r"crop_size 8 must be smaller than its height and width"):
+        analyze(str(BROX), Options(phase="TRAIN"))
+
+
+def test_a_missing_blob_file_asks_for_input_naming_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train_flow01_brox.txt").write_text("clip0.bin\n")
+    with pytest.raises(CaffememError, match="the first blob file clip0.bin that train_flow01_brox.txt lists does not exist"):
+        analyze(str(BROX), Options(phase="TRAIN"))
