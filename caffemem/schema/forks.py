@@ -156,6 +156,10 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "label_specific_add_param", 241, HAPPYNEAR),
     _f("LayerParameter", "transpose_param", 8266710, OCR),
     _f("LayerParameter", "reverse_param", 160, OCR),
+    _f("LayerParameter", "ctc_decoder_param", 158, OCR),
+    _f("LayerParameter", "ctc_loss_param", 159, OCR),
+    _f("LayerParameter", "lstm_param", 8267711, OCR, 8266711, "LayerParameter.roi_pooling_param (rbgirshick/caffe-fast-rcnn)"),
+    _f("CTCLossParameter", "expose_hidden", 1005, OCR, 5, "CTCLossParameter.loss_calculation_t: the fork numbers both 5"),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
@@ -368,6 +372,9 @@ FORK_MESSAGES: Dict[str, str] = {
     "LabelSpecificAddParameter": HAPPYNEAR,
     "TransposeParameter": OCR,
     "ReverseParameter": OCR,
+    "CTCDecoderParameter": OCR,
+    "CTCLossParameter": OCR,
+    "LSTMParameter": OCR,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 
