@@ -101,17 +101,31 @@ def _voxel_truth_data_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(write(q.top(0)), write(q.top(1))), prefetch=prefetch, notes=notes)
 
 
-_DATA_OPTIONS = dict(
-    bottoms=Arity.exactly(0),
-    tops=Arity.exactly(2),
-    is_data=True,
-    memory=_voxel_truth_data_memory,
-    batch_fields=batch_size_of("image_data_param"),
-    source_kind="volume_list",
-)
+def _data_layer(type: str, source: str):
+    """The two V2V data types: one rule, one memory, their own source."""
+    return layer(
+        type,
+        FAMILY,
+        bottoms=Arity.exactly(0),
+        tops=Arity.exactly(2),
+        is_data=True,
+        source=C3D_V10 + source,
+        memory=_voxel_truth_data_memory,
+        batch_fields=batch_size_of("image_data_param"),
+        source_kind="volume_list",
+    )
 
-layer("VideoWithVoxelTruthData", FAMILY, source=C3D_V10 + "video_with_voxel_truth_data_layer.cpp, .cu", **_DATA_OPTIONS)(_voxel_truth_data)
-layer("VideoSegmentationData", FAMILY, source=C3D_V10 + "video_segmentation_data_layer.cpp, .cu", **_DATA_OPTIONS)(_voxel_truth_data)
+
+@_data_layer("VideoWithVoxelTruthData", "video_with_voxel_truth_data_layer.cpp, .cu")
+def _video_with_voxel_truth_data(q: ShapeQuery) -> LayerShapes:
+    """A clip and its num_truth_channels truth channels (optical flow) from one blob file."""
+    return _voxel_truth_data(q)
+
+
+@_data_layer("VideoSegmentationData", "video_segmentation_data_layer.cpp, .cu")
+def _video_segmentation_data(q: ShapeQuery) -> LayerShapes:
+    """A clip and its one-channel segment labels from one blob file (always bytes)."""
+    return _voxel_truth_data(q)
 
 
 # --------------------------------------------------------------------------- softmax
