@@ -110,10 +110,11 @@ def memory_report(tmp_path):
     return lambda body, inputs, **options: run_memory_report(tmp_path, body, inputs, **options)
 
 
-def check_plans(tmp_path, text: str, phase: str = "TRAIN", name: str = "net.prototxt", round_trip: bool = True):
-    """optimize plans every phase of the net (``phase``: the one asked for), the verifier
-    accepts each plan, it lies between the lower bound and stock Caffe, and (``round_trip``)
-    the CLI's optimize --plan-json -> verify exits 0.  Returns the optimize result."""
+def check_plans(tmp_path, text: str, phase: str = "TRAIN", name: str = "net.prototxt", round_trip: bool = True, inputs=None):
+    """optimize plans every phase of the net (``phase``: the one asked for; ``inputs``: the
+    --input shapes), the verifier accepts each plan, it lies between the lower bound and
+    stock Caffe, and (``round_trip``) the CLI's optimize --plan-json -> verify exits 0.
+    Returns the optimize result."""
     from click.testing import CliRunner
 
     from caffemem.api.analyze import Options
@@ -123,7 +124,7 @@ def check_plans(tmp_path, text: str, phase: str = "TRAIN", name: str = "net.prot
 
     path = tmp_path / name
     path.write_text(text)
-    result = optimize(str(path), Options(phase=phase), OptimizeSettings())
+    result = optimize(str(path), Options(phase=phase, inputs=dict(inputs or {})), OptimizeSettings())
     assert result.phases
     for planned in result.phases:
         assert verify_plan(planned.schedule, planned.plan_data) == []
@@ -131,6 +132,7 @@ def check_plans(tmp_path, text: str, phase: str = "TRAIN", name: str = "net.prot
     if round_trip:
         plan = tmp_path / "plan.json"
         runner = CliRunner()
-        assert runner.invoke(main, ["optimize", str(path), "--phase", phase, "--plan-json", str(plan)]).exit_code == 0
-        assert runner.invoke(main, ["verify", str(path), str(plan)]).exit_code == 0
+        given = [arg for blob, shape in (inputs or {}).items() for arg in ("--input", f"{blob}={','.join(map(str, shape))}")]
+        assert runner.invoke(main, ["optimize", str(path), "--phase", phase, "--plan-json", str(plan), *given]).exit_code == 0
+        assert runner.invoke(main, ["verify", str(path), str(plan), *given]).exit_code == 0
     return result

@@ -15,7 +15,8 @@ import fnmatch
 import glob
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
@@ -348,7 +349,8 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
     else:
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_leave_interrupts_to_the_parent)
         try:
-            futures = {pool.submit(check_file, file, settings): file for file in files}
+            with _interrupts_held():  # the workers fork while submitting
+                futures = {pool.submit(check_file, file, settings): file for file in files}
             for future in as_completed(futures):
                 by_file[futures[future]] = future.result()
                 if advance:
@@ -358,11 +360,39 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
                 worker.terminate()
             # Wait for the pool's manager thread (quick: its workers are gone); left running,
             # Python 3.10's exit hook wakes it through a pipe already closed and prints
-            # "Exception ignored ... Bad file descriptor" after our one line.
-            pool.shutdown(wait=True, cancel_futures=True)
+            # "Exception ignored ... Bad file descriptor" after our one line.  A Ctrl-C that
+            # lands inside concurrent.futures' own locking (as_completed's waiter) can leave
+            # a lock it then releases again ("release unlocked lock"): the workers are gone
+            # either way, and the interrupt, not that, is what the user gets.
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            except RuntimeError:
+                pass
             raise
         pool.shutdown()
     return tuple(outcome for target in targets for outcome in ((target,) if isinstance(target, Problem) else by_file[target]))
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C while the pool forks its workers, then deliver it: a worker forked with
+    Python's default handler and interrupted before its initializer ran printed "Process
+    ForkProcess-2:" and the start of a traceback beside our one line.  Forked under this
+    handler, a worker only notes the signal, until the initializer ignores it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: held.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _leave_interrupts_to_the_parent() -> None:

@@ -14,6 +14,7 @@ from caffemem.layers import (
     faces,
     fork_misc,
     fork_segdet,
+    fork_v2v,
     fork_vision,
     forks,
     loss,
@@ -32,6 +33,6 @@ from caffemem.layers.registry import (
     register,
 )
 
-FAMILIES = (common, data, faces, fork_misc, fork_segdet, fork_vision, forks, loss, mobile, neuron, recurrent, vision)
+FAMILIES = (common, data, faces, fork_misc, fork_segdet, fork_v2v, fork_vision, forks, loss, mobile, neuron, recurrent, vision)
 
 __all__ = ["FAMILIES", "Arity", "LayerSpec", "NeedsInput", "ShapeQuery", "SpecTable", "builtin_specs", "layer", "register"]

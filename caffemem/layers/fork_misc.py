@@ -34,14 +34,21 @@
   ``include/caffe/layers/``: the OCR fork's CRNN turns the CNN's N x C x H x W features
   into a W x H x N x C sequence (``transpose_param { dim: 3 dim: 2 dim: 0 dim: 1 }``)
   and reverses its time axis around the backward LSTM (``reverse_param { axis: 0 }``), as
-  in its ``examples/ocr/*/deploy.prototxt``.  (Its ``Lstm`` and ``CTCGreedyDecoder`` are
-  not modelled: ``--caffe-root`` with a ``--layers`` rule reads them.)
+  in its ``examples/ocr/*/deploy.prototxt``.
+- Lstm, CTCGreedyDecoder and WarpCTCLoss: senlinuc/caffe_ocr (81642f61) too, the rest of
+  its CRNN (``examples/ocr/resnet/ResNet-train_val.prototxt``: two bidirectional Lstm
+  pairs over the T x N x C sequence, an InnerProduct on axis 2, WarpCTCLoss against the
+  N x L label, CTCGreedyDecoder's accuracy in TEST).  ``Lstm`` is
+  ``lstm_layer_Junhyuk.cpp/.cu`` (class LstmLayer, Junhyuk Oh's LSTM; not master's
+  ``LSTM``, which the fork also has), ``CTCGreedyDecoder`` ``ctc_decoder_layer.cpp`` (no
+  .cu: it runs on the host), ``WarpCTCLoss`` ``warp_ctc_loss_layer.cpp/.cu`` with Baidu's
+  warp-ctc (``ctcpp_entrypoint.cpp``).
 """
 
 from __future__ import annotations
 
 from caffemem.graph import LayerShapes, Shape, count
-from caffemem.layers.access import Action, BlobId, LayerMemory, MemoryQuery, Reshape, Share, read, write
+from caffemem.layers.access import Action, Alloc, BlobId, LayerMemory, MemoryQuery, Reshape, Share, buffer_setup, read, write
 from caffemem.layers.blob import MAX_BLOB_AXES, axis_index, format_shape, legacy4, reshaped
 from caffemem.layers.registry import Arity, ShapeQuery, layer
 
@@ -379,3 +386,152 @@ def _reverse(q: ShapeQuery) -> LayerShapes:
     q.check(q.layer.bottoms[0] != q.layer.tops[0], "Reverse Layer does not allow in-place computation.")
     q.check(axis < len(q.bottoms[0]), f"Axis must be less than the number of axis for reversing ({axis} for {format_shape(q.bottoms[0])})")
     return LayerShapes(tops=(q.bottoms[0],))
+
+
+# --- senlinuc/caffe_ocr's Lstm, CTCGreedyDecoder, WarpCTCLoss ----------------------------------
+
+OCR_FILES = "senlinuc/caffe_ocr src/caffe/layers/{} @81642f61"
+# LstmLayer's four gates (input, forget, output, cell input), stacked on one axis.
+LSTM_GATES = 4
+# CTCDecoderLayer's accuracy top: [1, 2, 1, 1], the edit-distance and the whole-line accuracy.
+CTC_ACCURACY_VALUES = 2
+
+
+def _sequence(q: ShapeQuery, what: str) -> Shape:
+    """T x N x C read with Blob's legacy accessors (num, channels, height): 3 or 4 axes."""
+    bottom = q.bottoms[0]
+    q.check(3 <= len(bottom) <= 4, f"{what} reads its bottom as T x N x C (the legacy num, channels, height): it needs 3 or 4 axes, not {format_shape(bottom)}")
+    return bottom
+
+
+def _lstm_memory(q: MemoryQuery) -> LayerMemory:
+    """lstm_layer_Junhyuk.cpp/.cu.  LayerSetUp shapes ``c_0_``, ``h_0_``, ``c_T_``, ``h_T_``,
+    ``h_to_h_`` [N, H] and ``h_to_gate_`` [N, 4, H]; Reshape shapes ``pre_gate_`` and
+    ``gate_`` [T, N, 4, H], ``cell_`` and ``top_`` [T, N, H], points ``top_``'s data and
+    diff at the top's (ShareData, ShareDiff), and writes the ones of ``bias_multiplier_``
+    [T * N].  Forward (the CPU code first takes the top's cpu_data in a CHECK) writes the
+    top, the gates, the cells and ``h_to_gate_``, zeroes ``c_0_``/``h_0_`` (or, with a
+    second bottom, copies ``c_T_``/``h_T_`` into them), and keeps the last step in
+    ``c_T_``/``h_T_``.  Backward takes the top's diff, writes the gates' and cells' diffs
+    and ``h_to_h_``, reads ``c_T_``'s diff (never written: allocated zeros) and writes
+    ``c_0_``'s and ``h_0_``'s; each parameter's diff when param_propagate_down, the
+    bottom's diff when propagate_down."""
+    steps, num, hidden = q.tops[0]
+    state = tuple(q.buffer(name) for name in ("c_0", "h_0", "c_T", "h_T", "h_to_h"))
+    c_0, h_0, c_T, h_T, h_to_h = state
+    h_to_gate, pre_gate, gate, cell, top_ = (q.buffer(name) for name in ("h_to_gate", "pre_gate", "gate", "cell", "top_"))
+    ones = q.buffer("bias_multiplier")
+    setup: tuple[Action, ...] = tuple(Reshape(blob, (num, hidden)) for blob in state) + (Reshape(h_to_gate, (num, LSTM_GATES, hidden)),)
+    setup += (Reshape(pre_gate, (steps, num, LSTM_GATES, hidden)), Reshape(gate, (steps, num, LSTM_GATES, hidden)), Reshape(cell, (steps, num, hidden)))
+    setup += (Reshape(top_, (steps, num, hidden)), Share(top_, q.top(0), "data"), Share(top_, q.top(0), "diff"))
+    setup += buffer_setup(ones, (steps * num,), filled=True)
+    clip = len(q.bottoms) > 1
+    forward: tuple[Action, ...] = (read(q.top(0)), write(q.top(0)), read(q.bottom(0))) + ((read(q.bottom(1)),) if clip else ())
+    forward += tuple(read(q.param(j)) for j in range(3)) + (write(pre_gate), write(gate), write(cell), write(h_to_gate))
+    forward += ((read(c_T), read(h_T)) if clip else ()) + (write(c_0), write(h_0), read(ones), write(c_T), write(h_T))
+    backward: tuple[Action, ...] = (read(q.top(0)), read(q.bottom(0))) + ((read(q.bottom(1)),) if clip else ())
+    backward += (read(q.param(0)), read(q.param(1)), read(gate), read(cell), write(q.top(0), "diff"))
+    backward += (write(pre_gate, "diff"), write(gate, "diff"), write(cell, "diff"), read(c_T, "diff"), write(h_0, "diff"), write(c_0, "diff"), read(c_0), write(h_to_h))
+    for j, also in ((0, ()), (1, (read(h_0),)), (2, (read(ones),))):
+        if q.param_propagate_down[j]:
+            backward += (write(q.param(j), "diff"),) + also
+    if q.propagate_down[0]:
+        backward += (write(q.bottom(0), "diff"),)
+    return LayerMemory(setup=setup, forward=forward, backward=backward)
+
+
+@layer("Lstm", FAMILY, bottoms=Arity(1, 2), tops=Arity.exactly(1), source=OCR_FILES.format("lstm_layer_Junhyuk.cpp/.cu, include/caffe/layers/lstm_layer_Junhyuk.hpp"), memory=_lstm_memory)
+def _lstm(q: ShapeQuery) -> LayerShapes:
+    """T x N x I in, T x N x num_output out; weights [4H, I] (input), [4H, H] (hidden) and a
+    bias [4H].  I is the bottom's axis 2 (``shape(2)``; the gemms read T * N * I values).
+    A second bottom holds the sequence-continuation flags: Forward CHECKs its num equal to
+    its count."""
+    steps, num, inputs = _sequence(q, "Lstm")[:3]
+    hidden = q.proto.lstm_param.num_output
+    q.check(hidden > 0, "lstm_param.num_output must be positive (the number of hidden units)")
+    if len(q.bottoms) > 1:
+        flags = q.bottoms[1]
+        q.check(flags[:1] == (count(flags),), f"the second bottom (the continuation flags) must have its whole count on axis 0 (CHECK_EQ(num, count)), not {format_shape(flags)}")
+    params = ((LSTM_GATES * hidden, inputs), (LSTM_GATES * hidden, hidden), (LSTM_GATES * hidden,))
+    return LayerShapes(tops=((steps, num, hidden),), params=params)
+
+
+def _ctc_decoder_memory(q: MemoryQuery) -> LayerMemory:
+    """ctc_decoder_layer.cpp (no .cu: Forward and Backward run on the host).  Forward reads
+    the scores (Decode) and writes the top: the decoded sequences, or, with the label as
+    second bottom, the accuracy from the label's data.  Backward does nothing."""
+    reads = tuple(read(q.bottom(i)) for i in range(len(q.bottoms)))
+    return LayerMemory(forward=reads + (write(q.top(0)),))
+
+
+@layer(
+    "CTCGreedyDecoder",
+    FAMILY,
+    bottoms=Arity(1, 3),
+    tops=Arity(1, 3),
+    source=OCR_FILES.format("ctc_decoder_layer.cpp, include/caffe/layers/ctc_decoder_layer.hpp"),
+    memory=_ctc_decoder_memory,
+    gpu="none",
+)
+def _ctc_greedy_decoder(q: ShapeQuery) -> LayerShapes:
+    """T x N x C scores -> the best class per step, merged.  The fork's LayerSetUp knows
+    two uses: scores alone -> the sequences [N, T, 1, 1] (-1 after each one's end); scores
+    and the N x L label -> the accuracy [1, 2, 1, 1] (1 - mean edit distance, whole lines
+    right).  Other bottom/top counts leave its extra tops never shaped: refused here."""
+    steps, num = _sequence(q, "CTCGreedyDecoder")[:2]
+    uses = {(1, 1): (num, steps, 1, 1), (2, 1): (1, CTC_ACCURACY_VALUES, 1, 1)}
+    key = (len(q.bottoms), len(q.layer.tops))
+    q.check(key in uses, f"{key[0]} bottom(s) and {key[1]} top(s): the fork's CTCGreedyDecoder shapes only scores -> sequences (1, 1) and scores, label -> accuracy (2, 1)")
+    return LayerShapes(tops=(uses[key],))
+
+
+def _warp_ctc_workspace(q: MemoryQuery) -> int:
+    """get_workspace_size (ctcpp_entrypoint.cpp) in bytes for the 2-bottom use, with maxT =
+    T and maxL at its most, the label's L (the non-blank labels of the longest line: data).
+    S = 2 maxL + 1.  CPU: per item C + S T + S values and 3 S ints, plus C T N values.  GPU:
+    2 N values, 4 N ints, maxL N and S N ints, S T N + T N + C T N values."""
+    steps, num, classes = q.bottoms[0][:3]
+    longest = q.bottoms[1][1] if len(q.bottoms[1]) > 1 else 1
+    s = 2 * longest + 1
+    value = 4  # a float (Dtype) or an int
+    if q.device == "gpu":
+        return value * (2 * num + 4 * num + longest * num + s * num + s * steps * num + steps * num + classes * steps * num)
+    return value * (num * (classes + s * steps + s + 3 * s) + classes * steps * num)
+
+
+def _warp_ctc_loss_memory(q: MemoryQuery) -> LayerMemory:
+    """warp_ctc_loss_layer.cpp/.cu.  Forward reads the scores and the label (on the host
+    in both), writes the scores' *diff* (warp-ctc computes the gradients with the loss),
+    allocates the workspace, a bare SyncedMemory of get_workspace_size bytes (host or
+    card, as the run), and writes the loss.  Backward only CHECKs propagate_down.  The
+    workspace's size follows the longest label line, data caffemem cannot see: it is
+    counted at the label's full length L, an upper bound, and a note says so."""
+    workspace = q.buffer("workspace")
+    size = _warp_ctc_workspace(q)
+    forward = (read(q.bottom(0)), read(q.bottom(1), side="host"), write(q.bottom(0), "diff"), Alloc(workspace, size // 4, device=q.device == "gpu"), write(q.top(0), side="host"))
+    note = f"layer '{q.layer.name}' (WarpCTCLoss): its warp-ctc workspace ({size} B) is counted for labels of {q.bottoms[1][1] if len(q.bottoms[1]) > 1 else 1} non-blank classes, the most the label holds; shorter lines take less"
+    return LayerMemory(forward=forward, notes=(note,))
+
+
+@layer(
+    "WarpCTCLoss",
+    FAMILY,
+    bottoms=Arity(2, 4),
+    tops=Arity.exactly(1),
+    auto_top=True,
+    no_force_backward=(1, 2, 3),
+    source=OCR_FILES.format("warp_ctc_loss_layer.cpp/.cu, ctcpp_entrypoint.cpp, include/caffe/layers/warp_ctc_loss_layer.hpp"),
+    memory=_warp_ctc_loss_memory,
+)
+def _warp_ctc_loss(q: ShapeQuery) -> LayerShapes:
+    """CTC loss of T x N x C scores (width 1) against the N x L label: a scalar.
+
+    LayerSetUp CHECKs width() == 1 and the label's num == N.  Only the 2-bottom form of
+    the fork's nets is modelled (3 and 4 bottoms take sequence indicators or lengths).
+    """
+    steps, num = _sequence(q, "WarpCTCLoss")[:2]
+    q.check(len(q.bottoms[0]) == 3 or q.bottoms[0][3] == 1, f"the scores {format_shape(q.bottoms[0])} must have width 1 (CHECK_EQ(probs->width(), 1))")
+    q.check(len(q.bottoms) == 2, f"{len(q.bottoms)} bottoms: caffemem models the fork's 2-bottom WarpCTCLoss (scores, label), as its nets use it")
+    label = q.bottoms[1]
+    q.check(bool(label) and label[0] == num, f"the label {format_shape(label)} must have the scores' N = {num} on axis 0 (CHECK_EQ(N_, label_seq->num()))")
+    return LayerShapes(tops=((),))

@@ -70,6 +70,9 @@ class SourceRecord:
     boxes: int | None = None
     # transform_param.mean_file's blob as DataTransformer loads it: C, H, W (Blob::LegacyShape 1-3).
     mean: tuple[int, int, int] | None = None
+    # C3D-v1.0's blob files (util/image_io.cpp load_blob_from_binary): the first file's
+    # header, N, C, L, H, W.
+    volume: tuple[int, int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)

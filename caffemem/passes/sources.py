@@ -27,6 +27,9 @@ What Caffe reads, and so what is read here (BVLC master):
 - AnnotatedData (weiliu89/caffe ssd annotated_data_layer.cpp): as Data, an AnnotatedDatum.
 - the forks' image-and-label-map lists (SegNet's DenseImageData, HED's ImageLabelmapData,
   DeepLab's ImageSegData): the first image of the list, as ImageData reads it.
+- C3D-v1.0's video-to-video data (VideoWithVoxelTruthData, VideoSegmentationData): the
+  list's first word names a blob file whose header is five int32, N, C, L, H, W
+  (util/image_io.cpp load_blob_from_binary, load_blob_from_uint8_binary).
 - the mean file (data_transformer.cpp): ``transform_param.mean_file``, a BlobProto.
 
 Only what SetUp needs is read: the first record of a database, the first line of a list,
@@ -45,6 +48,7 @@ import functools
 import importlib
 import io
 import os
+import struct
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -356,6 +360,21 @@ def _head_tokens(source: str, resolve: Callable[[str], str]) -> tuple[str, list[
         raise _Unreadable(f"{path}: {error.strerror}") from None
 
 
+def _first_listed(source: str, resolve: Callable[[str], str], kind: str, empty: str) -> tuple[str, str] | None:
+    """The first word of a list read with ``>>`` and its resolved path: None when the list
+    does not exist; an empty list is unreadable (``empty`` says what Caffe does), a
+    missing first file is absent (the request for --input names it)."""
+    path, names = _head_tokens(source, resolve)
+    if names is None:
+        return None
+    if not names:
+        raise _Unreadable(f"the list {path} names no file ({empty})")
+    file = resolve(names[0])
+    if not os.path.isfile(file):
+        raise _Absent(f"the first {kind} {names[0]} that {source} lists does not exist")
+    return names[0], file
+
+
 def _read_window_file(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
     """WindowData (window_data_layer.cpp DataLayerSetUp): the first image record of the
     window file: ``# index``, path, channels, height, width."""
@@ -382,14 +401,10 @@ def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord |
     """HDF5Data (hdf5_data_layer.cpp LayerSetUp, LoadHDF5FileData): the first file the list
     names, and in it the dataset of each top's name (its shape, no data)."""
     source = proto.hdf5_data_param.source
-    path, names = _head_tokens(source, resolve)
-    if names is None:
+    first = _first_listed(source, resolve, "file", "Caffe stops: \"Must have at least 1 HDF5 filename listed\"")
+    if first is None:
         return None
-    if not names:
-        raise _Unreadable(f"the list {path} names no file (Caffe stops: \"Must have at least 1 HDF5 filename listed\")")
-    file = resolve(names[0])
-    if not os.path.isfile(file):
-        raise _Absent(f"the first file {names[0]} that {source} lists does not exist")
+    listed, file = first
     h5py = _library("h5py")
     datasets: dict[str, Shape] = {}
     try:
@@ -401,8 +416,35 @@ def _read_hdf5_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord |
                 datasets[top] = tuple(int(d) for d in node.shape)
     except OSError as error:
         raise _Unreadable(f"{file} is not an HDF5 file ({error})") from None
-    what = "first file " + names[0] + ": " + ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in datasets.items())
+    what = "first file " + listed + ": " + ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in datasets.items())
     return SourceRecord(source, what, tuple(range(len(proto.top))), datasets=datasets)
+
+
+# ---- C3D-v1.0's blob files ----------------------------------------------------------------
+
+# load_blob_from_binary's header: n, c, l, h, w, each fread as a native int (little-endian
+# on the x86 machines C3D ran on).
+_VOLUME_HEADER = struct.Struct("<5i")
+
+
+def _read_volume_list(proto: Any, resolve: Callable[[str], str]) -> SourceRecord | None:
+    """facebook/C3D C3D-v1.0 video_with_voxel_truth_data_layer.cpp and
+    video_segmentation_data_layer.cpp SetUp: ``infile >> filename`` over
+    image_data_param.source, then the first file's blob (util/image_io.cpp: five int32,
+    N, C, L, H, W, then the values, floats or bytes).  Only the header is read."""
+    source = proto.image_data_param.source
+    first = _first_listed(source, resolve, "blob file", "Caffe reads file_list_[0] of an empty list")
+    if first is None:
+        return None
+    listed, file = first
+    with open(file, "rb") as stream:
+        head = stream.read(_VOLUME_HEADER.size)
+    if len(head) < _VOLUME_HEADER.size:
+        raise _Unreadable(f"{file} is not a C3D blob file: {len(head)} bytes, shorter than its header (n, c, l, h, w: five int32)")
+    volume = _VOLUME_HEADER.unpack(head)
+    what = f"first blob file {listed}: {'x'.join(map(str, volume))}"
+    crop = proto.image_data_param.crop_size
+    return SourceRecord(source, what + (f", crop_size {crop}" if crop else ""), (0, 1), volume=volume)
 
 
 # ---- the mean file ----------------------------------------------------------------------
@@ -450,4 +492,5 @@ READERS: dict[str, Callable[[Any, Callable[[str], str]], SourceRecord | None]] =
     "hdf5_list": _read_hdf5_list,
     "image_pair_list": _image_pair_list("image_data_param"),
     "dense_image_pair_list": _image_pair_list("dense_image_data_param"),
+    "volume_list": _read_volume_list,
 }

@@ -96,6 +96,12 @@ V1_LAYER_TYPE_NAMES: dict[str, str] = {
     "POOLING3D": "Pooling3D",
     "VIDEO_DATA": "VideoData",
     "DECONVOLUTION3D": "Deconvolution3D",
+    # C3D-v1.0's video-to-video layers (examples/v2v), which C3D-v1.1 dropped: named after
+    # their classes (layers/fork_v2v.py).
+    "VIDEO_WITH_VOXEL_TRUTH_DATA": "VideoWithVoxelTruthData",
+    "VIDEO_SEGMENTATION_DATA": "VideoSegmentationData",
+    "VOXEL_SOFTMAX": "VoxelWiseSoftmax",
+    "VOXEL_SOFTMAX_LOSS": "VoxelWiseSoftmaxWithLoss",
 }
 
 # Caffe's UpgradeV0LayerType: V0 type string -> V1 enum name.  "padding" is not here:

@@ -158,6 +158,10 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("LayerParameter", "normalize_param", 214, HAPPYNEAR),
     _f("LayerParameter", "transpose_param", 8266710, OCR),
     _f("LayerParameter", "reverse_param", 160, OCR),
+    _f("LayerParameter", "ctc_decoder_param", 158, OCR),
+    _f("LayerParameter", "ctc_loss_param", 159, OCR),
+    _f("LayerParameter", "lstm_param", 8267711, OCR, 8266711, "LayerParameter.roi_pooling_param (rbgirshick/caffe-fast-rcnn)"),
+    _f("CTCLossParameter", "expose_hidden", 1005, OCR, 5, "CTCLossParameter.loss_calculation_t: the fork numbers both 5"),
     _f("LayerParameter", "relu6_param", 211, MOBILEYOLO, 211,
        "the Caffe-ReLU6 ports use 100000 with a ReLU6Parameter holding only "
        "negative_slope = 1 (same text)"),
@@ -312,6 +316,12 @@ FORK_ENUM_VALUES: tuple[ForkEnumValue, ...] = (
     ForkEnumValue("V1LayerParameter.LayerType", "POOLING3D", 1031, C3D_V10, 31, "V1 THRESHOLD"),
     ForkEnumValue("V1LayerParameter.LayerType", "VIDEO_DATA", 1033, C3D_V10, 33, "V1 SLICE"),
     ForkEnumValue("V1LayerParameter.LayerType", "DECONVOLUTION3D", 1034, C3D_V10, 34, "V1 MVN"),
+    # C3D-v1.0's video-to-video (V2V) layers (examples/v2v): 35-38 are master's ABSVAL, SILENCE,
+    # CONTRASTIVE_LOSS and EXP.
+    ForkEnumValue("V1LayerParameter.LayerType", "VIDEO_SEGMENTATION_DATA", 1035, C3D_V10, 35, "V1 ABSVAL"),
+    ForkEnumValue("V1LayerParameter.LayerType", "VOXEL_SOFTMAX", 1036, C3D_V10, 36, "V1 SILENCE"),
+    ForkEnumValue("V1LayerParameter.LayerType", "VOXEL_SOFTMAX_LOSS", 1037, C3D_V10, 37, "V1 CONTRASTIVE_LOSS"),
+    ForkEnumValue("V1LayerParameter.LayerType", "VIDEO_WITH_VOXEL_TRUTH_DATA", 1038, C3D_V10, 38, "V1 EXP"),
     # DeepLab v1's V1 layer types (the V1 upgrade maps them to its V2 type names).
     ForkEnumValue("V1LayerParameter.LayerType", "IMAGE_SEG_DATA", 1039, DEEPLAB1, 39, "V1LayerParameter.DECONVOLUTION"),
     ForkEnumValue("V1LayerParameter.LayerType", "SEG_ACCURACY", 40, DEEPLAB1, 40),
@@ -372,6 +382,9 @@ FORK_MESSAGES: Dict[str, str] = {
     "HappynearNormalizeParameter": HAPPYNEAR,  # its NormalizeParameter (ssd has one of that name)
     "TransposeParameter": OCR,
     "ReverseParameter": OCR,
+    "CTCDecoderParameter": OCR,
+    "CTCLossParameter": OCR,
+    "LSTMParameter": OCR,
 }
 FORK_MESSAGES.update({name: SSD for name in _SSD_MESSAGES})
 
@@ -462,8 +475,7 @@ FORK_ONLY_SCOPED_NAMES: dict[tuple[str, str], str] = {
     **dict.fromkeys((("LayerParameter.type", t) for t in ("Correlation", "FlowWarp", "DataAugmentation", "L1Loss")), _FLOWNET),
     **{
         ("V1LayerParameter.LayerType", name): _C3D_V10_TYPE
-        for name in ("VOLUME_DATA", "VIDEO_SEGMENTATION_DATA", "VOXEL_SOFTMAX", "VOXEL_SOFTMAX_LOSS",
-                     "VIDEO_WITH_VOXEL_TRUTH_DATA", "VOXEL_CUSTOM_LOSS", "DOWN_SAMPLING")
+        for name in ("VOLUME_DATA", "VOXEL_CUSTOM_LOSS", "DOWN_SAMPLING")
     },
 }
 

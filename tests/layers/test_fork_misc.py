@@ -1,5 +1,5 @@
-"""Gram (happynear/caffe-windows), Gather (synopsys-caffe's tf.gather, PSPNet's MPI gather)
-and DenseBlock (Tongcheng/caffe) from caffemem/layers/fork_misc.py: shapes and bytes worked
+"""Gram (happynear/caffe-windows), Gather (synopsys-caffe's tf.gather, PSPNet's MPI gather),
+DenseBlock (Tongcheng/caffe) and senlinuc/caffe_ocr's CRNN layers from caffemem/layers/fork_misc.py: shapes and bytes worked
 out by hand from each repository's source (named in the comments), and planned nets.
 
 Bytes: float32, 4 bytes a value; a Blob's shape buffer is 4 bytes an axis.
@@ -260,7 +260,7 @@ def test_reverse_memory(memory_of):
 
 
 # The tail of senlinuc/caffe_ocr examples/ocr/resnet/deploy.prototxt (81642f61), its LSTMs
-# (Junhyuk's Lstm, not modelled) left out: pool5 features -> W x H x N x C -> a sequence
+# left out (CRNN below has them): pool5 features -> W x H x N x C -> a sequence
 # and its reverse, joined, scored per step.
 OCR_TAIL = """name: "ocr-tail"
 force_backward: true
@@ -283,3 +283,103 @@ def test_the_ocr_tail_shapes_and_plans(shape_of, tmp_path):
     # 2 x 32 x 1 x 12 -> 12 x 1 x 2 x 32 -> T=12, N=2, 32 -> both directions: 64 -> 10 classes
     assert (blobs["pool5_ave_transpose"], blobs["blstm_input"], blobs["blstm1"], blobs["fc1x"]) == ((12, 1, 2, 32), (12, 2, 32), (12, 2, 64), (12, 2, 10))
     check_plans(tmp_path, OCR_TAIL)
+
+
+# --- senlinuc/caffe_ocr's Lstm, CTCGreedyDecoder, WarpCTCLoss (81642f61) ---------------------
+
+LSTM = 'type: "Lstm" bottom: "x" top: "h" lstm_param {{ num_output: {h} }}'
+
+
+def test_lstm_shapes_and_parameters(shape_of):
+    # lstm_layer_Junhyuk.cpp: T x N x I -> T x N x H; weights [4H, I], [4H, H], bias [4H]
+    got = shape_of(LSTM.format(h=256), (35, 2, 512))
+    assert got.tops == ((35, 2, 256),) and got.params == ((1024, 512), (1024, 256), (1024,))
+    # a second bottom (continuation flags) must keep its count on axis 0
+    assert shape_of('type: "Lstm" bottom: "x" bottom: "c" top: "h" lstm_param { num_output: 4 }', (5, 2, 3), (10,)).tops == ((5, 2, 4),)
+    with pytest.raises(CaffememError, match=r"CHECK_EQ\(num, count\)"):
+        shape_of('type: "Lstm" bottom: "x" bottom: "c" top: "h" lstm_param { num_output: 4 }', (5, 2, 3), (5, 2))
+    with pytest.raises(CaffememError, match="3 or 4 axes"):
+        shape_of(LSTM.format(h=4), (10, 3))
+    with pytest.raises(CaffememError, match="num_output must be positive"):
+        shape_of('type: "Lstm" bottom: "x" top: "h"', (5, 2, 3))
+
+
+def test_lstm_memory(memory_of):
+    # x (T=3, N=2, I=4), H=5.  SetUp: h's shape 12; the weights (20,4) 8 + 320, (20,5) 8 + 400
+    # and bias (20) 4 + 80 (filled); c_0_, h_0_, c_T_, h_T_, h_to_h_ (2,5) shapes 5 * 8;
+    # h_to_gate_ (2,4,5) 12; pre_gate_, gate_ (3,2,4,5) 16 each; cell_ 12; top_ 12 (its data
+    # and diff are h's); bias_multiplier_ (6) 4 + 24 of ones: 968.
+    # Forward: h 120, pre_gate_ 480, gate_ 480, cell_ 120, h_to_gate_ 160, c_0_, h_0_ 40 each,
+    # c_T_, h_T_ 40 each: 1520.  Backward: h's diff 120, pre_gate_'s and gate_'s diffs 480
+    # each, cell_'s 120, c_T_'s diff read 40, h_0_'s and c_0_'s diffs 40 each, h_to_h_ 40, the
+    # three parameter diffs 800, x's diff 96: 2256.
+    body = 'layer { name: "lstm" type: "Lstm" bottom: "x" top: "h" lstm_param { num_output: 5 weight_filler { type: "gaussian" } } }'
+    got = memory_of(body, {"x": (3, 2, 4)})["lstm"]
+    assert (got.init, got.fwd_alloc, got.bwd_alloc) == (968, 1520, 2256)
+
+
+def test_ctc_greedy_decoder_shapes(shape_of):
+    # ctc_decoder_layer.cpp LayerSetUp/Reshape: scores alone -> sequences (N, T, 1, 1);
+    # scores and label -> accuracy (1, 2, 1, 1)
+    assert shape_of('type: "CTCGreedyDecoder" bottom: "x" top: "seq"', (35, 2, 5990)).tops == ((2, 35, 1, 1),)
+    assert shape_of('type: "CTCGreedyDecoder" bottom: "x" bottom: "l" top: "acc"', (35, 2, 5990), (2, 10)).tops == ((1, 2, 1, 1),)
+    with pytest.raises(CaffememError, match="shapes only"):
+        shape_of('type: "CTCGreedyDecoder" bottom: "x" top: "seq" top: "score"', (35, 2, 5990))
+    with pytest.raises(CaffememError, match="3 or 4 axes"):
+        shape_of('type: "CTCGreedyDecoder" bottom: "x" top: "seq"', (35, 2, 1, 5990, 1))
+
+
+def test_ctc_greedy_decoder_memory(memory_of):
+    # TEST, no .cu: Forward reads both bottoms on the host and writes acc (1,2,1,1): shape 16, 8
+    got = memory_of('layer { name: "acc" type: "CTCGreedyDecoder" bottom: "x" bottom: "t" top: "acc" }', {"x": (4, 2, 7), "t": (2, 5)}, phase="TEST", force_backward=False)["acc"]
+    assert (got.init, got.fwd_alloc, got.bwd_alloc) == (16, 8, 0)
+
+
+def test_warp_ctc_loss_shapes(shape_of):
+    assert shape_of('type: "WarpCTCLoss" bottom: "x" bottom: "l" top: "loss"', (35, 2, 5990), (2, 10)).tops == ((),)
+    with pytest.raises(CaffememError, match="axis 0"):
+        shape_of('type: "WarpCTCLoss" bottom: "x" bottom: "l" top: "loss"', (35, 2, 5990), (3, 10))
+    with pytest.raises(CaffememError, match="width 1"):
+        shape_of('type: "WarpCTCLoss" bottom: "x" bottom: "l" top: "loss"', (35, 2, 5990, 2), (2, 10))
+
+
+def test_warp_ctc_loss_memory_counts_the_workspace_at_the_longest_label(memory_report):
+    # x (T=4, N=2, C=7), label (2, 5): S = 2*5 + 1 = 11.  ctcpp_entrypoint.cpp, CPU: per item
+    # C + S*T + S + 3*S = 7 + 44 + 11 + 33 = 95, times N = 190, plus C*T*N = 56: 246 * 4 = 984.
+    # SetUp: the loss weight in the top's diff, 4.  Forward: x's diff (warp-ctc writes the
+    # gradient there) 224, the workspace 984, the loss 4.  Backward: nothing.
+    report = memory_report('layer { name: "loss" type: "WarpCTCLoss" bottom: "x" bottom: "t" }', {"x": (4, 2, 7), "t": (2, 5)})
+    got = {layer.name: layer for layer in report.layers}["loss"]
+    assert (got.init, got.fwd_alloc, got.bwd_alloc) == (4, 224 + 984 + 4, 0)
+    assert any("workspace (984 B)" in note for note in report.notes)
+
+
+# senlinuc/caffe_ocr examples/ocr/resnet/ResNet-train_val.prototxt's CRNN head (81642f61), cut
+# down: the features become a T x N x C sequence, a bidirectional Lstm (the backward one
+# between two Reverses), joined, scored per step, WarpCTCLoss in both phases, the greedy
+# decoder's accuracy in TEST.
+CRNN = """name: "ResNet-18-train"
+layer { name: "data" type: "Input" top: "pool5_ave" top: "label" input_param { shape { dim: 2 dim: 8 dim: 1 dim: 6 } shape { dim: 2 dim: 4 } } }
+layer { name: "pool5_ave_transpose" type: "Transpose" bottom: "pool5_ave" top: "pool5_ave_transpose" transpose_param { dim: 3 dim: 2 dim: 0 dim: 1 } }
+layer { name: "blstm_input" type: "Reshape" bottom: "pool5_ave_transpose" top: "blstm_input" reshape_param { shape { dim: -1 } axis: 1 num_axes: 2 } }
+layer { name: "lstm1" type: "Lstm" bottom: "blstm_input" top: "lstm1" lstm_param { num_output: 5 weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "constant" } } }
+layer { name: "lstm1-reverse1" type: "Reverse" bottom: "blstm_input" top: "rlstm1_input" reverse_param { axis: 0 } }
+layer { name: "rlstm1" type: "Lstm" bottom: "rlstm1_input" top: "rlstm1-output" lstm_param { num_output: 5 weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "constant" } } }
+layer { name: "lstm1-reverse2" type: "Reverse" bottom: "rlstm1-output" top: "rlstm1" reverse_param { axis: 0 } }
+layer { name: "blstm1" type: "Concat" bottom: "lstm1" bottom: "rlstm1" top: "blstm1" concat_param { axis: 2 } }
+layer { name: "fc1x" type: "InnerProduct" bottom: "blstm1" top: "fc1x" inner_product_param { axis: 2 num_output: 9 weight_filler { type: "xavier" } } }
+layer { name: "ctcloss" type: "WarpCTCLoss" bottom: "fc1x" bottom: "label" top: "ctcloss" loss_weight: 1 }
+layer { name: "acc" type: "CTCGreedyDecoder" bottom: "fc1x" bottom: "label" top: "acc" include { phase: TEST } }
+"""
+
+
+def test_the_crnn_shapes_and_plans(tmp_path):
+    from caffemem.api.analyze import Options, analyze
+
+    net = tmp_path / "crnn.prototxt"
+    net.write_text(CRNN)
+    train = analyze(str(net), Options(phase="TRAIN")).nets[0].blobs
+    # 2 x 8 x 1 x 6 -> 6 x 1 x 2 x 8 -> T=6, N=2, 8 -> Lstm 5 each way -> 10 -> 9 classes
+    assert (train["blstm_input"], train["lstm1"], train["blstm1"], train["fc1x"], train["ctcloss"]) == ((6, 2, 8), (6, 2, 5), (6, 2, 10), (6, 2, 9), ())
+    assert analyze(str(net), Options(phase="TEST")).nets[0].blobs["acc"] == (1, 2, 1, 1)
+    check_plans(tmp_path, CRNN)

@@ -95,18 +95,18 @@ def test_fork_field_lookup_prefers_the_message_specific_entry():
     assert "flownet2" in fork_defining("LayerParameter", "correlation_param")
     assert fork_defining("ConvolutionParameter", "kernel_sise") is None
     # an enum value: C3D-v1.0's voxel layers, which caffemem does not model
-    assert "C3D-v1.0" in fork_defining("V1LayerParameter.LayerType", "VOXEL_SOFTMAX_LOSS")
+    assert "C3D-v1.0" in fork_defining("V1LayerParameter.LayerType", "VOXEL_CUSTOM_LOSS")
     assert fork_defining("V1LayerParameter.LayerType", "hole") is None
 
 
 def test_unknown_v1_type_of_c3d_names_the_fork(tmp_path):
-    # facebook/C3D C3D-v1.0/examples/v2v/ucf101_optical_flow/deconv3d_ucf101_brox.prototxt's data layer
-    text = 'name: "v2v"\nlayers {\n  name: "data"\n  type: VIDEO_WITH_VOXEL_TRUTH_DATA\n  top: "data"\n}\n'
+    # facebook/C3D C3D-v1.0's VOLUME_DATA (volume_data_layer.cpp: LevelDB volumes), not modelled
+    text = 'name: "c3d"\nlayers {\n  name: "data"\n  type: VOLUME_DATA\n  top: "data"\n}\n'
     with pytest.raises(CaffememError) as caught:
-        load(write(tmp_path, "v2v.prototxt", text))
+        load(write(tmp_path, "c3d.prototxt", text))
     message = str(caught.value)
     assert ":4:" in message and "layer 'data'" in message
-    assert "unknown value VIDEO_WITH_VOXEL_TRUTH_DATA for enum V1LayerParameter.LayerType: it belongs to facebook/C3D C3D-v1.0" in message
+    assert "unknown value VOLUME_DATA for enum V1LayerParameter.LayerType: it belongs to facebook/C3D C3D-v1.0" in message
 
 
 def test_unknown_layer_type_of_a_known_fork_names_it(tmp_path):
