@@ -2,6 +2,7 @@
 made by `gpu_groundtruth.py run-bundle`) beside caffemem's figures for the same net.
 
     python benchmarks/gpu_measured.py [ARCHIVE] [--json OUT] [--nets SUBSTRING ...]
+    python benchmarks/gpu_measured.py [ARCHIVE] --readme-table   # the README's table
 
 For each run it reads the probe's counts and asks the model the same question:
 - Caffe's own allocations: every byte the probe counted at Caffe's cudaMalloc sites
@@ -154,12 +155,47 @@ def handle_fit(table: Sequence[Row]) -> tuple[float, float, float]:
     return slope, min(rests), max(rests)
 
 
+#: The nets of the README's "Measured on the card" table: (ground-truth file, phase, label).
+README_NETS = (
+    ("resnet__ResNet-50-deploy.json", "TEST", "ResNet-50 deploy (TEST, batch 1)"),
+    ("bvlc_googlenet__train_val.json", "TRAIN", "GoogLeNet train_val (TRAIN, batch 32)"),
+    ("bvlc_alexnet__train_val.json", "TRAIN", "AlexNet train_val (TRAIN, batch 256)"),
+    ("places365__train_val_vgg16.json", "TRAIN", "VGG16 Places365 (TRAIN)"),
+    ("fcn_voc-fcn8s__train.json", "TRAIN", "FCN-8s (TRAIN)"),
+    ("squeezenet_v1.0__train_val.json", "TRAIN", "SqueezeNet 1.0 (TRAIN)"),
+    ("hed__train_val.json", "TRAIN", "HED (TRAIN)"),
+    ("bvlc_examples_cifar10__cifar10_quick.json", "TEST", "cifar10_quick deploy (TEST)"),
+)
+
+
+def readme_table(summary: dict) -> str:
+    """The README's table of what the card held, stock and under both plans (MiB): counted
+    at Caffe's allocation sites (peak) and total minus free at the end."""
+    runs = {(r["config"], r["file"], r["phase"]): r for r in summary["runs"] if r["ok"]}
+    lines = [
+        "| net | counted: stock | blob plan | `--share-buffers` | on the card: stock | blob plan | `--share-buffers` |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for file, phase, label in README_NETS:
+        stock, blobs, buffers = (runs[(config, file, phase)] for config in ("stock", "patched", "patched-buffers"))
+        cells = []
+        for key in ("device_peak", "device_used"):
+            cells += [f"{stock[key] / MIB:,.1f}", f"{blobs[key] / MIB:,.1f}", f"{buffers[key] / MIB:,.1f} ({buffers[key] / stock[key]:.2f}×)"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("archive", nargs="?", type=Path, default=ARCHIVE)
     parser.add_argument("--json", type=Path, help="write every row and the fit here")
     parser.add_argument("--nets", nargs="*", default=(), help="only the files whose name contains one of these")
+    parser.add_argument("--readme-table", action="store_true", help="print the README's table of this measurement and stop")
     args = parser.parse_args(argv)
+    if args.readme_table:
+        with tarfile.open(args.archive) as tar:
+            print(readme_table(json.load(tar.extractfile("gpu-groundtruth/summary.json"))))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         root = unpack(args.archive, Path(tmp))
         table = []

@@ -420,7 +420,36 @@ def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
         notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(copying)}")
     if sharing:
         notes.append(f"no GPU code, nothing copied (the top shares memory already there): {', '.join(sharing)}")
-    return tuple(notes)
+    return tuple(notes) + _grouped_handles_note(run)
+
+
+# Said when the handles of grouped cuDNN convolutions hold at least this much of the card.
+GROUPED_HANDLES_NOTE_BYTES = 1024 * 1024 * 1024
+
+
+def _grouped_handles_note(run: Run) -> tuple[str, ...]:
+    """BVLC's cuDNN convolution creates CUDNN_STREAMS_PER_GROUP handles (and streams) for
+    every group (cudnn_conv_layer.cpp LayerSetUp), so a depthwise convolution of C channels
+    asks for 3C of them, each holding CUDNN_HANDLE on the card as measured.  Where that
+    reaches a GiB, say which layers and what Caffe's own engine (no handle, im2col instead)
+    would change: the user's fix, one field per layer."""
+    grouped = [
+        (layer.name, rule.cudnn_handles)
+        for layer, rule in zip(run.shaped.graph.layers, run.rules)
+        if layer.type in ("Convolution", "Deconvolution") and rule.cudnn_handles > 3
+    ]
+    handles = sum(count for _, count in grouped)
+    if handles * CUDNN_HANDLE.bytes < GROUPED_HANDLES_NOTE_BYTES:
+        return ()
+    from caffemem.units import format_size, plural
+
+    first = grouped[0][0]
+    more = f" and {plural(len(grouped) - 1, 'more')}" if len(grouped) > 1 else ""
+    return (
+        f"grouped cuDNN convolutions ('{first}'{more}) create 3 cuDNN handles per group: {handles:,} handles, "
+        f"{format_size(handles * CUDNN_HANDLE.bytes)} on the card at {format_size(CUDNN_HANDLE.bytes)} each as measured; "
+        "'engine: CAFFE' in their convolution_param (or --engine caffe to see the figure) creates none",
+    )
 
 
 def gpu_caveat(device: DeviceReport) -> str:

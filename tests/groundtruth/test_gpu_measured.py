@@ -124,3 +124,8 @@ def test_plans_computed_the_outputs_of_stock_caffe_but_openposes():
         assert _differing(summary, config, "outputs") == {("openpose__pose_deploy_linevec", "TEST")}
         assert _differing(summary, config, "param_diffs") == _differing(summary, "stock-again", "param_diffs")
     assert summary["bit_identical"] == {"patched": [35, 46], "patched-buffers": [35, 46], "stock-again": [36, 46]}
+
+
+def test_the_readmes_table_is_the_first_measurement():
+    table = gpu_measured.readme_table(_summary(gpu_measured.ARCHIVE))
+    assert table in (REPO / "README.md").read_text()

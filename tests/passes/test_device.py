@@ -291,3 +291,22 @@ def test_a_process_shares_the_main_threads_handles_between_its_nets():
     # 12 cuDNN handles x 9,977,633 B + 2 further threads' cuBLAS and cuRAND x 71,303,168 B
     # (the main thread's are in the context constant), as measured on an H100
     assert handle_bytes(both) == 12 * 9_977_633 + 2 * 71_303_168
+
+
+DEPTHWISE = """name: "dw"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 128 dim: 8 dim: 8 } } }
+layer { name: "conv_dw" type: "Convolution" bottom: "data" top: "conv_dw"
+  convolution_param { num_output: 128 group: 128 kernel_size: 3 pad: 1 ENGINE } }
+"""
+
+
+def test_grouped_cudnn_convolutions_holding_a_gib_of_handles_are_named_with_the_fix():
+    # A depthwise convolution of 128 channels: 3 cuDNN handles per group (cudnn_conv_layer.cpp),
+    # 384 handles x 9,977,633 B = 3.57 GiB on the card, as measured on an H100.
+    device = analyze(DEPTHWISE.replace("ENGINE", ""), Options(device="gpu")).nets[0].device
+    assert device.handles.cudnn == 384 and device.device_by_cause["library_handles"] == 384 * CUDNN_HANDLE.bytes
+    (note,) = [note for note in device.notes if note.startswith("grouped cuDNN convolutions")]
+    assert note.startswith("grouped cuDNN convolutions ('conv_dw') create 3 cuDNN handles per group: 384 handles, 3.57 GiB on the card")
+    assert "'engine: CAFFE' in their convolution_param" in note
+    caffe = analyze(DEPTHWISE.replace("ENGINE", "engine: CAFFE"), Options(device="gpu")).nets[0].device
+    assert caffe.handles.cudnn == 0 and not any(note.startswith("grouped cuDNN") for note in caffe.notes)
