@@ -138,7 +138,7 @@ def rows(root: Path, only: Sequence[str] = ()) -> Iterator[Row]:
             file=run["file"],
             phase=run["phase"],
             card=card_figures(probe, run),
-            model_caffe_bytes=device.device_bytes - device.device_by_cause["cuda_context"] - device.device_by_cause.get("library_handles", 0) - device.workspace_bytes_max,
+            model_caffe_bytes=device.device_bytes_min - device.device_by_cause["cuda_context"] - device.device_by_cause["library_handles"],
             workspace_bound=device.workspace_bytes_max,
             cudnn_handles=device.handles.cudnn,
             plan_as_run=same,
@@ -207,10 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  workspace {row.card.workspace_bytes / MIB:8.1f} of {row.workspace_bound / MIB:8.1f} MiB",
                 flush=True,
             )
-    compared = table
-    differ = [row for row in compared if not row.equal]
+    differ = [row for row in table if not row.equal]
     slope, low, high = handle_fit(table)
-    print(f"\n{len(compared) - len(differ)} of {len(compared)} runs compared: Caffe's allocations on the card equal the model's, byte for byte")
+    print(f"\n{len(table) - len(differ)} of {len(table)} runs compared: Caffe's allocations on the card equal the model's, byte for byte")
     print(f"{sum(not row.plan_as_run for row in table)} runs whose table optimize would now make otherwise (the table that ran is the one compared)")
     print(f"cuDNN handle: {slope / MIB:.2f} MiB each (fit over {len(table)} runs); the rest (kernels loaded lazily): {low / MIB:+.1f} to {high / MIB:+.1f} MiB")
     if args.json:

@@ -29,7 +29,7 @@ from caffemem.api.analyze import (
 )
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
-from caffemem.passes.device import KernelMargin
+from caffemem.passes.device import LAZY_KERNELS, Constant
 from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.solver import solver_footprint
@@ -39,7 +39,7 @@ from caffemem.units import DTYPE_BYTES, format_size, parse_size
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
 
 
-def default_reserve(path: str | NetText, options: Options) -> tuple[int, KernelMargin | None]:
+def default_reserve(options: Options) -> tuple[int, Constant | None]:
     """What --reserve leaves free when not given.  CPU mode: 500 MiB for the CUDA context
     and the handles the heap does not see.  GPU mode: the figure already holds the context,
     the library handles and the workspaces at their bound, but not the kernels CUDA loads
@@ -47,8 +47,7 @@ def default_reserve(path: str | NetText, options: Options) -> tuple[int, KernelM
     (passes/device.py ``LAZY_KERNELS``)."""
     if options.device != "gpu":
         return parse_size(DEFAULT_RESERVE, "--reserve"), None
-    margin = KernelMargin()
-    return margin.bytes, margin
+    return LAZY_KERNELS.bytes, LAZY_KERNELS
 
 
 # The first exact evaluations; the line through the last two predicts the answer (the
@@ -322,7 +321,7 @@ class FitResult:
     schedule: BatchSchedule | None  # None when nothing fits
     evaluations: tuple[Evaluation, ...]  # every exact evaluation, in the order made
     notes: tuple[str, ...]
-    margin: KernelMargin | None = None  # GPU mode without --reserve: what the reserve keeps for
+    margin: Constant | None = None  # GPU mode without --reserve: what the reserve keeps for
 
     @property
     def fits(self) -> bool:
@@ -378,7 +377,7 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
     path = as_source(net)
     margin = None
     if request.reserve is None:
-        reserve, margin = default_reserve(path, replace(options, batch=None))
+        reserve, margin = default_reserve(options)
         request = replace(request, reserve=reserve)
     if request.budget <= 0:
         raise CaffememError(f"--reserve {format_size(request.reserve)} leaves nothing of --gpu-memory {format_size(request.gpu_memory)}")
@@ -405,7 +404,7 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
     if schedule is not None and request.effective_batch is not None:
         notes += schedule_notes(schedule, search.batch)
     if margin is not None:
-        notes += (f"the reserve keeps room for the kernels CUDA loads lazily, which no figure counts: {margin.describe()}; --reserve SIZE overrides it",)
+        notes += (f"the reserve keeps room for the kernels CUDA loads lazily, which no figure counts: {margin.source}; --reserve SIZE overrides it",)
     if request.optimized and search.batch:
         notes += (f"to run the plan counted here, write it for batch {search.batch}: {optimize_command(path, subject, options, search.batch)}",)
     return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)), margin)

@@ -39,7 +39,7 @@ from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share
 from caffemem.layers.registry import SpecTable
 from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.memory import Heap, Run, SlotAssignment, owned_params
-from caffemem.units import DTYPE_BYTES
+from caffemem.units import DTYPE_BYTES, format_size, plural
 
 SIDES = ("device", "host")
 # The causes a GPU run's bytes are reported by, in order.
@@ -106,7 +106,8 @@ CUDNN_HANDLE = Constant("cudnn_handle", 9_977_633, f"9.52 MiB per cuDNN handle, 
 CUBLAS_HANDLE = Constant("cublas_handle", 71_303_168, f"68.0 MiB per further thread's cuBLAS handle and cuRAND generator, measured on {MEASURED_ON}", measured_for_caffe=True)
 # Not in any figure: the kernels CUDA loads lazily, on their first launch (Caffe's, cuDNN's,
 # cuBLAS's), which depend on the layers and the algorithms cuDNN picks.  Across the 136
-# runs the card held this much more (or less) than the model with the two constants above.
+# runs the card held this much more (or less) than the model with the two constants above;
+# the most is what `fit` keeps free by default in GPU mode.
 LAZY_KERNELS_LOW, LAZY_KERNELS_HIGH = -116_806_094, 206_877_357
 LAZY_KERNELS = Constant(
     "lazy_kernels",
@@ -121,26 +122,6 @@ def handle_bytes(handles: Handles) -> int:
     """What ``handles`` hold on the card beyond the process constant (which has the main
     thread's cuBLAS handle and cuRAND generator)."""
     return handles.cudnn * CUDNN_HANDLE.bytes + max(handles.cublas - 1, 0) * CUBLAS_HANDLE.bytes
-
-
-@dataclass(frozen=True)
-class KernelMargin:
-    """What `fit` keeps free by default in GPU mode: the most the card held beyond the
-    figure in the measurement (LAZY_KERNELS)."""
-
-    bytes: int = LAZY_KERNELS.bytes
-
-    def describe(self) -> str:
-        return LAZY_KERNELS.source
-
-
-def process_handles(per_net: Iterable[Handles]) -> Handles:
-    """The handles of one process running several nets (a solver's train and test nets):
-    each net's cuDNN layers and prefetch threads have their own, the main thread's cuBLAS
-    handle and cuRAND generator are one (common.cpp 107-123: one Caffe per thread)."""
-    nets = list(per_net)
-    shared = len(nets) - 1 if nets else 0
-    return Handles(sum(h.cudnn for h in nets), sum(h.cublas for h in nets) - shared, sum(h.curand for h in nets) - shared)
 
 
 @dataclass(frozen=True)
@@ -441,8 +422,6 @@ def _grouped_handles_note(run: Run) -> tuple[str, ...]:
     handles = sum(count for _, count in grouped)
     if handles * CUDNN_HANDLE.bytes < GROUPED_HANDLES_NOTE_BYTES:
         return ()
-    from caffemem.units import format_size, plural
-
     first = grouped[0][0]
     more = f" and {plural(len(grouped) - 1, 'more')}" if len(grouped) > 1 else ""
     return (
