@@ -158,6 +158,41 @@ class LayerSpec:
     # The kind of source a data layer's SetUp reads its first record from (a reader in
     # passes/sources.py READERS: "datum_db", "image_list", ...); None: none.
     source_kind: str | None = None
+    # `optimize --recompute`: what running the layer's Forward a second time, inside
+    # Net::Backward, does (read from its Forward_cpu and Forward_gpu, cited where set):
+    # (LayerParameter, phase) -> Recompute.  None: never recomputed (not studied).
+    recompute: "Callable[[Any, str], Recompute] | None" = None
+    # The Forward's work in floating-point operations, from the shapes: (LayerParameter,
+    # LayerShapes) -> FLOPs; None: one per top element (an elementwise layer).  The
+    # recompute report adds these up for the Forwards run a second time.
+    forward_flops: "Callable[[Any, LayerShapes], int] | None" = None
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """LayerSpec.recompute's answer: may the patched Caffe run this Forward again in
+    Backward, and does that give the bytes its first run gave?
+
+    ``safe``: the Forward is a function of its bottoms and parameters (no random draw, no
+    cursor, no state another step reads), or its only state is its parameter blobs, which
+    the runtime saves before and restores after (``restores_params``: BatchNorm in TRAIN
+    updates its running averages in Forward).  ``cheap``: its Forward costs little beside a
+    convolution's (no GEMM), MXNet's mirror rule.  ``why``: the reason, for the report."""
+
+    safe: bool
+    why: str
+    cheap: bool = False
+    restores_params: bool = False
+
+
+NOT_STUDIED = Recompute(False, "not studied: caffemem does not know that its Forward gives the same bytes twice")
+
+
+def recompute_of(spec: "LayerSpec | None", proto: Any, phase: str) -> Recompute:
+    """The one answer for any layer: a type without a ``recompute`` rule is never recomputed."""
+    if spec is None or spec.recompute is None:
+        return NOT_STUDIED
+    return spec.recompute(proto, phase)
 
 
 def in_place_always(proto: Any) -> bool:

@@ -32,7 +32,7 @@ class Access:
 @dataclass(frozen=True, slots=True)
 class Step:
     index: int
-    kind: str  # "init", "forward" or "backward"
+    kind: str  # "init", "forward", "backward" or "recompute" (a Forward run again in Backward)
     layer: int | None  # index into the graph's layers (None for init)
     accesses: tuple[Access, ...]  # in the order the layer makes them
 
@@ -66,6 +66,8 @@ class Schedule:
     # Classes Net::Init itself touches: they hold their own storage until Init ends, when a
     # plan's slots take over (as the fork's MemoryOptimize does) and discard what Init wrote.
     init_touched: frozenset[int] = frozenset()
+    # The Forwards run again inside Backward (passes/recompute.py), as steps of kind "recompute".
+    recomputed: tuple = ()  # tuple[Recomputation, ...]
 
     def step_name(self, step: Step) -> str:
         if step.layer is None:
