@@ -30,6 +30,7 @@ from caffemem.passes.memory import (
     prepare,
     replay,
 )
+from caffemem.passes.recompute import Recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
@@ -82,6 +83,8 @@ class PhasePlan:
     # Every run the plan was verified on: ``schedule``, and in GPU mode the CPU run's too.
     schedules: tuple[Schedule, ...] = ()
     batch: int | None = None  # the batch planned for (analyze.net_batch), as the headline states it
+    # The Forwards the patched Caffe runs again inside Backward (optimize --recompute).
+    recomputed: tuple[Recomputation, ...] = ()
 
     @property
     def savings(self) -> int:
