@@ -234,6 +234,7 @@ FORK_FIELDS: Tuple[ForkField, ...] = (
     _f("VideoDataParameter", "encoded", 1015, YJX, 15, "VideoDataParameter.use_image (C3D)"),
     _f("VideoDataParameter", "grayscale", 1016, YJX, 16, "VideoDataParameter.use_temporal_jitter (C3D)"),
     _f("MemoryOptimizationParameter", "slot", 100, CAFFEMEM),
+    _f("MemoryOptimizationParameter", "recompute", 101, CAFFEMEM),
     # DeepLab and R-FCN (detection / segmentation forks).
     _f("V1LayerParameter", "interp_param", 43, DEEPLAB1),
     _f("V1LayerParameter", "seg_accuracy_param", 1042, DEEPLAB1, 42, "V1LayerParameter.loss_param"),
@@ -354,6 +355,7 @@ FORK_MESSAGES: Dict[str, str] = {
     "MemoryOptimizationParameter": YJX,
     "MemorySlot": CAFFEMEM,
     "MemorySlotMember": CAFFEMEM,
+    "MemoryRecompute": CAFFEMEM,
     "BNParameter": YJX,  # identical in PSPNet; SegNet fields relocated
     "InterpParameter": PSP,  # identical in yjxiong/caffe@interp
     "UpsampleParameter": SEGNET,
