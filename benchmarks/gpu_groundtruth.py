@@ -55,6 +55,7 @@ CUDA_ARCH = "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 #: patch edits (nvcc's front end parses those headers too). Paths are Makefile object targets.
 CHECK_OBJECTS = [
     ".build_release/src/caffe/util/mem_slots.o",  # the runtime: GPU slots (set_gpu_data)
+    ".build_release/src/caffe/util/mem_recompute.o",  # patch v4: Forwards again in Backward
     ".build_release/src/caffe/net.o",  # Net::Init binds the slots
     ".build_release/src/caffe/common.o",  # CUDA 13 fix: Caffe::DeviceQuery
     ".build_release/src/caffe/syncedmem.o",

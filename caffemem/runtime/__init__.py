@@ -61,8 +61,10 @@ __all__ = [
 
 #: Bumped whenever the C++ or the edits change in a way a built tree must notice.
 # v2: device slots with actionable CHECKs, host values copied straight into slots;
-# v3: the cuDNN (de)convolutions' workspaces as planned buffers (util/planned_workspace.hpp).
-PATCH_VERSION = 3
+# v3: the cuDNN (de)convolutions' workspaces as planned buffers (util/planned_workspace.hpp);
+# v4 (BVLC): Forwards run again in Net::Backward, mem_param's recompute entries
+# (util/mem_recompute.hpp, issue 23).
+PATCH_VERSION = 4
 _MARKER = "caffemem runtime patch v"
 _CPP = Path(__file__).resolve().parent / "cpp"
 

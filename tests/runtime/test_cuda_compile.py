@@ -74,6 +74,15 @@ def test_net_init_tells_each_layer_its_planned_buffers(checked_tree):
     assert "caffe::PlannedBuffers(caffe::NetParameter const&, caffe::Phase, int" in undefined
 
 
+def test_backward_runs_the_planned_forwards_again_with_parameters_kept_on_the_device(checked_tree):
+    """Patch v4: Net::BackwardFromTo calls MemoryRecomputes::Before, whose GPU path saves and
+    restores a layer's parameters (restore_params) in device memory."""
+    assert "caffe::MemoryRecomputes<float>::Before(int)" in _symbols(checked_tree / ".build_release/src/caffe/net.o", undefined=True)
+    undefined = _symbols(checked_tree / ".build_release/src/caffe/util/mem_recompute.o", undefined=True)
+    assert "caffe::Blob<float>::gpu_data() const" in undefined
+    assert "caffe::Blob<float>::mutable_gpu_data()" in undefined
+
+
 def test_cuda_objects_hold_code_for_ampere_and_hopper(checked_tree):
     """A .cu that includes a header the patch edits was compiled by nvcc into a fat binary
     (SASS sm_80, sm_90 and compute_75 PTX, CUDA_ARCH)."""

@@ -140,15 +140,18 @@ def test_the_patch_command_refuses_a_folder_that_is_no_caffe_tree_in_one_line(tm
 def test_patch_files_are_package_data():
     files = runtime.patch_files(runtime.Flavour.BVLC)
     assert all(p.is_file() for p in files)
-    assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp", "planned_workspace.hpp"}
+    assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp", "planned_workspace.hpp", "mem_recompute.hpp", "mem_recompute.cpp"}
 
 
-@pytest.mark.parametrize("older", [1, 2])
+@pytest.mark.parametrize("older", [1, 2, 3])
 def test_a_tree_patched_by_an_older_caffemem_is_named_and_left_alone(bvlc, pristine, older):
-    """The patch's C++ changed in v2 (device slots) and v3 (planned cuDNN workspaces): an
-    older tree is reported as such, and applying over it refuses rather than mixing two
-    versions' files."""
+    """The patch's C++ changed in v2 (device slots), v3 (planned cuDNN workspaces) and v4
+    (recompute in Backward): an older tree is reported as such, and applying over it
+    refuses rather than mixing two versions' files."""
     runtime.apply_patch(bvlc)
+    if older <= 3:  # before v4 there was no util/mem_recompute.*
+        for rel in ("include/caffe/util/mem_recompute.hpp", "src/caffe/util/mem_recompute.cpp"):
+            (bvlc / rel).unlink()
     if older == 2:  # v2 had neither the cuDNN layers' edits nor planned_workspace.hpp
         for name in ("cudnn_conv_layer", "cudnn_deconv_layer"):
             for rel in (f"include/caffe/layers/{name}.hpp", f"src/caffe/layers/{name}.cpp"):

@@ -1,0 +1,131 @@
+// caffemem runtime patch v4: added by `caffemem patch` (caffemem/runtime/cpp).
+// Runs again, in Net::Backward, the Forwards listed by NetParameter.mem_param's
+// recompute entries; see include/caffe/util/mem_recompute.hpp.
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "caffe/common.hpp"
+#include "caffe/layer.hpp"
+#include "caffe/net.hpp"
+#include "caffe/util/math_functions.hpp"
+#include "caffe/util/mem_recompute.hpp"
+
+namespace caffe {
+
+namespace {
+
+const char kRerun[] = "; rerun `caffemem optimize` on this net (with the input "
+    "shapes and phase you run it with) to write a new table";
+
+// from's data into to's, where the net runs: host memory in CPU mode, device
+// memory in GPU mode (caffe_copy is a memcpy or a cudaMemcpy).
+template <typename Dtype>
+void CopyData(const Blob<Dtype>& from, Blob<Dtype>* to) {
+  if (Caffe::mode() == Caffe::GPU) {
+    caffe_copy(from.count(), from.gpu_data(), to->mutable_gpu_data());
+  } else {
+    caffe_copy(from.count(), from.cpu_data(), to->mutable_cpu_data());
+  }
+}
+
+}  // namespace
+
+template <typename Dtype>
+shared_ptr<MemoryRecomputes<Dtype> > MemoryRecomputes<Dtype>::Bind(
+    const NetParameter& param, const Net<Dtype>* net) {
+  shared_ptr<MemoryRecomputes<Dtype> > table(new MemoryRecomputes<Dtype>(net));
+  const MemoryOptimizationParameter& mem = param.mem_param();
+  const string where = "net " + net->name() + " (phase " +
+      (net->phase() == TRAIN ? "TRAIN" : "TEST") + ")";
+  std::map<string, int> index;
+  for (int i = 0; i < net->layer_names().size(); ++i) {
+    index[net->layer_names()[i]] = i;
+  }
+  table->before_.resize(net->layers().size());
+  std::set<std::pair<int, int> > seen;
+  std::map<int, int> saved;  // layer -> its copies in saved_
+  int n = 0;
+  for (int r = 0; r < mem.recompute_size(); ++r) {
+    const MemoryRecompute& entry = mem.recompute(r);
+    if (entry.phase() != net->phase()) { continue; }
+    std::ostringstream what;
+    what << "mem_param recompute entry " << r << " (layer \"" << entry.layer()
+        << "\" before \"" << entry.before() << "\") of " << where;
+    const std::map<string, int>::const_iterator layer =
+        index.find(entry.layer());
+    const std::map<string, int>::const_iterator before =
+        index.find(entry.before());
+    CHECK(layer != index.end()) << what.str() << ": the net has no layer "
+        << "named \"" << entry.layer() << "\" (edited after `caffemem "
+        << "optimize`?)" << kRerun;
+    CHECK(before != index.end()) << what.str() << ": the net has no layer "
+        << "named \"" << entry.before() << "\" (edited after `caffemem "
+        << "optimize`?)" << kRerun;
+    CHECK(layer->second <= before->second) << what.str() << ": \""
+        << entry.layer() << "\" is layer " << layer->second << ", after \""
+        << entry.before() << "\" (layer " << before->second << "), whose "
+        << "Backward runs first; a Forward can only run again before its own "
+        << "Backward or that of a later layer" << kRerun;
+    CHECK(seen.insert(std::make_pair(layer->second, before->second)).second)
+        << what.str() << " is listed twice" << kRerun;
+    Entry run = { layer->second, -1 };
+    if (entry.restore_params()) {
+      const vector<shared_ptr<Blob<Dtype> > >& params =
+          net->layers()[layer->second]->blobs();
+      CHECK(!params.empty()) << what.str() << " has restore_params, but "
+          << "layer \"" << entry.layer() << "\" has no parameter blobs"
+          << kRerun;
+      if (saved.count(layer->second) == 0) {
+        saved[layer->second] = table->saved_.size();
+        table->saved_.push_back(vector<shared_ptr<Blob<Dtype> > >());
+        for (int j = 0; j < params.size(); ++j) {
+          shared_ptr<Blob<Dtype> > copy(new Blob<Dtype>(params[j]->shape()));
+          if (Caffe::mode() == Caffe::GPU) {  // allocated now, once
+            copy->mutable_gpu_data();
+          } else {
+            copy->mutable_cpu_data();
+          }
+          table->bytes_ += copy->count() * sizeof(Dtype);
+          table->saved_.back().push_back(copy);
+        }
+      }
+      run.saved = saved[layer->second];
+    }
+    table->before_[before->second].push_back(run);
+    ++n;
+  }
+  if (n == 0) { return shared_ptr<MemoryRecomputes<Dtype> >(); }
+  LOG(INFO) << "mem_param: " << n << " Forward(s) of " << where << " run "
+      << "again in Backward; " << table->bytes_ << " bytes of parameter "
+      << "copies";
+  return table;
+}
+
+template <typename Dtype>
+void MemoryRecomputes<Dtype>::Before(int i) {
+  for (int e = 0; e < before_[i].size(); ++e) {
+    const Entry& run = before_[i][e];
+    const vector<shared_ptr<Blob<Dtype> > >& params =
+        net_->layers()[run.layer]->blobs();
+    if (run.saved >= 0) {
+      for (int j = 0; j < params.size(); ++j) {
+        CopyData(*params[j], saved_[run.saved][j].get());
+      }
+    }
+    net_->layers()[run.layer]->Forward(net_->bottom_vecs()[run.layer],
+        net_->top_vecs()[run.layer]);
+    if (run.saved >= 0) {
+      for (int j = 0; j < params.size(); ++j) {
+        CopyData(*saved_[run.saved][j], params[j].get());
+      }
+    }
+  }
+}
+
+INSTANTIATE_CLASS(MemoryRecomputes);
+
+}  // namespace caffe

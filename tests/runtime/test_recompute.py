@@ -1,0 +1,99 @@
+"""Runtime patch v4 (issue 23): the patched Caffe runs again, inside Net::Backward, the
+Forwards that mem_param's recompute entries list (util/mem_recompute.cpp), and stays
+bit-identical to stock Caffe: outputs, weights and gradients over several SGD iterations,
+BatchNorm in TRAIN included (its running averages restored around the second Forward).
+A table that does not match the net stops at Net::Init with the LOG(FATAL) message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runtime_caffe import patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
+
+# conv -> BatchNorm -> Scale -> ReLU, then the next convolution, whose Backward reads the
+# chain's output: the chain's Forwards run again just before it (tops kept apart, so that
+# each Forward has its input when it runs again).
+NET = """name: "bn_chain"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 4 dim: 3 dim: 12 dim: 12 } shape { dim: 4 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+        convolution_param { num_output: 8 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "bn1" }
+layer { name: "scale1" type: "Scale" bottom: "bn1" top: "scale1" scale_param { bias_term: true } }
+layer { name: "relu1" type: "ReLU" bottom: "scale1" top: "scale1" }
+layer { name: "conv2" type: "Convolution" bottom: "scale1" top: "conv2"
+        convolution_param { num_output: 8 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "bn2" type: "BatchNorm" bottom: "conv2" top: "conv2" }
+layer { name: "pool" type: "Pooling" bottom: "conv2" top: "pool" pooling_param { pool: AVE kernel_size: 2 stride: 2 } }
+layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip" inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+ITERS = 3
+
+
+def _entry(layer: str, before: str, restore: bool = False, phase: str = "TRAIN") -> str:
+    return f'  recompute {{ phase: {phase} layer: "{layer}" before: "{before}"' + (" restore_params: true" if restore else "") + " }\n"
+
+
+CHAIN = _entry("bn1", "conv2", restore=True) + _entry("scale1", "conv2") + _entry("relu1", "conv2")
+
+
+def _write(tmp_path: Path, name: str, table: str | None) -> Path:
+    path = tmp_path / f"{name}.prototxt"
+    path.write_text(NET + ("" if table is None else "mem_param {\n" + table + "}\n"))
+    return path
+
+
+def _dumps(stock_caffe, patched_caffe, tmp_path: Path, table: str) -> tuple[str, str]:
+    stock_caffe.run(_write(tmp_path, "stock", None), "TRAIN", ITERS, tmp_path / "stock.dump")
+    patched_caffe.run(_write(tmp_path, "table", table), "TRAIN", ITERS, tmp_path / "patched.dump")
+    return (tmp_path / "stock.dump").read_text(), (tmp_path / "patched.dump").read_text()
+
+
+def _params(dump: str, layer: str) -> list[str]:
+    return [line for line in dump.splitlines() if line.startswith(f"param_data {layer}#")]
+
+
+def test_a_chain_run_again_before_the_next_backward_is_bit_identical(stock_caffe, patched_caffe, tmp_path):
+    """A table of recompute entries and no slots is legal: the chain's Forwards run a second
+    time and every output, weight and gradient is the stock one."""
+    stock, patched = _dumps(stock_caffe, patched_caffe, tmp_path, CHAIN)
+    assert patched == stock
+    assert len(_params(stock, "bn1")) == 3  # mean, variance, the moving-average factor
+
+
+def test_without_restore_params_the_batchnorm_averages_move_twice(stock_caffe, patched_caffe, tmp_path):
+    """The Forwards do run again: without restore_params, BatchNorm updates its running
+    averages a second time each iteration (so the planner must ask for restore_params);
+    the gradients, computed from the batch's own statistics, are still the stock ones."""
+    table = CHAIN.replace(" restore_params: true", "")
+    stock, patched = _dumps(stock_caffe, patched_caffe, tmp_path, table)
+    assert _params(patched, "bn1") != _params(stock, "bn1")
+    assert _params(patched, "bn2") == _params(stock, "bn2")
+    outputs = [line for line in stock.splitlines() if line.startswith(("iter", "output", "param_diff"))]
+    assert [line for line in patched.splitlines() if line.startswith(("iter", "output", "param_diff"))] == outputs
+
+
+def test_entries_of_the_other_phase_are_not_run(stock_caffe, patched_caffe, tmp_path):
+    table = CHAIN.replace(" restore_params: true", "").replace("phase: TRAIN", "phase: TEST")
+    stock, patched = _dumps(stock_caffe, patched_caffe, tmp_path, table)
+    assert patched == stock
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        (_entry("bn9", "conv2"), 'the net has no layer named "bn9"'),
+        (_entry("bn1", "conv9"), 'the net has no layer named "conv9"'),
+        (_entry("relu1", "bn1"), '"relu1" is layer 4, after "bn1" (layer 2), whose Backward runs first'),
+        (_entry("relu1", "conv2", restore=True), 'has restore_params, but layer "relu1" has no parameter blobs'),
+        (_entry("bn1", "conv2", restore=True) + _entry("bn1", "conv2", restore=True), "is listed twice"),
+    ],
+    ids=["unknown_layer", "unknown_before", "before_earlier_than_layer", "restore_without_params", "twice"],
+)
+def test_a_table_that_does_not_match_the_net_stops_with_a_message(patched_caffe, tmp_path, table, says):
+    proc = patched_caffe.run(_write(tmp_path, "bad", table), "TRAIN", 1, tmp_path / "bad.dump", check=False)
+    assert proc.returncode != 0
+    assert says in proc.stderr and "rerun `caffemem optimize`" in proc.stderr
+    assert "mem_recompute.cpp" in proc.stderr  # a LOG(FATAL)/CHECK of the runtime, not a crash
