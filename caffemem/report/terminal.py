@@ -15,7 +15,7 @@ from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
 from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
-from caffemem.units import mib, mib_column, mib_gib, percent_of, plural, signed_percent
+from caffemem.units import format_flops, mib, mib_column, mib_gib, percent_of, plural, signed_percent
 
 
 def _dims(shape: Shape) -> str:
@@ -313,7 +313,7 @@ def recompute_line(phase) -> str:
     restored = f"; the parameters of {plural(len({e.layer for e in choice.recomputed if e.restore_params}), 'layer')} saved and restored around it ({mib(choice.saved_param_bytes)})" if choice.saved_param_bytes else ""
     return (
         f"--recompute {policy}: {plural(len(choice.recomputed), 'Forward')} run again in Backward, {mib(gained)} below the plan without recomputation "
-        f"(lower bounds {mib(choice.plain_figure)} → {mib(phase.totals()['lower_bound'])}), for {choice.extra_flops / 1e9:,.2f} GFLOPs more "
+        f"(lower bounds {mib(choice.plain_figure)} → {mib(phase.totals()['lower_bound'])}), for {format_flops(choice.extra_flops)} more "
         f"({percent_of(choice.extra_flops, choice.forward_flops):.1f}% of a Forward pass){restored}."
     )
 
