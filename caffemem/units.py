@@ -81,6 +81,14 @@ def format_size(n: int) -> str:
     return f"{n:,} B"
 
 
+def format_flops(n: int) -> str:
+    """Floating-point operations in the largest decimal unit that keeps a whole part."""
+    for unit, size in (("TFLOPs", 10**12), ("GFLOPs", 10**9), ("MFLOPs", 10**6), ("kFLOPs", 10**3)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,} FLOPs"
+
+
 def percent_of(part: int, whole: int) -> float:
     """`part` as a percentage of `whole`, two decimals (0 when there is no whole)."""
     return round(100.0 * part / whole, 2) if whole else 0.0

@@ -34,6 +34,7 @@ from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
+from caffemem.plan.recompute import Policy
 from caffemem.units import DTYPE_BYTES, format_size, parse_size
 
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
@@ -66,6 +67,7 @@ class FitRequest:
     gpus: int = 1
     effective_batch: int | None = None
     optimized: bool = False  # count caffemem optimize's plan instead of stock Caffe
+    recompute: "Policy | None" = None  # ... with this recompute policy (implies optimized)
 
     @property
     def budget(self) -> int:
@@ -387,7 +389,11 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
         raise CaffememError(f"--effective-batch {request.effective_batch} is not a multiple of --gpus {request.gpus} (every GPU runs the same batch)")
     if request.effective_batch is not None and request.effective_batch // request.gpus > MAX_BATCH * MAX_ITER_SIZE:
         raise CaffememError(f"--effective-batch {request.effective_batch} is more than Caffe can reach: batch × iter_size per GPU is at most {MAX_BATCH * MAX_ITER_SIZE} (both are int32)")
-    subject = subject_of(path, options, request.optimized)
+    if request.recompute is not None:
+        if request.recompute.budget is not None:
+            raise CaffememError("fit --recompute takes cheap or sqrt: the budget is the card's (--gpu-memory less --reserve), and fit searches the batch that fits it")
+        request = replace(request, optimized=True)
+    subject = subject_of(path, options, request.optimized, request.recompute)
     evaluations = Evaluations(subject.measure, request.budget)
     search = largest_fitting_batch(evaluations)
     schedule = None
@@ -406,7 +412,7 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
     if margin is not None:
         notes += (f"the reserve keeps room for the kernels CUDA loads lazily, which no figure counts: {margin.source}; --reserve SIZE overrides it",)
     if request.optimized and search.batch:
-        notes += (f"to run the plan counted here, write it for batch {search.batch}: {optimize_command(path, subject, options, search.batch)}",)
+        notes += (f"to run the plan counted here, write it for batch {search.batch}: {optimize_command(path, subject, options, search.batch, request.recompute)}",)
     return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)), margin)
 
 
@@ -450,12 +456,12 @@ def schedule_notes(schedule: BatchSchedule, largest: int) -> tuple[str, ...]:
 # ---------------------------------------------------------------- the memory model
 
 
-def subject_of(path: str, options: Options, optimized: bool) -> Subject:
+def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy | None" = None) -> Subject:
     """Memory as a function of the batch: a net's phase (its total_bytes), or a solver's
     training process (train net at the batch, solver history, test nets at their own batch)."""
     source = load_source(path, options)
     if isinstance(source, SolverSource):
-        return _solver_subject(path, source, options, optimized)
+        return _solver_subject(path, source, options, optimized, recompute)
     specs = spec_table(options)
     phase = options.phase or default_phase(upgrade_net(source.proto, source.file)[0], specs)
     at_phase = replace(options, phase=phase)
@@ -463,47 +469,50 @@ def subject_of(path: str, options: Options, optimized: bool) -> Subject:
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(at_phase, batch=batch))
         net = analysis.nets[0]
-        return Footprint(_report(net, at_phase, optimized).total_bytes, _notes(analysis, net, options))
+        return Footprint(_report(net, at_phase, optimized, recompute).total_bytes, _notes(analysis, net, options))
 
     notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
-    return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized))
+    return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized, recompute))
 
 
-def _solver_subject(path: str, source: SolverSource, options: Options, optimized: bool) -> Subject:
+def _solver_subject(path: str, source: SolverSource, options: Options, optimized: bool, recompute: "Policy | None" = None) -> Subject:
     """Only the train net's batch varies: the test nets keep the batch their files give."""
     if options.phase not in (None, "TRAIN"):
         raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=str(path)))
     solver, _ = upgrade_solver(source.proto, source.file)
     train_options = replace(options, phase="TRAIN")
     tests = analyze(path, replace(options, phase="TEST", batch=None)).nets
-    test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]
+    test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]  # a TEST net runs no Backward: nothing to recompute
 
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(train_options, batch=batch))
         train = analysis.nets[0]
-        process = solver_footprint(solver, (train.shaped, _report(train, options, optimized)), test_parts, DTYPE_BYTES[options.dtype])
+        process = solver_footprint(solver, (train.shaped, _report(train, options, optimized, recompute)), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes)
 
     notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
-    return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized))
+    return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized, recompute))
 
 
-def _report(net: NetAnalysis, options: Options, optimized: bool) -> MemoryReport:
-    """Stock Caffe's figures, or those of the plan `caffemem optimize` makes for this net."""
+def _report(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None" = None) -> MemoryReport:
+    """Stock Caffe's figures, or those of the plan `caffemem optimize` makes for this net
+    (with ``recompute``: `optimize --recompute`'s)."""
     if not optimized:
         return net.figures
-    from caffemem.api.optimize import planned_report
+    from caffemem.api.optimize import OptimizeSettings, planned_report
 
-    return planned_report(net.shaped, spec_table(options), options)
+    return planned_report(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
 
 
-def _optimized_notes(optimized: bool) -> tuple[str, ...]:
+def _optimized_notes(optimized: bool, recompute: "Policy | None" = None) -> tuple[str, ...]:
     if not optimized:
         return ()
+    if recompute is not None:
+        return (f"counts caffemem optimize --recompute {recompute.describe()}'s plan at each batch (Forwards run again in Backward: more compute per iteration)",)
     return ("counts caffemem optimize's plan at each batch",)
 
 
-def optimize_command(path: str | NetText, subject: Subject, options: Options, batch: int) -> str:
+def optimize_command(path: str | NetText, subject: Subject, options: Options, batch: int, recompute: "Policy | None" = None) -> str:
     """The `caffemem optimize` command line that writes the plan fit counted, at ``batch``,
     into the current folder (a solver: its train net, TRAIN only, since the test nets keep their
     own batch), with the flags this run was given."""
@@ -529,6 +538,7 @@ def optimize_command(path: str | NetText, subject: Subject, options: Options, ba
     words += ["--lenient"] if options.lenient else []
     words += ["--dtype", options.dtype] if options.dtype != "float32" else []
     words += ["--engine", options.engine] if options.engine else []
+    words += ["--recompute", recompute.describe()] if recompute is not None else []
     words += ["--device", options.device, "--batch", str(batch), "-o", f"{stem}.b{batch}.prototxt"]
     return " ".join(shlex.quote(word) for word in words)
 

@@ -30,10 +30,11 @@ from caffemem.passes.memory import (
     prepare,
     replay,
 )
-from caffemem.passes.recompute import Recomputation
+from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
+from caffemem.plan.recompute import Choice, Policy, choose
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, Plan, make_plan, packed_onto
@@ -49,6 +50,9 @@ class OptimizeSettings:
     exclude: tuple[str, ...] = ()
     share_buffers: bool = False
     inplace: bool = False  # first make layers in place where stock Caffe allows (passes/inplace.py)
+    # optimize --recompute: run some Forwards again in Backward (plan/recompute.py); it
+    # shares the recomputed layers' buffers, so it implies share_buffers.
+    recompute: Policy | None = None
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,13 @@ class PhasePlan:
     # Every run the plan was verified on: ``schedule``, and in GPU mode the CPU run's too.
     schedules: tuple[Schedule, ...] = ()
     batch: int | None = None  # the batch planned for (analyze.net_batch), as the headline states it
-    # The Forwards the patched Caffe runs again inside Backward (optimize --recompute).
-    recomputed: tuple[Recomputation, ...] = ()
+    # optimize --recompute: what the policy chose (the Forwards the patched Caffe runs
+    # again inside Backward, their FLOPs, the plan without them), None without the flag.
+    recompute: Choice | None = None
+
+    @property
+    def recomputed(self) -> tuple[Recomputation, ...]:
+        return self.recompute.recomputed if self.recompute is not None else ()
 
     @property
     def savings(self) -> int:
@@ -186,6 +195,8 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     storage is all loss), and with ``--share-buffers`` every strategy's plan of the blobs
     alone stays a candidate, with the buffers added to its packing where each pays
     (:func:`packed_onto`), so sharing buffers never ends above not sharing them."""
+    if settings.recompute is not None:
+        settings = replace(settings, share_buffers=True)
     on_card_run = prepare_run(shaped, specs, options)
     run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
     stock = replay(run)
@@ -208,23 +219,32 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     fork_card = on_card(fork_run(on_card_run), slots=fork_slots) if on_card is not None else None
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan_on(schedules, fork_data)
+    stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
+
+    recompute = None
+    if settings.recompute is not None:
+        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), stock_figure)
+        if recompute.recomputed:
+            schedule, liveness = recompute.schedule, recompute.liveness
+            schedules = tuple(with_recomputation(run_schedule, recompute.recomputed) for run_schedule in schedules)
+    # The runtime's copies of the parameters it restores (BatchNorm's running averages).
+    copies = recompute.saved_param_bytes if recompute is not None else 0
 
     # Every shareable class is touched (on the card, in GPU mode), so a plan's run costs the
     # stock run, less the storage of the classes it places, plus its slots (each holds a
     # class the card touches, so the card holds it whole, as the runtime cudaMallocs it):
     # candidates are ranked by that, unreplayed, in the figure the reports print.
     shareable = sum(life.bytes for life in liveness.shareable)
-    stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
 
     def candidates_of(plans: Mapping[str, Plan], blobs_only: bool = False) -> list[_Candidate]:
         found = []
         for name, plan in plans.items():
-            figure = stock_figure - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes
+            figure = stock_figure - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes + copies
             found.append(_Candidate(figure, len(plan.slots), name, plan_data(plan, schedule), blobs_only=blobs_only))
         return found
 
     ranked: list[_Candidate] = []
-    if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations):
+    if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations and not copies and not (recompute and recompute.recomputed)):
         figure = fork_card.device_bytes if fork_card is not None else fork.total_bytes
         ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork=True))
     if settings.strategy != "fork":
@@ -251,10 +271,10 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
     assignment = fork_slots if chosen.fork else assignment_of(chosen.data, schedule)
-    planned = fork if chosen.fork else replay(run, assignment)
+    planned = fork if chosen.fork else with_copies(replay(run, assignment), copies)
     devices = None
     if on_card is not None:
-        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else on_card(on_card_run, slots=assignment))
+        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else with_copies(on_card(on_card_run, slots=assignment), copies))
     candidates: dict[str, int] = {}  # each strategy's best variant not rejected, best first
     for found in ranked[at:]:
         candidates.setdefault(found.name, found.figure)
@@ -264,18 +284,38 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         schedule=schedule,
         liveness=liveness,
         strategy=chosen.name,
-        plan_data=chosen.data,
+        plan_data=replace(chosen.data, recompute=recompute_names(shaped, recompute)) if recompute is not None else chosen.data,
         stock=stock,
         planned=planned,
         fork=fork,
         fork_safe=not fork_violations,
-        lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak,
+        lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak + copies,
         candidates=candidates,
         rejected={name: why for name, why in rejected.items() if name not in candidates},
         devices=devices,
         schedules=schedules,
         batch=net_batch(shaped, specs),
+        recompute=recompute,
     )
+
+
+def recompute_names(shaped: ShapedGraph, choice: Choice) -> tuple[tuple[str, str, bool], ...]:
+    """The chosen recomputations as the table names them: (layer, before layer, restore_params)."""
+    layers = shaped.graph.layers
+    return tuple((layers[entry.layer].name, layers[entry.before].name, entry.restore_params) for entry in choice.recomputed)
+
+
+RECOMPUTE_COPIES = "recompute_copies"  # the cause of the runtime's copies of restored parameters
+
+
+def with_copies(report: "MemoryReport | DeviceReport", copies: int) -> "MemoryReport | DeviceReport":
+    """A planned run's report with the runtime's copies of the parameters it restores around
+    a recomputed Forward (allocated once at Net::Init, on the card in GPU mode)."""
+    if not copies:
+        return report
+    if isinstance(report, DeviceReport):
+        return replace(report, device_by_cause=report.device_by_cause | {RECOMPUTE_COPIES: copies})
+    return replace(report, heap_init=report.heap_init + copies, by_category=report.by_category | {RECOMPUTE_COPIES: copies})
 
 
 MAX_FORK_EXCLUSIONS = 64  # blobs kept private before giving up on making the fork's plan safe

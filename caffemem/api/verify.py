@@ -22,7 +22,8 @@ from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, NetText
 from caffemem.passes.schedule import build_schedule
 from caffemem.plan.record import MadeFor, fingerprint, read_records
-from caffemem.plan.verify import PlanData, Violation, bind_violations, read_plan, verify_plan_on
+from caffemem.passes.recompute import with_recomputation
+from caffemem.plan.verify import PlanData, Violation, bind_violations, read_plan, recompute_entries, verify_plan_on
 from caffemem.prototxt.write import read_exact
 from caffemem.schema import caffe_pb2
 
@@ -81,7 +82,9 @@ def verify(
         specs = spec_table(at)
         runs = [run for run in planning_runs(built.shaped, specs, at) if run is not None]  # GPU mode: the CPU run too
         schedules = [build_schedule(built.shaped, specs, at.dtype, run=run) for run in runs]
-        violations = bind_violations(schedules[0], plan, built.shaped.graph.name) or verify_plan_on(schedules, plan)
+        recomputed, violations = recompute_entries(schedules[0], plan, specs, built.shaped.graph.name)
+        schedules = [with_recomputation(schedule, recomputed) for schedule in schedules]
+        violations = violations or bind_violations(schedules[0], plan, built.shaped.graph.name) or verify_plan_on(schedules, plan)
         notes = ()
         if record is not None and record.net != current:
             notes = (f"the net is not the one the table was planned for (fingerprint {current}, planned for {record.net}): checked against the net as it is now",)
@@ -103,6 +106,12 @@ def _tables_in(source: NetSource, path, phase: str | None) -> tuple[list[tuple[s
         table = tables.setdefault(name, PlanData({}, ()))
         table.slot_bytes[slot.id] = slot.bytes
         tables[name] = PlanData(table.slot_bytes, table.assign + tuple((m.blob, m.kind, slot.id, m.offset) for m in slot.member))
+    for entry in block.recompute:
+        name = caffe_pb2.Phase.Name(entry.phase)
+        if name not in tables:
+            raise CaffememError(f"the file's mem_param recomputes {entry.layer} in {name}, for which it has no slot table: rerun `caffemem optimize`", where)
+        table = tables[name]
+        tables[name] = replace(table, recompute=table.recompute + ((entry.layer, entry.before, entry.restore_params),))
     if phase is not None and phase not in tables:
         raise CaffememError(f"the file's slot table has no {phase} phase (it has {', '.join(tables)})", where)
     chosen = [(name, table) for name, table in tables.items() if phase is None or name == phase]

@@ -286,6 +286,32 @@ def device_flags(command: Callable) -> Callable:
 
 
 # Read by device_options through the context (fit has its own --gpus, which also sets it).
+class RecomputePolicy(click.ParamType):
+    """``--recompute``: cheap, sqrt or budget=SIZE (plan/recompute.py), listed in --help."""
+
+    name = "recompute"
+
+    def get_metavar(self, param, *args) -> str:
+        return "[cheap|sqrt|budget=SIZE]"
+
+    def convert(self, value, param, ctx):
+        from caffemem.plan.recompute import Policy, parse_policy
+
+        if isinstance(value, Policy):
+            return value
+        try:
+            return parse_policy(value)
+        except CaffememError as error:
+            self.fail(error.message, param, ctx)
+
+
+RECOMPUTE_HELP = (
+    "Run some layers' Forward again inside Backward instead of keeping their outputs (TRAIN): cheap (MXNet's mirror: "
+    "cheap layers), sqrt (Chen et al.'s checkpoints), budget=SIZE (the least recomputation that fits SIZE); "
+    "implies --share-buffers; the patched Caffe runs it (see README)."
+)
+
+
 GPUS_OPTION = click.option(
     "--gpus",
     type=click.IntRange(min=1),

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, progress, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, RecomputePolicy, net_options, options_from, progress, reports_errors
 
 
 @click.command("fit", epilog=EXIT_CODES_HELP)
@@ -21,9 +21,10 @@ from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, opti
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs training together: each runs the batch found, so the effective batch multiplies.")
 @click.option("--effective-batch", type=click.IntRange(min=1), metavar="B", help="Also give the batch and iter_size that reach B = batch × iter_size × gpus.")
 @click.option("--optimized", is_flag=True, help="Count caffemem optimize's shared-storage plan instead of stock Caffe.")
+@click.option("--recompute", type=RecomputePolicy(), metavar="[cheap|sqrt]", help="Count caffemem optimize --recompute's plan (implies --optimized): some Forwards run again in Backward.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @reports_errors
-def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, engine, gpu_memory, reserve, gpus, effective_batch, optimized, as_json) -> None:
+def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, engine, gpu_memory, reserve, gpus, effective_batch, optimized, recompute, as_json) -> None:
     """The largest batch per GPU whose memory fits the card (exact, confirmed at the next batch).
 
     NET is a net (its TRAIN phase if it trains, else TEST, or --phase) or a solver (the
@@ -41,7 +42,7 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
 
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, None, engine, gpus)
     kept_free = parse_size(reserve, "--reserve") if reserve is not None else None  # None: fit's default margin
-    request = FitRequest(parse_size(gpu_memory, "--gpu-memory"), kept_free, gpus, effective_batch, optimized)
+    request = FitRequest(parse_size(gpu_memory, "--gpu-memory"), kept_free, gpus, effective_batch, optimized, recompute)
     with progress(f"caffemem: fitting {net}"):
         result = run_fit(net, options, request)
     click.echo(json.dumps(fit_json(result), indent=1) if as_json else "\n".join(fit_lines(result)))

@@ -12,6 +12,8 @@ from caffemem.cli.common import (
     EXIT_FINDING,
     GPUS_OPTION,
     HTML_HELP,
+    RECOMPUTE_HELP,
+    RecomputePolicy,
     console,
     distinct_outputs,
     input_files,
@@ -32,6 +34,7 @@ from caffemem.units import mib
 @click.option("--strategy", type=click.Choice(list(STRATEGY_NAMES)), default="auto", show_default=True, help="auto: every strategy, the smallest safe plan is kept.")
 @click.option("--exclude-blob", "exclude", multiple=True, metavar="NAME", help="Keep this blob's storage private (repeatable).")
 @click.option("--share-buffers", is_flag=True, help="Let scratch layer buffers (im2col) share slots too.")
+@click.option("--recompute", type=RecomputePolicy(), metavar="[cheap|sqrt|budget=SIZE]", help=RECOMPUTE_HELP)
 @click.option("--inplace", is_flag=True, help="First run layers in place (top renamed to its bottom) where stock Caffe gives the same result.")
 @click.option("--target", type=click.Choice(["caffemem", "fork"]), default="caffemem", show_default=True, help="caffemem: mem_param with the slot table; fork: only what the fork's schema accepts.")
 @click.option("--plan-json", type=str, metavar="FILE", help="Also write the plan as JSON (for `caffemem verify`).")
@@ -40,7 +43,7 @@ from caffemem.units import mib
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option("--html", "html_file", type=str, metavar="FILE", help=HTML_HELP)
 @reports_errors
-def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, output, strategy, exclude, share_buffers, inplace, target, plan_json, in_place_file, force, as_json, html_file) -> None:
+def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine, output, strategy, exclude, share_buffers, recompute, inplace, target, plan_json, in_place_file, force, as_json, html_file) -> None:
     """Plan shared storage for the net's blobs and write it as mem_param.
 
     Plans TRAIN and TEST for a net that trains (TEST for a deploy net) unless --phase;
@@ -56,6 +59,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
       caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
       caffemem optimize train_val.prototxt --input data=3,224,224 --batch 16 -o train_val.b16.prototxt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
+      caffemem optimize train_val.prototxt --input data=3,224,224 --recompute sqrt -o train_val.sqrt.prototxt
     """
     from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
@@ -68,7 +72,9 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     if STDOUT in (output, plan_json, html_file) and as_json:
         raise CaffememError("--json prints to standard output; write the prototxt or plan to a file, not -")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
-    settings = OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace)
+    if recompute is not None and (strategy == "fork" or target == "fork"):
+        raise CaffememError("--recompute is run by caffemem's patched Caffe from its own table: it cannot go with --strategy fork or --target fork (the fork's optimizer recomputes nothing)")
+    settings = OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace, recompute)
     with progress(f"caffemem: planning {net}"):
         result = run_optimize(net, options, settings, force=force)
     document = optimize_json(result)

@@ -83,13 +83,14 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
     as (blob, part), that another run of the net needs private, with why)."""
     excluded_blobs = set(exclude) | schedule.data_tops | schedule.loss_tops | net_outputs_of(schedule.shaped.graph)
     touches = _touches(schedule)
+    recompute_steps = frozenset(step.index for step in schedule.steps if step.kind == "recompute")
     shareable: list[Lifetime] = []
     kept: dict[int, str] = {}
     for storage in schedule.classes:
         uses = touches.get(storage.id)
         if not uses:
             continue  # never touched: never allocated
-        reason = _kept_reason(storage, uses, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
+        reason = _kept_reason(storage, _values(storage, uses, recompute_steps), recompute_steps, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
         if not reason and not runtime_binds(schedule.shaped.graph, BlobId(storage.kind, storage.owner)):
             reason = UNBOUND
         if not reason and storage.bytes == 0:
@@ -99,12 +100,7 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
         if reason:
             kept[storage.id] = reason
             continue
-        if storage.kind == "buffer":
-            spans = tuple((step, step) for step, _, _ in uses)
-        else:
-            last_read = max((step for step, _, read in uses if read), default=uses[0][0])
-            spans = ((uses[0][0], max(last_read, uses[0][0])),)
-        shareable.append(Lifetime(storage.id, storage.bytes, spans))
+        shareable.append(Lifetime(storage.id, storage.bytes, _spans(storage, uses, recompute_steps)))
 
     peak, peak_step, alive = _peak(shareable, len(schedule.steps))
     return Liveness(schedule, tuple(shareable), kept, peak, peak_step, alive)
@@ -120,7 +116,32 @@ def kept_members(liveness: Liveness) -> dict[tuple[BlobId, str], str]:
 UNBOUND = "a layer buffer the patched Caffe cannot bind by name (its layer's NamedBuffers does not list it; a recurrent layer's unrolled net is a Net of its own)"
 
 
-def _kept_reason(storage: StorageClass, uses, excluded: set[str], share_buffers: bool, init_touched: bool) -> str | None:
+def _values(storage: StorageClass, uses, recompute_steps: frozenset[int]) -> list[list[tuple[int, bool, bool]]]:
+    """The values a class holds, each the uses from its write to the next value's write.
+    A blob holds one, and one more from each recomputed Forward that writes it first
+    (passes/recompute.py); a scratch buffer a new one at every step that writes it first."""
+    values: list[list[tuple[int, bool, bool]]] = [[]]
+    for use in uses:
+        step, writes_first, _ = use
+        if values[-1] and writes_first and (storage.kind == "buffer" or step in recompute_steps):
+            values.append([])
+        values[-1].append(use)
+    return values
+
+
+def _spans(storage: StorageClass, uses, recompute_steps: frozenset[int]) -> tuple[tuple[int, int], ...]:
+    """The steps a shareable class holds a value someone reads: each value from its write
+    to its last read (a scratch buffer refilled at every step: each step alone); between
+    a value's last read and a recomputed Forward's write it holds nothing anyone reads."""
+    spans = []
+    for value in _values(storage, uses, recompute_steps):
+        start = value[0][0]
+        last_read = max((step for step, _, read in value if read), default=start)
+        spans.append((start, max(last_read, start)))
+    return tuple(spans)
+
+
+def _kept_reason(storage: StorageClass, values, recompute_steps: frozenset[int], excluded: set[str], share_buffers: bool, init_touched: bool) -> str | None:
     if storage.kind == "param":
         return "a parameter"
     if storage.kind == "buffer" and not share_buffers:
@@ -131,8 +152,11 @@ def _kept_reason(storage: StorageClass, uses, excluded: set[str], share_buffers:
     if init_touched:
         return "filled during Net::Init (a plan takes over storage only when Init ends)"
     if storage.kind == "buffer":
-        return None if all(writes_first for _, writes_first, _ in uses) else "a layer buffer that keeps values between steps"
-    if not uses[0][1]:
+        # Refilled at every step, or a value a recomputed Forward writes for the Backward
+        # that reads it (the same refill, once more); a value Forward leaves for Backward stays.
+        refilled = all(value[0][1] and (len(value) == 1 or value[0][0] in recompute_steps) for value in values)
+        return None if refilled else "a layer buffer that keeps values between steps"
+    if not values[0][0][1]:
         return "read before it is written (relies on zero-filled fresh memory)"
     return None
 

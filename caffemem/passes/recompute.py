@@ -75,34 +75,33 @@ def _param_classes(schedule: Schedule) -> dict[int, frozenset[int]]:
     return {layer: frozenset(ids) for layer, ids in found.items()}
 
 
-def placed(schedule: Schedule, layers: Iterable[int], restores: Iterable[int] = ()) -> tuple[Recomputation, ...]:
-    """Where each of ``layers`` runs again: before the first Backward that reads a storage
-    its Forward writes, or before another recomputed layer that needs it, whichever comes
-    first; at one place, in Forward order.  A layer no Backward needs is not recomputed
-    (returned entries only).  ``restores``: the layers whose parameters the runtime keeps."""
-    chosen = set(layers)
+def placed(schedule: Schedule, units: Iterable[Sequence[int]], restores: Iterable[int] = ()) -> tuple[Recomputation, ...]:
+    """Where each unit's Forwards run again: before the first Backward that reads a storage
+    they write, or before a recomputed unit that needs it, whichever comes first; a unit's
+    layers together, in Forward order (an in-place chain is one unit: its layers write one
+    storage, which only the whole chain, run again from its head, gives back its last
+    value).  Units no Backward needs are not recomputed.  ``restores``: the layers whose
+    parameters the runtime saves and restores (Recomputation.restore_params)."""
+    groups = [tuple(sorted(unit)) for unit in units]
     restore = set(restores)
-    writes: dict[int, set[int]] = {}
-    reads: dict[int, set[int]] = {}
-    for step in schedule.steps:
-        if step.kind == "forward" and step.layer in chosen:
-            writes[step.layer] = {access.storage for access in step.accesses if access.write}
-            reads[step.layer] = {access.storage for access in step.accesses if not access.write}
+    forward = {step.layer: step for step in schedule.steps if step.kind == "forward"}
+    writes = [{access.storage for layer in group for access in forward[layer].accesses if access.write} for group in groups]
+    reads = [{access.storage for layer in group for access in forward[layer].accesses if not access.write} - written for group, written in zip(groups, writes)]
     backward_order = [step for step in schedule.steps if step.kind == "backward"]
-    position = {step.layer: i for i, step in enumerate(backward_order)}
-    need: dict[int, int] = {}  # layer -> the index in backward_order of the first step needing it
+    need: dict[int, int] = {}  # unit -> index in backward_order of the first step needing it
     for i, step in enumerate(backward_order):
         read = {access.storage for access in step.accesses if not access.write}
-        for layer in chosen:
-            if layer not in need and writes.get(layer, set()) & read:
-                need[layer] = i
-    # A recomputed layer that reads what another writes needs that one before it: sweep in
-    # reverse Forward order so a consumer's place is known before its producers'.
-    for layer in sorted(chosen, reverse=True):
-        if layer not in need:
+        for unit, written in enumerate(writes):
+            if unit not in need and written & read:
+                need[unit] = i
+    # A unit that reads what another writes needs that one first: consumers (later in
+    # Forward order) settle their place before their producers take the earliest of them.
+    by_order = sorted(range(len(groups)), key=lambda unit: groups[unit][0], reverse=True)
+    for unit in by_order:
+        if unit not in need:
             continue
-        for producer in chosen:
-            if producer < layer and writes.get(producer, set()) & reads.get(layer, set()):
-                need[producer] = min(need.get(producer, need[layer]), need[layer])
-    ordered = sorted(need, key=lambda layer: (need[layer], layer))
-    return tuple(Recomputation(layer, backward_order[need[layer]].layer, layer in restore) for layer in ordered if backward_order[need[layer]].layer in position)
+        for producer in by_order:
+            if groups[producer][0] < groups[unit][0] and writes[producer] & reads[unit]:
+                need[producer] = min(need.get(producer, need[unit]), need[unit])
+    ordered = sorted(need, key=lambda unit: (need[unit], groups[unit][0]))
+    return tuple(Recomputation(layer, backward_order[need[unit]].layer, layer in restore) for unit in ordered for layer in groups[unit])

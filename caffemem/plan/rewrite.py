@@ -28,14 +28,8 @@ def mem_param(phases, exclude: tuple[str, ...], target: str, previous: caffe_pb2
         block.slot.extend(kept)
         block.recompute.extend(entry for entry in (previous.recompute if previous is not None else ()) if caffe_pb2.Phase.Name(entry.phase) not in planned)
         for phase in phases:
-            layers = phase.shaped.graph.layers
-            for again in phase.recomputed:
-                block.recompute.add(
-                    phase=caffe_pb2.TRAIN if phase.phase == "TRAIN" else caffe_pb2.TEST,
-                    layer=layers[again.layer].name,
-                    before=layers[again.before].name,
-                    restore_params=again.restore_params,
-                )
+            for layer, before, restore in phase.plan_data.recompute:
+                block.recompute.add(phase=caffe_pb2.TRAIN if phase.phase == "TRAIN" else caffe_pb2.TEST, layer=layer, before=before, restore_params=restore)
             by_slot: dict[int, list[tuple[str, str, int]]] = {}
             for blob, kind, slot, offset in phase.plan_data.assign:
                 by_slot.setdefault(slot, []).append((blob, kind, offset))

@@ -22,7 +22,9 @@ from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import count
 from caffemem.layers.access import BlobId
 from caffemem.layers.bound_buffers import runtime_binds
+from caffemem.layers.registry import SpecTable, recompute_of
 from caffemem.layers.vision import WORKSPACE_BUFFER
+from caffemem.passes.recompute import Recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.prototxt.read import read_input
 from caffemem.units import DTYPE_BYTES
@@ -34,6 +36,8 @@ class PlanData:
 
     slot_bytes: dict[int, int]
     assign: tuple[tuple[str, str, int, int], ...]  # (blob, "data"|"diff", slot, byte offset)
+    # The Forwards run again in Backward, in order: (layer, before layer, restore_params).
+    recompute: tuple[tuple[str, str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,13 +89,20 @@ def plan_from_json(document: dict, file: str | None = None) -> PlanData:
             if slot in slots and offset >= slots[slot]:
                 raise ValueError(f"'{excerpt(blob)}' ({kind}) starts at offset {offset}, past the end of slot {slot} ({slots[slot]} bytes)")
             assign.append((blob, kind, slot, offset))
+        recompute = []
+        for entry in plan.get("recompute", []):
+            layer, before = _text(entry["layer"], "recompute[].layer"), _text(entry["before"], "recompute[].before")
+            restore = entry.get("restore_params", False)
+            if not isinstance(restore, bool):
+                raise ValueError(f"recompute '{excerpt(layer)}': restore_params must be true or false, not {excerpt(json.dumps(restore), 40)}")
+            recompute.append((layer, before, restore))
     except (AttributeError, KeyError, TypeError, ValueError) as error:
         detail = f"no key {error}" if isinstance(error, KeyError) else str(error)
         raise CaffememError(
             f"not a caffemem plan: {excerpt(detail, 200)} (expected plan.slots[{{id, bytes}}] and plan.assign[{{blob, kind, slot, offset}}])",
             Location(file=file),
         ) from None
-    return PlanData(slots, tuple(assign))
+    return PlanData(slots, tuple(assign), tuple(recompute))
 
 
 def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, PlanData, object]]:
@@ -182,6 +193,44 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
     return []
 
 
+def recompute_entries(schedule: Schedule, plan: PlanData, specs: SpecTable, net_name: str) -> tuple[tuple[Recomputation, ...], list[Violation]]:
+    """The table's recompute entries as the run takes them, and what stops it: Net::Init's
+    checks (each layer and ``before`` a layer of the net, the layer not after ``before``, no
+    entry twice, ``restore_params`` only on a layer with parameters: the runtime's
+    LOG(FATAL)s), then what only the layer specs know (LayerSpec.recompute: a Forward that
+    draws random numbers, advances a cursor or keeps state may not run twice; BatchNorm in
+    TRAIN only with its parameters restored)."""
+    graph = schedule.shaped.graph
+    index = {layer.name: layer.index for layer in graph.layers}
+    where = f"net {net_name} (phase {graph.phase})"
+    entries: list[Recomputation] = []
+    seen: set[tuple[str, str]] = set()
+    backward = {step.layer for step in schedule.steps if step.kind == "backward"}
+    for layer, before, restore in plan.recompute:
+        fail = lambda message: (tuple(entries), [Violation(0, "Net::Init", layer, message + RERUN)])  # noqa: E731
+        for name in (layer, before):
+            if name not in index:
+                return fail(f"mem_param recompute: {name} is not a layer of {where}")
+        if index[layer] > index[before]:
+            return fail(f"mem_param recompute: {layer} runs again before the Backward of {before}, an earlier layer of {where}")
+        if (layer, before) in seen:
+            return fail(f"mem_param recompute: {layer} before {before} is listed twice")
+        seen.add((layer, before))
+        params = schedule.shaped.layer_shapes[index[layer]].params
+        if restore and not params:
+            return fail(f"mem_param recompute: {layer} has no parameters to restore")
+        proto = graph.layers[index[layer]]
+        fact = recompute_of(specs.get(proto.type), proto.proto, graph.phase)
+        if not fact.safe:
+            return tuple(entries), [Violation(0, "plan", layer, f"its Forward may not run twice ({fact.why})")]
+        if fact.restores_params and not restore:
+            return tuple(entries), [Violation(0, "plan", layer, "its Forward changes its parameters (running averages), so running it again needs restore_params")]
+        if index[before] not in backward:
+            return tuple(entries), [Violation(0, "plan", layer, f"{before} runs no Backward in this net, so nothing runs it again")]
+        entries.append(Recomputation(index[layer], index[before], restore))
+    return tuple(entries), []
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a storage class sits: bytes [start, end) of a slot."""
@@ -224,7 +273,69 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
         if offset < 0 or offset + size > plan.slot_bytes[slot]:
             violations.append(Violation(0, "plan", blob, f"{kind} needs bytes {offset}..{offset + size}, slot {slot} has {plan.slot_bytes[slot]}"))
 
-    return violations + replay_violations(schedule, place)
+    return violations + recompute_violations(schedule) + replay_violations(schedule, place)
+
+
+def recompute_violations(schedule: Schedule) -> list[Violation]:
+    """Every read that the recomputed Forwards change (empty: the schedule is sound, before
+    any plan).  Each class is tagged with the step that last wrote it, a Forward run again
+    writing what its first run wrote only when it read what that run read; then every
+    Backward must read what it read in the run without recomputation, and every recomputed
+    Forward what its first run read: nothing is recomputed from a value that is gone, or
+    read after a recomputation overwrote it (an in-place chain recomputed from its middle)."""
+    if not any(step.kind == "recompute" for step in schedule.steps):
+        return []
+    plain = {(step.kind, step.layer): reads for step, reads in _traced(step for step in schedule.steps if step.kind != "recompute")}
+    label = {c.id: c.owner for c in schedule.classes}
+    violations: list[Violation] = []
+    for step, reads in _traced(schedule.steps):
+        expected = plain[("forward" if step.kind == "recompute" else step.kind, step.layer)]
+        if step.kind == "recompute":  # its parameters aside (restore_params): compare what it reads
+            read = {storage for storage, _ in reads}
+            expected = [(storage, value) for storage, value in expected if storage in read]
+        if reads != expected:
+            storage, value, wanted = next((a[0], a[1], b[1]) for a, b in zip(reads + [(None, None)], expected + [(None, None)]) if a != b)
+            violations.append(Violation(step.index, schedule.step_name(step), label.get(storage, "?"), f"reads {_origin(schedule, value)} where the run without recomputation reads {_origin(schedule, wanted)}"))
+    return violations
+
+
+def _traced(steps: Iterable) -> Iterable[tuple[object, list[tuple[int, object]]]]:
+    """Each step with its reads, in order, as (storage, the value read): a value is the
+    (kind, layer) of the step that wrote it ("self": this step, earlier), a recomputed
+    Forward's the same as its first run's if it read the same values (else a value of its
+    own, which no plain step reads)."""
+    value: dict[int, object] = {}
+    first_reads: dict[int | None, list] = {}
+    for step in steps:
+        reads: list[tuple[int, object]] = []
+        written: list[int] = []
+        for access in step.accesses:
+            if access.write:
+                written.append(access.storage)
+            else:
+                reads.append((access.storage, "self" if access.storage in written else value.get(access.storage)))
+        origin: object = (step.kind, step.layer)
+        if step.kind == "recompute":
+            plain = first_reads.get(step.layer, [])
+            origin = ("forward", step.layer) if all(pair in plain for pair in reads) else ("recompute", step.index)
+        for storage in written:
+            value[storage] = origin
+        if step.kind == "forward":
+            first_reads[step.layer] = reads
+        yield step, reads
+
+
+def _origin(schedule: Schedule, value: object) -> str:
+    if value is None:
+        return "nothing (never written)"
+    if value == "self":
+        return "what this step wrote"
+    kind, where = value  # type: ignore[misc]
+    if kind == "recompute":
+        return f"what the recomputation at step {where} wrote from other values"
+    if where is None:
+        return "what Net::Init wrote"
+    return f"what {kind} {schedule.shaped.graph.layers[where].name} wrote"
 
 
 def _names_a_workspace(schedule: Schedule, buffer: str) -> bool:

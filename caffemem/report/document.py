@@ -152,8 +152,25 @@ def phase_plan_json(phase) -> dict[str, Any]:
         "plan": {
             "slots": [{"id": slot, "bytes": size} for slot, size in sorted(phase.plan_data.slot_bytes.items())],
             "assign": [{"blob": blob, "kind": kind, "slot": slot, "offset": offset} for blob, kind, slot, offset in phase.plan_data.assign],
-        },
+        }
+        | ({"recompute": [{"layer": layer, "before": before, "restore_params": restore} for layer, before, restore in phase.plan_data.recompute]} if phase.plan_data.recompute else {}),
         "kept_private": {schedule.classes[c].label: why for c, why in liveness.kept.items()},
+    } | ({"recompute": recompute_json(phase)} if phase.recompute is not None else {})
+
+
+def recompute_json(phase) -> dict[str, Any]:
+    """optimize --recompute: what the policy chose and what it costs."""
+    choice = phase.recompute
+    layers = phase.shaped.graph.layers
+    return {
+        "policy": choice.policy.describe(),
+        "layers": len(choice.recomputed),
+        "recomputed": [layers[entry.layer].name for entry in choice.recomputed],
+        "extra_forward_flops": choice.extra_flops,
+        "forward_flops": choice.forward_flops,
+        "extra_forward_percent": percent_of(choice.extra_flops, choice.forward_flops),
+        "lower_bound_without_recompute": choice.plain_figure,
+        "restored_param_bytes": choice.saved_param_bytes,
     }
 
 

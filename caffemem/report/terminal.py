@@ -15,7 +15,7 @@ from caffemem.api.analyze import Analysis, NetAnalysis
 from caffemem.graph import Shape
 from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
-from caffemem.units import mib, mib_column, mib_gib, percent_of, plural, signed_percent
+from caffemem.units import format_flops, mib, mib_column, mib_gib, percent_of, plural, signed_percent
 
 
 def _dims(shape: Shape) -> str:
@@ -302,6 +302,22 @@ def _print_inplace(inplace, console: Console) -> None:
         console.print(f"[yellow]{note}[/yellow]")
 
 
+def recompute_line(phase) -> str:
+    """optimize --recompute: what was recomputed, what it saves against the same plan without
+    recomputation (its lower bound), and the extra Forward work."""
+    choice = phase.recompute
+    policy = choice.policy.describe()
+    if not choice.recomputed:
+        return f"--recompute {policy}: nothing recomputed (no recomputation lowers this plan: {phase.phase} needs no Backward, or every layer it could run again is kept or may not run twice)"
+    gained = choice.plain_figure - phase.totals()["lower_bound"]
+    restored = f"; the parameters of {plural(len({e.layer for e in choice.recomputed if e.restore_params}), 'layer')} saved and restored around it ({mib(choice.saved_param_bytes)})" if choice.saved_param_bytes else ""
+    return (
+        f"--recompute {policy}: {plural(len(choice.recomputed), 'Forward')} run again in Backward, {mib(gained)} below the plan without recomputation "
+        f"(lower bounds {mib(choice.plain_figure)} → {mib(phase.totals()['lower_bound'])}), for {format_flops(choice.extra_flops)} more "
+        f"({percent_of(choice.extra_flops, choice.forward_flops):.1f}% of a Forward pass){restored}."
+    )
+
+
 def print_optimize(result, console: Console) -> None:
     """Per phase the answer first (the plan against stock Caffe and the fork, with the
     batch), then the table and the peak; --inplace's rewrites after the figures."""
@@ -330,6 +346,8 @@ def print_optimize(result, console: Console) -> None:
             console.print(f"every figure includes the prefetch batches ({mib(phase.stock.prefetch_bytes)}, the same in every plan)")
         saved = phase.savings
         console.print(f"saves {mib(saved)} ({percent_of(saved, stock):.1f}%) against stock Caffe, {mib(totals['fork'] - totals['planned'])} against the fork; {percent_of(totals['planned'] - totals['lower_bound'], totals['lower_bound']):.2f}% above the lower bound.")
+        if phase.recompute is not None:
+            console.print(recompute_line(phase))
         schedule, liveness = phase.schedule, phase.liveness
         if schedule.steps:
             alive = [schedule.classes[c].label for c in liveness.alive_at_peak]

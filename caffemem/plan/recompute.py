@@ -1,0 +1,327 @@
+"""Which Forwards to run again in Backward: the policies of ``optimize --recompute``.
+
+Entry point: :func:`choose`.  The unit of recomputation is a chain of layers writing one
+storage (Caffe's in-place chains, conv → BatchNorm → Scale → ReLU: only the whole chain, run
+again from its head, gives its storage back its last value); a unit is recomputed only if
+every layer's spec says its Forward may run twice (LayerSpec.recompute: no random draw, no
+cursor, no state another step reads, BatchNorm's running averages saved and restored) and it
+writes no storage that stays private anyway (an output, a loss).  Every candidate set is
+measured, not estimated: the extended schedule (passes/recompute.py) goes through the same
+liveness as any plan, and its lower bound is what the packer then reaches.
+
+- ``cheap``: MXNet's mirror (``MXNET_BACKWARD_DO_MIRROR``): the units whose Forward costs
+  little beside a convolution's (no GEMM), less those that save nothing (recomputing an
+  Eltwise keeps its bottoms alive to the Backward: it may cost more than it saves).
+- ``sqrt``: Chen, Xu, Zhang, Guestrin, "Training Deep Nets with Sublinear Memory Cost"
+  (2016): checkpoints at the storages a cut of the Forward order crosses alone (a residual
+  block's output), every k-th kept, each segment between them recomputed in its Backward;
+  the k with the smallest footprint is kept (Chen's √n is where that minimum lies for equal
+  segments, the real segments are not equal).
+- ``budget=SIZE``: the least recomputation (FLOPs) whose footprint fits SIZE.  A dynamic
+  program, a multiple-choice knapsack over the segments (keep, recompute the cheap units,
+  recompute all): each choice's saving is measured alone and the savings add up in Chen's
+  segment model (every segment's storages are alive together at the turn from Forward to
+  Backward, where such nets peak); the answer is then measured whole, and where the savings
+  did not add up the target grows by the miss and the program runs again.  Not Checkmate's
+  ILP: no solver is among caffemem's packages, and on Chen's segments the exact program over
+  the Pareto frontier of (saving, FLOPs) is instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from caffemem.errors import CaffememError, UnsafePlan
+from caffemem.graph import count
+from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
+from caffemem.passes.liveness import Liveness
+from caffemem.passes.recompute import Recomputation, placed, with_recomputation
+from caffemem.passes.schedule import Schedule
+from caffemem.units import format_size, mib_gib, parse_size
+
+POLICIES = ("cheap", "sqrt", "budget=SIZE")
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str  # "cheap", "sqrt" or "budget"
+    budget: int | None = None  # bytes, for "budget"
+
+    def describe(self) -> str:
+        return f"budget={format_size(self.budget)}" if self.budget is not None else self.name
+
+
+def parse_policy(text: str, flag: str = "--recompute") -> Policy:
+    """``cheap``, ``sqrt`` or ``budget=SIZE`` (SIZE as every size flag takes it: 6GiB)."""
+    name, sep, size = text.strip().partition("=")
+    name = name.strip().lower()
+    if name in ("cheap", "sqrt") and not sep:
+        return Policy(name)
+    if name == "budget" and sep:
+        return Policy("budget", parse_size(size, f"{flag} budget="))
+    raise CaffememError(f"{flag} '{text}': expected one of {', '.join(POLICIES)}")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Layers that write one storage (an in-place chain), recomputed together or not at all."""
+
+    layers: tuple[int, ...]
+    writes: frozenset[int]  # the blob data storages its Forwards write
+    why_not: str | None  # None: may be recomputed
+    cheap: bool
+    restores: tuple[int, ...]  # its layers whose parameters the runtime saves and restores
+    flops: int  # its Forwards' work, once
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a policy chose, measured."""
+
+    policy: Policy
+    recomputed: tuple[Recomputation, ...]
+    schedule: Schedule  # with the recompute steps
+    liveness: Liveness
+    figure: int  # the plan's bound in the figure the reports print: private bytes + the shared peak
+    plain_figure: int  # the same without recomputation
+    extra_flops: int  # the Forwards run again
+    forward_flops: int  # one plain Forward pass
+    saved_param_bytes: int  # the runtime's copies of restore_params layers' parameters
+
+
+def forward_flops(spec: LayerSpec | None, proto, shapes) -> int:
+    """One layer's Forward work (LayerSpec.forward_flops; by default one per top element)."""
+    if spec is not None and spec.forward_flops is not None:
+        return spec.forward_flops(proto, shapes)
+    return sum(count(top) for top in shapes.tops)
+
+
+def units_of(schedule: Schedule, specs: SpecTable, liveness: Liveness) -> list[Unit]:
+    """The net's recompute units, in Forward order: layers grouped by the blob data storages
+    their Forwards write (a layer that writes none, a Split, is in none)."""
+    shaped = schedule.shaped
+    layers = shaped.graph.layers
+    phase = shaped.graph.phase
+    blob_data = {c.id for c in schedule.classes if c.kind == "blob" and c.part == "data"}
+    writes: dict[int, set[int]] = {}
+    for step in schedule.steps:
+        if step.kind == "forward":
+            writes[step.layer] = {a.storage for a in step.accesses if a.write and a.storage in blob_data}
+    owner: dict[int, int] = {}  # storage -> unit root layer
+    parent = {layer: layer for layer in writes}
+
+    def find(layer: int) -> int:
+        while parent[layer] != layer:
+            parent[layer] = parent[parent[layer]]
+            layer = parent[layer]
+        return layer
+
+    for layer, written in writes.items():
+        for storage in written:
+            if storage in owner:
+                parent[find(layer)] = find(owner[storage])
+            else:
+                owner[storage] = layer
+    grouped: dict[int, list[int]] = {}
+    for layer, written in writes.items():
+        if written:
+            grouped.setdefault(find(layer), []).append(layer)
+    units = []
+    for members in sorted(grouped.values(), key=min):
+        members.sort()
+        written = frozenset(storage for layer in members for storage in writes[layer])
+        facts = [(layer, recompute_of(specs.get(layers[layer].type), layers[layer].proto, phase)) for layer in members]
+        why_not = next((f"{layers[layer].name} ({layers[layer].type}): {fact.why}" for layer, fact in facts if not fact.safe), None)
+        kept = sorted(schedule.classes[storage].owner for storage in written if storage in liveness.kept)
+        if why_not is None and kept:
+            why_not = f"writes '{kept[0]}', which keeps its own storage ({liveness.kept[next(s for s in written if s in liveness.kept)]})"
+        flops = sum(forward_flops(specs.get(layers[layer].type), layers[layer].proto, shaped.layer_shapes[layer]) for layer in members)
+        units.append(Unit(tuple(members), written, why_not, all(fact.cheap for _, fact in facts), tuple(layer for layer, fact in facts if fact.restores_params), flops))
+    return units
+
+
+@dataclass(frozen=True)
+class _Measured:
+    units: frozenset[int]  # indices into the unit list
+    recomputed: tuple[Recomputation, ...]
+    schedule: Schedule
+    liveness: Liveness
+    figure: int
+    flops: int
+
+
+def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int) -> Choice:
+    """The recomputation ``policy`` picks for ``schedule``, measured with ``liveness_of``
+    (the plan's own liveness settings); ``stock_figure``: stock Caffe's figure, from which
+    a plan's bound is the stock figure less the shareable storage plus its peak.  Raises
+    a CaffememError for a budget no recomputation reaches."""
+    plain = liveness_of(schedule)
+    units = units_of(schedule, specs, plain)
+    layers = schedule.shaped.graph.layers
+    param_bytes = {layer: sum(schedule.classes[a.storage].bytes for a in step.accesses if schedule.classes[a.storage].kind == "param" and schedule.classes[a.storage].part == "data") for step in schedule.steps if step.kind == "forward" for layer in [step.layer]}
+
+    def bound(liveness: Liveness) -> int:
+        return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
+
+    cache: dict[frozenset[int], _Measured] = {}
+
+    def measure(chosen: frozenset[int]) -> _Measured:
+        if chosen not in cache:
+            entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+            extended = with_recomputation(schedule, entries)
+            liveness = liveness_of(extended)
+            saved = sum(param_bytes.get(entry.layer, 0) for entry in entries if entry.restore_params)
+            flops = sum(units[u].flops for u in chosen if any(entry.layer in units[u].layers for entry in entries))
+            cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + saved, flops)
+        return cache[chosen]
+
+    eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
+    none = measure(frozenset())
+    if policy.name == "cheap":
+        best = _pruned(measure, frozenset(u for u in eligible if units[u].cheap))
+    elif policy.name == "sqrt":
+        best = _sqrt(measure, schedule, units, eligible, plain)
+    else:
+        best = _budget(measure, schedule, units, eligible, plain, policy.budget or 0, layers)
+    if best.figure >= none.figure and policy.name != "budget":
+        best = none  # recomputing nothing beats a recomputation that saves nothing
+    forward = sum(unit.flops for unit in units) + sum(
+        forward_flops(specs.get(layer.type), layer.proto, schedule.shaped.layer_shapes[layer.index]) for layer in layers if not any(layer.index in unit.layers for unit in units)
+    )
+    saved = sum(param_bytes.get(entry.layer, 0) for entry in best.recomputed if entry.restore_params)
+    return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, saved)
+
+
+def _pruned(measure: Callable[[frozenset[int]], _Measured], chosen: frozenset[int]) -> _Measured:
+    """``chosen`` less every unit whose recomputation does not lower the figure (one pass,
+    last unit first: a later unit's recomputation often needs an earlier one's)."""
+    best = measure(chosen)
+    for unit in sorted(chosen, reverse=True):
+        if unit not in best.units:
+            continue
+        without = measure(best.units - {unit})
+        if without.figure <= best.figure:
+            best = without
+    return best
+
+
+def checkpoint_candidates(schedule: Schedule, units: Sequence[Unit], plain: Liveness) -> list[int]:
+    """The units whose storage alone crosses the cut after their Forward (Chen's
+    articulation points: a residual block's output): no other shareable blob storage is
+    written before the cut and read by a Forward after it."""
+    forward_at = {step.layer: step.index for step in schedule.steps if step.kind == "forward"}
+    shareable = {life.storage for life in plain.shareable}
+    first_write: dict[int, int] = {}
+    last_read: dict[int, int] = {}
+    for step in schedule.steps:
+        if step.kind != "forward":
+            continue
+        for access in step.accesses:
+            if access.storage not in shareable or schedule.classes[access.storage].kind != "blob":
+                continue
+            if access.write:
+                first_write.setdefault(access.storage, step.index)
+            else:
+                last_read[access.storage] = step.index
+    crossing = [0] * (len(schedule.steps) + 1)  # crossing[p]: storages written at or before p, read after p
+    for storage, written in first_write.items():
+        read = last_read.get(storage, written)
+        if read > written:
+            crossing[written] += 1
+            crossing[read] -= 1
+    for p in range(1, len(crossing)):
+        crossing[p] += crossing[p - 1]
+    found = []
+    for u, unit in enumerate(units):
+        cut = forward_at[unit.layers[-1]]
+        own = sum(1 for storage in unit.writes if storage in first_write and first_write[storage] <= cut < last_read.get(storage, -1))
+        if crossing[cut] - own == 0:
+            found.append(u)
+    return found
+
+
+def _sqrt(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness) -> _Measured:
+    """Chen's segments: every k-th checkpoint candidate kept, every other eligible unit
+    recomputed; the k with the smallest figure (then the fewest FLOPs)."""
+    candidates = [u for u in checkpoint_candidates(schedule, units, plain) if u in set(eligible)] or list(eligible)
+    tried = []
+    for k in range(1, len(candidates) + 1):
+        kept = set(candidates[k - 1 :: k])
+        tried.append(measure(frozenset(u for u in eligible if u not in kept)))
+    if not tried:
+        return measure(frozenset())
+    return min(tried, key=lambda m: (m.figure, m.flops))
+
+
+def _segments(schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness) -> list[list[int]]:
+    """Chen's segments: the eligible units between two checkpoint candidates, each ending
+    at (and not including) its checkpoint."""
+    candidates = set(checkpoint_candidates(schedule, units, plain))
+    segments: list[list[int]] = [[]]
+    for u in eligible:
+        if u in candidates:
+            segments.append([])
+        else:
+            segments[-1].append(u)
+    return [segment for segment in segments if segment]
+
+
+def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness, budget: int, layers) -> _Measured:
+    """The fewest FLOPs recomputed whose figure fits ``budget`` (module docstring)."""
+    none = measure(frozenset())
+    if none.figure <= budget:
+        return none
+    segments = _segments(schedule, units, eligible, plain)
+    options: list[list[tuple[int, int, frozenset[int]]]] = []  # per segment: (saving, flops, units)
+    for segment in segments:
+        choices = {frozenset(u for u in segment if units[u].cheap), frozenset(segment)} - {frozenset()}
+        found = [(0, 0, frozenset())]
+        for chosen in choices:
+            measured = measure(chosen)
+            if measured.figure < none.figure:
+                found.append((none.figure - measured.figure, measured.flops, chosen))
+        options.append(found)
+    deepest = min([measure(frozenset(eligible)), _sqrt(measure, schedule, units, eligible, plain)], key=lambda m: m.figure)
+    need = none.figure - budget
+    best: _Measured | None = None
+    for _ in range(8):
+        chosen = _knapsack(options, need)
+        if chosen is None:
+            break
+        measured = measure(chosen)
+        if measured.figure <= budget:
+            best = measured
+            break
+        need += measured.figure - budget  # the savings did not add up: ask for the miss more
+    if best is None and deepest.figure <= budget:
+        best = deepest
+    if best is None:
+        closest = min(deepest, none, key=lambda m: m.figure)
+        raise _missed(budget, closest.figure)
+    return best
+
+
+class BudgetMissed(UnsafePlan):
+    """No recomputation reaches the budget, and how far the best one misses: a finding
+    (exit 1, nothing written), as an unsafe plan is."""
+
+
+def _missed(budget: int, best: int) -> BudgetMissed:
+    return BudgetMissed(f"--recompute budget={format_size(budget)}: no recomputation fits; the least any reaches is {mib_gib(best)}, {format_size(best - budget)} over the budget")
+
+
+def _knapsack(options: list[list[tuple[int, int, frozenset[int]]]], need: int) -> frozenset[int] | None:
+    """The choice per segment with the fewest FLOPs whose savings add up to ``need``: a DP
+    over the segments keeping the Pareto frontier of (saving, FLOPs)."""
+    frontier: list[tuple[int, int, frozenset[int]]] = [(0, 0, frozenset())]
+    for choices in options:
+        grown = [(saving + s, flops + f, chosen | c) for saving, flops, chosen in frontier for s, f, c in choices]
+        grown.sort(key=lambda entry: (-entry[0], entry[1]))
+        frontier, cheapest = [], None
+        for entry in grown:  # by saving, most first: keep those cheaper than every larger saving
+            if cheapest is None or entry[1] < cheapest:
+                frontier.append(entry)
+                cheapest = entry[1]
+    fitting = [entry for entry in frontier if entry[0] >= need]
+    return min(fitting, key=lambda entry: (entry[1], -entry[0]))[2] if fitting else None
