@@ -2,14 +2,20 @@
 Forwards that mem_param's recompute entries list (util/mem_recompute.cpp), and stays
 bit-identical to stock Caffe: outputs, weights and gradients over several SGD iterations,
 BatchNorm in TRAIN included (its running averages restored around the second Forward).
-A table that does not match the net stops at Net::Init with the LOG(FATAL) message."""
+First with hand-written tables, then with `caffemem optimize --recompute` on a BatchNorm
+net, an Inception net (GoogLeNet) and a net with Dropout (AlexNet), every policy: the heap
+the process grew is stock's less the predicted saving (within 2% of stock, as
+test_runtime_nets.py). A table that does not match the net stops at Net::Init with the
+LOG(FATAL) message."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from runtime_caffe import patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
+from runtime_caffe import heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
+from runtime_nets import CASES, make_net
 
 # conv -> BatchNorm -> Scale -> ReLU, then the next convolution, whose Backward reads the
 # chain's output: the chain's Forwards run again just before it (tops kept apart, so that
@@ -97,3 +103,63 @@ def test_a_table_that_does_not_match_the_net_stops_with_a_message(patched_caffe,
     assert proc.returncode != 0
     assert says in proc.stderr and "rerun `caffemem optimize`" in proc.stderr
     assert "mem_recompute.cpp" in proc.stderr  # a LOG(FATAL)/CHECK of the runtime, not a crash
+
+
+# ----------------------------------------------------------------------------- planned tables
+
+_BY_NAME = {c.name: c for c in CASES}
+PLANNED_CASES = [replace(_BY_NAME["batchnorm"], batch=16, iters=3), _BY_NAME["googlenet"], _BY_NAME["alexnet"]]
+POLICIES = ("cheap", "sqrt", "budget")
+
+
+@dataclass(frozen=True)
+class _Stock:
+    net: Path
+    dump: str
+    heap_peak: int
+    planned_without: int  # optimize --share-buffers: the plan without recomputation
+    planned_sqrt: int
+
+
+def _planned(doc: dict) -> dict:
+    return next(p for p in doc["phases"] if p["phase"] == "TRAIN")
+
+
+@pytest.fixture(scope="module")
+def stock_run(stock_caffe, tmp_path_factory):
+    """Per case, once: the net, stock Caffe's run of it, and the plans a budget lies between."""
+    done: dict[str, _Stock] = {}
+
+    def run(case) -> _Stock:
+        if case.name not in done:
+            tmp = tmp_path_factory.mktemp(case.name)
+            net = make_net(case, tmp)
+            proc = stock_caffe.run(net, case.phase, case.iters, tmp / "stock.dump")
+            without = _planned(optimize(net, tmp / "without.prototxt", "--phase", "train", "--share-buffers"))["bytes"]["planned"]
+            sqrt = _planned(optimize(net, tmp / "sqrt.prototxt", "--phase", "train", "--recompute", "sqrt"))["bytes"]["planned"]
+            done[case.name] = _Stock(net, (tmp / "stock.dump").read_text(), heap(proc)["heap_peak"], without, sqrt)
+        return done[case.name]
+
+    return run
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("case", PLANNED_CASES, ids=[c.name for c in PLANNED_CASES])
+def test_a_recompute_plan_trains_bit_identically_at_the_predicted_saving(case, policy, stock_run, patched_caffe, tmp_path):
+    stock = stock_run(case)
+    budget = (stock.planned_without + stock.planned_sqrt) // 2
+    option = f"budget={budget}" if policy == "budget" else policy
+    optimized = tmp_path / f"{case.name}.{policy}.prototxt"
+    entry = _planned(optimize(stock.net, optimized, "--phase", "train", "--recompute", option))
+    assert entry["recompute"]["layers"] > 0  # the plan does run Forwards again
+    if case.name == "batchnorm":  # BatchNorm among them: its averages saved and restored
+        assert entry["recompute"]["restored_param_bytes"] > 0
+
+    patched = patched_caffe.run(optimized, case.phase, case.iters, tmp_path / "patched.dump")
+    assert (tmp_path / "patched.dump").read_text() == stock.dump
+
+    expected = stock.heap_peak - entry["savings"]["bytes"]
+    measured = heap(patched)["heap_peak"]
+    assert abs(measured - expected) <= 0.02 * stock.heap_peak, (
+        f"{case.name} ({option}): stock {stock.heap_peak} B, patched {measured} B, predicted {expected} B; off by {(measured - expected) / stock.heap_peak:+.2%} of stock"
+    )
