@@ -10,12 +10,12 @@ LOG(FATAL) message."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from runtime_caffe import heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
-from runtime_nets import CASES, make_net
+from runtime_nets import RECOMPUTE_CASES, make_net
 
 # conv -> BatchNorm -> Scale -> ReLU, then the next convolution, whose Backward reads the
 # chain's output: the chain's Forwards run again just before it (tops kept apart, so that
@@ -107,8 +107,6 @@ def test_a_table_that_does_not_match_the_net_stops_with_a_message(patched_caffe,
 
 # ----------------------------------------------------------------------------- planned tables
 
-_BY_NAME = {c.name: c for c in CASES}
-PLANNED_CASES = [replace(_BY_NAME["batchnorm"], batch=16, iters=3), _BY_NAME["googlenet"], _BY_NAME["alexnet"]]
 POLICIES = ("cheap", "sqrt", "budget")
 
 
@@ -144,7 +142,7 @@ def stock_run(stock_caffe, tmp_path_factory):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("case", PLANNED_CASES, ids=[c.name for c in PLANNED_CASES])
+@pytest.mark.parametrize("case", RECOMPUTE_CASES, ids=[c.name for c in RECOMPUTE_CASES])
 def test_a_recompute_plan_trains_bit_identically_at_the_predicted_saving(case, policy, stock_run, patched_caffe, tmp_path):
     stock = stock_run(case)
     budget = (stock.planned_without + stock.planned_sqrt) // 2
