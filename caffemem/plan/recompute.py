@@ -47,6 +47,9 @@ POLICIES = ("cheap", "sqrt", "budget=SIZE")
 class Policy:
     name: str  # "cheap", "sqrt" or "budget"
     budget: int | None = None  # bytes, for "budget"
+    # What the search aims at, at most the budget: lower where the plan the packer made
+    # from the chosen recomputation came out above its bound (api/optimize.py retries).
+    target: int | None = None
 
     def describe(self) -> str:
         return f"budget={format_size(self.budget)}" if self.budget is not None else self.name
@@ -183,7 +186,7 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     elif policy.name == "sqrt":
         best = _sqrt(measure, schedule, units, eligible, plain)
     else:
-        best = _budget(measure, schedule, units, eligible, plain, policy.budget or 0, layers)
+        best = _budget(measure, schedule, units, eligible, plain, policy.target if policy.target is not None else policy.budget or 0)
     if best.figure >= none.figure and policy.name != "budget":
         best = none  # recomputing nothing beats a recomputation that saves nothing
     forward = sum(unit.flops for unit in units) + sum(
@@ -267,7 +270,7 @@ def _segments(schedule: Schedule, units: Sequence[Unit], eligible: list[int], pl
     return [segment for segment in segments if segment]
 
 
-def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness, budget: int, layers) -> _Measured:
+def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness, budget: int) -> _Measured:
     """The fewest FLOPs recomputed whose figure fits ``budget`` (module docstring)."""
     none = measure(frozenset())
     if none.figure <= budget:
@@ -298,7 +301,7 @@ def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[i
         best = deepest
     if best is None:
         closest = min(deepest, none, key=lambda m: m.figure)
-        raise _missed(budget, closest.figure)
+        raise missed(budget, closest.figure)
     return best
 
 
@@ -307,7 +310,7 @@ class BudgetMissed(UnsafePlan):
     (exit 1, nothing written), as an unsafe plan is."""
 
 
-def _missed(budget: int, best: int) -> BudgetMissed:
+def missed(budget: int, best: int) -> BudgetMissed:
     return BudgetMissed(f"--recompute budget={format_size(budget)}: no recomputation fits; the least any reaches is {mib_gib(best)}, {format_size(best - budget)} over the budget")
 
 
