@@ -167,6 +167,7 @@ def _concat_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
+# Recompute: concat_layer.cpp/.cu Forward copies the bottoms into the top.
 @layer("Concat", "common", bottoms=AT_LEAST_ONE, tops=ONE, source="caffe master layers/concat_layer.cpp", memory=_concat_memory, recompute=PURE_CHEAP)
 def _concat(q: ShapeQuery) -> LayerShapes:
     """Sums the bottoms' sizes along the concat axis; every other dimension must agree."""
@@ -195,6 +196,7 @@ def _slice_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
+# Recompute: slice_layer.cpp/.cu Forward copies the bottom into the tops.
 @layer("Slice", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/slice_layer.cpp", memory=_slice_memory, recompute=PURE_CHEAP)
 def _slice(q: ShapeQuery) -> LayerShapes:
     """Cuts the slice axis at the increasing ``slice_point``s, or into equal parts, one per top."""
@@ -231,6 +233,7 @@ def _split_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=tuple(Share(q.top(i), q.bottom(0), "data") for i in range(len(q.tops))), backward=backward)
 
 
+# Recompute: split_layer.cpp Reshape shares every top's data with the bottom; Forward does nothing.
 @layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory, fork_shares=("data",), fork_shares_first_bottom=True, recompute=SHARES)
 def _split(q: ShapeQuery) -> LayerShapes:
     """Every top is shaped like the bottom; none may be the bottom itself (no in-place)."""
@@ -303,6 +306,7 @@ def _reshape_rebatch(proto, rank: int, axis: int, batch: int):
     return restated
 
 
+# Recompute: reshape_layer.cpp shares the bottom's data and diff; Forward does nothing.
 @layer(
     "Reshape",
     "common",
@@ -353,6 +357,7 @@ def _flatten_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(Share(q.top(0), q.bottom(0), "data"),), backward=(Share(q.bottom(0), q.top(0), "diff"),))
 
 
+# Recompute: flatten_layer.cpp shares the bottom's data and diff; Forward does nothing.
 @layer(
     "Flatten",
     "common",
@@ -389,6 +394,7 @@ def _reduction_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=buffer_setup(ones, (size,), filled=True) if summed else (), forward=forward, backward=backward)
 
 
+# Recompute: reduction_layer.cpp/.cu Forward: a sum (dot, asum) per output, no matrix product.
 @layer("Reduction", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reduction_layer.cpp", memory=_reduction_memory, recompute=PURE_CHEAP)
 def _reduction(q: ShapeQuery) -> LayerShapes:
     """Reduces every axis from ``axis`` on: the top keeps the bottom's first ``axis`` dims."""
@@ -397,6 +403,7 @@ def _reduction(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(bottom[:axis],))
 
 
+# Recompute: tile_layer.cpp/.cu Forward copies the bottom.
 @layer("Tile", "common", bottoms=ONE, tops=ONE, source="caffe master layers/tile_layer.cpp", memory=neuron_memory(), recompute=PURE_CHEAP)
 def _tile(q: ShapeQuery) -> LayerShapes:
     """Repeats the bottom ``tiles`` times along ``axis`` (tiles is required, > 0)."""
@@ -438,6 +445,7 @@ def _embed(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, q.bottoms[0] + (n,)),), params=params)
 
 
+# Recompute: argmax_layer.cpp Forward: a std::partial_sort per item, from the bottom alone.
 @layer("ArgMax", "common", bottoms=ONE, tops=ONE, source="caffe master layers/argmax_layer.cpp", memory=forward_only_memory, gpu="none", recompute=PURE_CHEAP)
 def _argmax(q: ShapeQuery) -> LayerShapes:
     """With ``axis``: the bottom's shape with that axis set to top_k.
@@ -471,6 +479,7 @@ def _batch_reindex_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
+# Recompute: batch_reindex_layer.cpp/.cu Forward copies the items the permutation bottom names.
 @layer(
     "BatchReindex",
     "common",
@@ -498,6 +507,7 @@ def _filter_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=(selector,), forward=forward, backward=backward)
 
 
+# Recompute: filter_layer.cpp/.cu Forward copies the items the selector passes (counted in Reshape).
 @layer("Filter", "common", bottoms=Arity(2), tops=AT_LEAST_ONE, source="caffe master layers/filter_layer.cpp", memory=_filter_memory, recompute=PURE_CHEAP)
 def _filter(q: ShapeQuery) -> LayerShapes:
     """Forwards the items of bottoms[:-1] whose selector (last bottom) is non-zero.
@@ -547,6 +557,7 @@ def _silence_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(backward=tuple(write(q.bottom(i), "diff") for i, down in enumerate(q.propagate_down) if down))
 
 
+# Recompute: silence_layer.cpp has no tops.
 @layer(
     "Silence",
     "common",

@@ -16,6 +16,10 @@ by ``crop_size`` when one is set.  Every rule here:
    the ``--input NAME=d0,d1,...`` value that shows the dimensions already known.
 
 The helpers below are shared with the data layers of Caffe forks (``forks.py``).
+
+No data layer is recomputed in Backward (``recompute=DATA``): each Forward takes the next
+batch (a DataReader cursor, a prefetch thread, the caller's MemoryData/Input arrays), and
+DummyData's non-constant fillers draw anew each time (dummy_data_layer.cpp ``refill_``).
 """
 
 from __future__ import annotations

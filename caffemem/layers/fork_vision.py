@@ -405,6 +405,7 @@ def _roi_pooling(q: ShapeQuery) -> LayerShapes:
 
 # psroi_pooling_layer.cpp is NOT_IMPLEMENTED on CPU: the steps are psroi_pooling_layer.cu's,
 # whose Backward also zeroes the rois' diff (mapping_channel_ is the Blob<int> index).
+# Recompute: psroi_pooling_layer.cu Forward averages each bin and rewrites mapping_channel_ whole.
 @layer(
     "PSROIPooling",
     FAMILY,

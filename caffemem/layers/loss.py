@@ -20,6 +20,9 @@ a third top is daijifeng001/caffe-rfcn's (per-prediction losses for OHEM), a
 
 Each memory rule lists what the same file's CPU code touches (access.py).  Every loss
 layer's Backward reads the loss top's diff (the loss weight).
+
+None is recomputed in Backward (``recompute=LOSS``, Accuracy ``OUTPUT``): their tops are
+outputs of the net, kept to the end, and nothing is gained by running them twice.
 """
 
 from __future__ import annotations

@@ -239,6 +239,7 @@ for _type, (_file, _memory) in _PLAIN_NEURONS.items():
 
 
 # Never in place: LayerSetUp CHECK_NEs top and bottom (its Backward needs the sign of x).
+# Recompute: absval_layer.cpp/.cu Forward is elementwise (caffe_abs).
 @layer("AbsVal", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/absval_layer.cpp", memory=neuron_memory("bottom", top_diff_always=True), recompute=PURE_CHEAP)
 def _absval(q: ShapeQuery) -> LayerShapes:
     """Elementwise, but Caffe refuses to run it in place (its backward needs the input)."""
@@ -247,6 +248,7 @@ def _absval(q: ShapeQuery) -> LayerShapes:
 
 
 # Not in place: Backward tests min <= bottom_data <= max, always true of a clipped top.
+# Recompute: clip_layer.cpp/.cu Forward is elementwise.
 @layer(
     "Clip",
     "neuron",
@@ -276,6 +278,7 @@ def _log_base(q: ShapeQuery, base: float) -> float:
 
 
 # In place: Forward is elementwise (caffe_exp onto itself), Backward reads top_data only.
+# Recompute: exp_layer.cpp/.cu Forward is elementwise.
 @layer("Exp", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/exp_layer.cpp", memory=neuron_memory("top"), in_place=in_place_always, recompute=PURE_CHEAP)
 def _exp(q: ShapeQuery) -> LayerShapes:
     """Elementwise base**(shift + scale*x); LayerSetUp CHECKs the base."""
@@ -284,6 +287,7 @@ def _exp(q: ShapeQuery) -> LayerShapes:
 
 
 # Not in place: Backward reads bottom_data (in place, the log of it).
+# Recompute: log_layer.cpp/.cu Forward is elementwise.
 @layer("Log", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/log_layer.cpp", memory=neuron_memory("bottom"), recompute=PURE_CHEAP)
 def _log(q: ShapeQuery) -> LayerShapes:
     """Elementwise log_base(shift + scale*x); LayerSetUp CHECKs that 1/log(base) is finite too."""
@@ -314,6 +318,8 @@ def _prelu_memory(q: MemoryQuery) -> LayerMemory:
 
 # In place: Forward copies the input to bottom_memory_ (``if (bottom[0] == top[0])``) and
 # Backward reads that copy instead of bottom_data (prelu_layer.cpp and .cu).
+# Recompute: prelu_layer.cpp/.cu Forward is elementwise with the slopes (in place it first
+# copies the bottom into bottom_memory_, rewritten whole).
 @layer("PReLU", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/prelu_layer.cpp", memory=_prelu_memory, in_place=in_place_always, recompute=PURE_CHEAP)
 def _prelu(q: ShapeQuery) -> LayerShapes:
     """Learns one slope per channel, or a single 0-axis (scalar) slope if channel_shared.
@@ -357,6 +363,7 @@ SOFTMAX_FLOPS = 5
 
 # Not flagged in place: the CPU code is right in place, but cuDNN's softmax Backward
 # with dx aliasing dy is not documented as allowed.
+# Recompute: softmax_layer.cpp/.cu Forward rewrites scale_ (scratch) and the top from the bottom.
 @layer(
     "Softmax",
     "neuron",
@@ -392,6 +399,7 @@ def _mvn_memory(q: MemoryQuery) -> LayerMemory:
 
 
 # Not in place: Backward (normalize_variance) reads both top_data and bottom_data.
+# Recompute: mvn_layer.cpp/.cu Forward rewrites mean_, variance_ and temp_ from the bottom.
 @layer("MVN", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/mvn_layer.cpp", memory=_mvn_memory, recompute=PURE_CHEAP)
 def _mvn(q: ShapeQuery) -> LayerShapes:
     """Caffe reshapes the top to (num, channels, height, width): always 4 axes, missing ones 1."""
@@ -553,6 +561,7 @@ def _bias_layer_memory(q: MemoryQuery) -> LayerMemory:
 
 # In place (top 0 = bottom 0): Forward skips its copy and adds onto the data, Backward
 # skips copying top_diff (it is the bottom's diff) and reads only top_diff (bias_layer.cpp, .cu).
+# Recompute: bias_layer.cpp/.cu Forward adds the bias (a gemm with K = 1 broadcast, no product).
 @layer("Bias", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/bias_layer.cpp", memory=_bias_layer_memory, in_place=in_place_always, recompute=PURE_CHEAP)
 def _bias(q: ShapeQuery) -> LayerShapes:
     """Adds bottom[1], or a learned blob covering bottom[0]'s axes [axis, axis+num_axes)."""
@@ -615,6 +624,8 @@ def _scale_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
+# Recompute: scale_layer.cpp/.cu Forward multiplies (in place it first copies the bottom
+# into temp_), then runs the inner Bias layer.
 @layer(
     "Scale",
     "neuron",

@@ -375,6 +375,7 @@ def _convolution(q: ShapeQuery) -> LayerShapes:
     return base_conv(q, reverse=False)
 
 
+# Recompute: deconv_layer.cpp/.cu, cudnn_deconv_layer.cu: Convolution's backward-data gemm and col2im.
 @layer(
     "Deconvolution",
     FAMILY,
@@ -389,6 +390,7 @@ def _deconvolution(q: ShapeQuery) -> LayerShapes:
     return base_conv(q, reverse=True)
 
 
+# Recompute: im2col_layer.cpp/.cu Forward: im2col of the bottom, a copy.
 @layer("Im2col", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/im2col_layer.cpp", memory=_im2col_memory, recompute=PURE_CHEAP)
 def _im2col(q: ShapeQuery) -> LayerShapes:
     """The column buffer as a blob: channels grow by the kernel's volume, spatial axes as convolution."""
@@ -725,6 +727,7 @@ def _crop_memory(q: MemoryQuery) -> LayerMemory:
     )
 
 
+# Recompute: crop_layer.cpp/.cu Forward copies the window of bottom 0.
 @layer("Crop", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=BVLC + "layers/crop_layer.cpp", memory=_crop_memory, recompute=PURE_CHEAP)
 def _crop(q: ShapeQuery) -> LayerShapes:
     """Axes from ``axis`` on take the second bottom's sizes; the offsets must keep the crop inside."""
