@@ -233,7 +233,7 @@ def _split_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=tuple(Share(q.top(i), q.bottom(0), "data") for i in range(len(q.tops))), backward=backward)
 
 
-# Recompute: split_layer.cpp Reshape shares every top's data with the bottom; Forward does nothing.
+# Recompute: split_layer.cpp Forward only points every top's data at the bottom's (ShareData).
 @layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory, fork_shares=("data",), fork_shares_first_bottom=True, recompute=SHARES)
 def _split(q: ShapeQuery) -> LayerShapes:
     """Every top is shaped like the bottom; none may be the bottom itself (no in-place)."""
@@ -306,7 +306,7 @@ def _reshape_rebatch(proto, rank: int, axis: int, batch: int):
     return restated
 
 
-# Recompute: reshape_layer.cpp shares the bottom's data and diff; Forward does nothing.
+# Recompute: reshape_layer.cpp shares the bottom's data and diff (Reshape); Forward does nothing.
 @layer(
     "Reshape",
     "common",
@@ -357,7 +357,7 @@ def _flatten_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(Share(q.top(0), q.bottom(0), "data"),), backward=(Share(q.bottom(0), q.top(0), "diff"),))
 
 
-# Recompute: flatten_layer.cpp shares the bottom's data and diff; Forward does nothing.
+# Recompute: flatten_layer.cpp Forward only points the top's data at the bottom's (ShareData).
 @layer(
     "Flatten",
     "common",

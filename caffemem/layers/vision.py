@@ -37,6 +37,7 @@ from caffemem.layers.neuron import uses_cudnn
 from caffemem.layers.registry import (
     CHEAP_ANSWER,
     PURE,
+    PURE_ANSWER,
     PURE_CHEAP,
     Arity,
     Recompute,
@@ -375,14 +376,31 @@ def _convolution(q: ShapeQuery) -> LayerShapes:
     return base_conv(q, reverse=False)
 
 
-# Recompute: deconv_layer.cpp/.cu, cudnn_deconv_layer.cu: Convolution's backward-data gemm and col2im.
+@recompute_rule
+def _deconv_recompute(proto, phase: str) -> Recompute:
+    """deconv_layer.cpp/.cu Forward: Convolution's backward-data gemm and col2im (each
+    output summed by one thread): pure.  But a cuDNN build (engine DEFAULT or CUDNN,
+    GetDeconvolutionLayer) runs cudnn_deconv_layer.cu, whose Forward is
+    cudnnConvolutionBackwardData: its algorithm 0, which the heuristic may pick, adds with
+    atomics and is not reproducible (cuDNN's reproducibility notes), so a second run may
+    differ in the last bits.  Only Caffe's engine is recomputed: ``engine: CAFFE``, or
+    DEFAULT with a dilation, which GetDeconvolutionLayer never gives to cuDNN."""
+    param = proto.convolution_param
+    engine = param.engine
+    if engine == caffe_pb2.ConvolutionParameter.DEFAULT and any(d > 1 for d in param.dilation):
+        engine = caffe_pb2.ConvolutionParameter.CAFFE
+    if engine != caffe_pb2.ConvolutionParameter.CAFFE:
+        return Recompute(False, "a cuDNN build runs its Forward as cudnnConvolutionBackwardData, not reproducible bit for bit (set engine: CAFFE)")
+    return PURE_ANSWER
+
+
 @layer(
     "Deconvolution",
     FAMILY,
     source=BVLC + "layers/base_conv_layer.cpp, deconv_layer.cpp, cudnn_deconv_layer.cpp",
     memory=_conv_memory(reverse=True),
     **_CONV_ARITY,
-    recompute=PURE,
+    recompute=_deconv_recompute,
     forward_flops=_deconv_flops,
 )
 def _deconvolution(q: ShapeQuery) -> LayerShapes:

@@ -222,11 +222,21 @@ def test_layers_sharing_their_bottom_are_safe_and_cheap(type_):
 
 @pytest.mark.parametrize(
     "type_",
-    ["Convolution", "Deconvolution", "InnerProduct", "Embed", "Convolution3D", "Deconvolution3D", "ConvolutionDepthwise", "DepthwiseConvolution", "Gram"],
+    ["Convolution", "InnerProduct", "Embed", "Convolution3D", "Deconvolution3D", "ConvolutionDepthwise", "DepthwiseConvolution", "Gram"],
 )
 def test_layers_with_a_matrix_product_are_safe_but_not_cheap(type_):
     answer = facts(f'type: "{type_}"')
     assert answer.safe and not answer.cheap and not answer.restores_params
+
+
+def test_deconvolution_is_recomputed_with_caffe_engine_only():
+    # cudnn_deconv_layer.cu's Forward is cudnnConvolutionBackwardData, whose algorithm 0
+    # adds with atomics; Caffe's engine (asked for, or forced by a dilation) is pure.
+    assert not facts('type: "Deconvolution" convolution_param { num_output: 2 kernel_size: 2 }').safe
+    assert not facts('type: "Deconvolution" convolution_param { num_output: 2 kernel_size: 2 engine: CUDNN }').safe
+    caffe = facts('type: "Deconvolution" convolution_param { num_output: 2 kernel_size: 2 engine: CAFFE }')
+    assert caffe.safe and not caffe.cheap
+    assert facts('type: "Deconvolution" convolution_param { num_output: 2 kernel_size: 2 dilation: 2 }').safe
 
 
 # --- FLOPs (a cost model) ------------------------------------------------------------------
