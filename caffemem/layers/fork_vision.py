@@ -323,7 +323,10 @@ def _yolo_upsample(q: ShapeQuery) -> LayerShapes:
 
 
 # SegNet's upsample_layer.cpp/.cu Forward: the top zeroed, then each bottom value put where
-# the pooling mask (bottom 1) says; MobileNet-YOLO's: nearest-neighbour copies.
+# the pooling mask (bottom 1) says; MobileNet-YOLO's: nearest-neighbour copies.  Both pure,
+# as long as no two values share a mask index: only overlapping pooling windows (kernel >
+# stride) make the GPU scatter race, and then two stock runs may differ as well; SegNet's
+# nets pool 2x2 with stride 2.
 @layer(
     "Upsample",
     FAMILY,
