@@ -105,7 +105,7 @@ def test_any_layer_given_a_loss_weight_is_never_recomputed():
     assert facts('type: "ReLU" loss_weight: 0').safe  # weight 0: not a loss
 
 
-@pytest.mark.parametrize("type_", ["Accuracy", "Silence", "SegAccuracy", "DetectionOutput", "DetectionEvaluate", "MatWrite"])
+@pytest.mark.parametrize("type_", ["Accuracy", "Silence", "SegAccuracy", "DetectionOutput", "DetectionEvaluate", "MatWrite", "CTCGreedyDecoder", "Yolov3DetectionOutput"])
 def test_outputs_and_layers_without_tops_are_never_recomputed(type_):
     assert not facts(f'type: "{type_}"', "TEST").safe
 
