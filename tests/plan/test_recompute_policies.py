@@ -55,16 +55,24 @@ def test_resnet50_batch_32_sqrt_holds_at_most_half_the_plan_without_recomputatio
     assert verify_plan_on(sqrt.schedules, sqrt.plan_data) == []
 
 
+def test_every_recomputed_batchnorm_in_train_restores_its_running_averages():
+    phase = plan(FIXTURE, "sqrt")
+    layers = phase.shaped.graph.layers
+    restored = sorted(layers[entry.layer].name for entry in phase.recomputed if entry.restore_params)
+    assert restored == ["bn1", "bn2", "bn3"]
+    assert all(layers[entry.layer].type == "BatchNorm" for entry in phase.recomputed if entry.restore_params)
+    # The runtime's copies: 3 blobs per BatchNorm (mean and variance, 8 channels; the scale factor, 1).
+    assert phase.recompute.saved_param_bytes == 3 * 4 * (8 + 8 + 1) == 204
+
+
 @needs_shared
-def test_every_recomputed_batchnorm_in_train_restores_its_running_averages(resnet):
+def test_batchnorm_with_global_stats_runs_again_with_nothing_to_restore(resnet):
+    # ResNet-50's deploy file sets use_global_stats: true, so its Forward never updates them.
     phase = plan(resnet, "sqrt", batch=2)
     layers = phase.shaped.graph.layers
-    batchnorms = [entry for entry in phase.recomputed if layers[entry.layer].type == "BatchNorm"]
-    assert batchnorms and all(entry.restore_params for entry in batchnorms)
-    assert not any(entry.restore_params for entry in phase.recomputed if layers[entry.layer].type != "BatchNorm")
-    # The runtime's copies: 3 blobs per BatchNorm (mean, variance: C floats; the scale factor: 1).
-    copies = sum(4 * (2 * phase.shaped.layer_shapes[entry.layer].params[0][0] + 1) for entry in batchnorms)
-    assert phase.recompute.saved_param_bytes == copies
+    assert any(layers[entry.layer].type == "BatchNorm" for entry in phase.recomputed)
+    assert not any(entry.restore_params for entry in phase.recomputed)
+    assert phase.recompute.saved_param_bytes == 0
 
 
 @needs_shared
