@@ -182,11 +182,12 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
     none = measure(frozenset())
     if policy.name == "cheap":
-        best = _pruned(measure, frozenset(u for u in eligible if units[u].cheap))
+        best = measure(frozenset(u for u in eligible if units[u].cheap))
     elif policy.name == "sqrt":
         best = _sqrt(measure, schedule, units, eligible, plain)
     else:
         best = _budget(measure, schedule, units, eligible, plain, policy.target if policy.target is not None else policy.budget or 0)
+    best = _pruned(measure, best)
     if best.figure >= none.figure and policy.name != "budget":
         best = none  # recomputing nothing beats a recomputation that saves nothing
     forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
@@ -201,11 +202,11 @@ def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
     return sum(count(shape) for layer in layers for shape in shapes[layer].params) * DTYPE_BYTES[schedule.dtype]
 
 
-def _pruned(measure: Callable[[frozenset[int]], _Measured], chosen: frozenset[int]) -> _Measured:
-    """``chosen`` less every unit whose recomputation does not lower the figure (one pass,
-    last unit first: a later unit's recomputation often needs an earlier one's)."""
-    best = measure(chosen)
-    for unit in sorted(chosen, reverse=True):
+def _pruned(measure: Callable[[frozenset[int]], _Measured], best: _Measured) -> _Measured:
+    """``best`` less every unit whose recomputation does not lower the figure (one pass,
+    last unit first: a later unit's recomputation often needs an earlier one's): the same
+    bytes or fewer for fewer FLOPs."""
+    for unit in sorted(best.units, reverse=True):
         if unit not in best.units:
             continue
         without = measure(best.units - {unit})
