@@ -34,7 +34,7 @@ from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
-from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed
+from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, Plan, make_plan, packed_onto
@@ -51,8 +51,13 @@ class OptimizeSettings:
     share_buffers: bool = False
     inplace: bool = False  # first make layers in place where stock Caffe allows (passes/inplace.py)
     # optimize --recompute: run some Forwards again in Backward (plan/recompute.py); it
-    # shares the recomputed layers' buffers, so it implies share_buffers.
+    # shares the recomputed layers' buffers, so it implies share_buffers.  A string is read
+    # as the flag's value ("cheap", "sqrt", "budget=6GiB").
     recompute: Policy | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.recompute, str):
+            object.__setattr__(self, "recompute", parse_policy(self.recompute, "recompute="))
 
 
 @dataclass(frozen=True)
