@@ -344,15 +344,18 @@ class Config:
     name: str
     variant: str
     plan: tuple[str, ...] | None
+    phases: tuple[str, ...] = ("TRAIN", "TEST")  # the phases it runs (recompute: only where Backward runs)
 
 
 #: Stock Caffe; the patched Caffe with the blob plan; the same with --share-buffers; stock
-#: Caffe again (its digests tell a plan's difference from cuDNN's own run-to-run one).
+#: Caffe again (its digests tell a plan's difference from cuDNN's own run-to-run one); the
+#: patched Caffe running `optimize --recompute sqrt`'s plan (runtime patch v4), TRAIN only.
 CONFIGS = (
     Config("stock", "stock", None),
     Config("patched", "patched", ()),
     Config("patched-buffers", "patched", ("--share-buffers",)),
     Config("stock-again", "stock", None),
+    Config("patched-recompute", "patched", ("--recompute", "sqrt"), ("TRAIN",)),
 )
 
 
@@ -504,7 +507,7 @@ def tasks(corpus: Path, configs: tuple[Config, ...], names: list[str] | None) ->
         files = [f for f in files if any(n in f.stem for n in names)]
     docs = [(f, json.loads(f.read_text())) for f in files]
     docs = sorted(((f, gt) for f, gt in docs if gt.get("caffe") == "bvlc"), key=lambda d: convolution_groups(corpus / d[1]["source"]))
-    return [Task(gt_file, gt, gt_run, c) for gt_file, gt in docs for gt_run in gt["runs"] for c in configs]
+    return [Task(gt_file, gt, gt_run, c) for gt_file, gt in docs for gt_run in gt["runs"] for c in configs if gt_run["phase"] in c.phases]
 
 
 def _prepare(task: Task, corpus: Path, programs: Programs, out_dir: Path) -> Path:

@@ -34,7 +34,7 @@ from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
-from caffemem.plan.recompute import Policy
+from caffemem.plan.recompute import Policy, parse_policy
 from caffemem.units import DTYPE_BYTES, format_size, parse_size
 
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
@@ -67,7 +67,11 @@ class FitRequest:
     gpus: int = 1
     effective_batch: int | None = None
     optimized: bool = False  # count caffemem optimize's plan instead of stock Caffe
-    recompute: "Policy | None" = None  # ... with this recompute policy (implies optimized)
+    recompute: "Policy | None" = None  # ... with this recompute policy (implies optimized; a string: the flag's value)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.recompute, str):
+            object.__setattr__(self, "recompute", parse_policy(self.recompute, "recompute="))
 
     @property
     def budget(self) -> int:

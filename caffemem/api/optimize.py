@@ -34,7 +34,7 @@ from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.fork import fork_assignment, fork_run
-from caffemem.plan.recompute import Choice, Policy, choose
+from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, Plan, make_plan, packed_onto
@@ -51,8 +51,13 @@ class OptimizeSettings:
     share_buffers: bool = False
     inplace: bool = False  # first make layers in place where stock Caffe allows (passes/inplace.py)
     # optimize --recompute: run some Forwards again in Backward (plan/recompute.py); it
-    # shares the recomputed layers' buffers, so it implies share_buffers.
+    # shares the recomputed layers' buffers, so it implies share_buffers.  A string is read
+    # as the flag's value ("cheap", "sqrt", "budget=6GiB").
     recompute: Policy | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.recompute, str):
+            object.__setattr__(self, "recompute", parse_policy(self.recompute, "recompute="))
 
 
 @dataclass(frozen=True)
@@ -186,7 +191,29 @@ class _Candidate:
 ON_HOST_ONLY = "touched only on the host in a GPU run: a slot is cudaMalloc'd on the card, so sharing it would only add to the card"
 
 
+BUDGET_RETRIES = 4  # --recompute budget=SIZE: plans made again at a lower target when the packer missed the bound
+
+
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
+    """:func:`plan_one`, and for ``--recompute budget=SIZE`` the same again at a lower target
+    while the plan the packer made is above the budget its bound met."""
+    planned = plan_one(shaped, specs, options, settings)
+    policy = settings.recompute
+    for _ in range(BUDGET_RETRIES if policy is not None and policy.budget is not None else 0):
+        figure = planned.totals()["planned"]
+        if figure <= policy.budget:
+            return planned
+        policy = replace(policy, target=(policy.target if policy.target is not None else policy.budget) - (figure - policy.budget))
+        try:
+            planned = plan_one(shaped, specs, options, replace(settings, recompute=policy))
+        except BudgetMissed:
+            break
+    if policy is not None and policy.budget is not None and planned.totals()["planned"] > policy.budget:
+        raise missed(policy.budget, planned.totals()["planned"])
+    return planned
+
+
+def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, ranked by the figure the
     reports print (the card's in GPU mode), verified, the smallest safe one kept.
 

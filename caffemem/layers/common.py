@@ -22,7 +22,19 @@ from caffemem.layers.access import (
 )
 from caffemem.layers.blob import axis_index, count, dim, format_shape, int32, reshaped
 from caffemem.layers.neuron import forward_only_memory, neuron_memory
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    PURE,
+    PURE_ANSWER,
+    PURE_CHEAP,
+    SHARES,
+    Arity,
+    Recompute,
+    ShapeQuery,
+    always,
+    layer,
+    never,
+    recompute_rule,
+)
 from caffemem.schema import caffe_pb2
 
 ONE = Arity.exactly(1)
@@ -91,7 +103,34 @@ def _inner_product_memory(q: MemoryQuery) -> LayerMemory:
     return replace(memory, setup=setup, forward=forward)
 
 
-@layer("InnerProduct", "common", bottoms=ONE, tops=ONE, source="caffe master layers/inner_product_layer.cpp", memory=_inner_product_memory)
+@recompute_rule
+def _inner_product_recompute(proto, phase: str) -> Recompute:
+    """inner_product_layer.cpp/.cu Forward: a gemm (gemv when M is 1) of the bottom and the
+    weights, plus the bias: pure, not cheap.  happynear's ``normalize`` rewrites the
+    weights as unit rows in every Forward: a parameter the solver and the next step read,
+    and normalising rows already unit need not give the same bits."""
+    if proto.inner_product_param.normalize:
+        return Recompute(False, "with normalize its Forward rewrites the weights (a parameter) as unit rows")
+    return PURE_ANSWER
+
+
+def _inner_product_flops(proto, shapes: LayerShapes) -> int:
+    """M x K by K x N (2 M N K) plus the bias (M N): K is the weight's count over N."""
+    top, weight = shapes.tops[0], shapes.params[0]
+    k = elements(weight) // top[-1]
+    return 2 * elements(top) * k + (elements(top) if len(shapes.params) > 1 else 0)
+
+
+@layer(
+    "InnerProduct",
+    "common",
+    bottoms=ONE,
+    tops=ONE,
+    source="caffe master layers/inner_product_layer.cpp",
+    memory=_inner_product_memory,
+    recompute=_inner_product_recompute,
+    forward_flops=_inner_product_flops,
+)
 def _inner_product(q: ShapeQuery) -> LayerShapes:
     """Flattens axes [axis, end) to K and maps them to num_output N.
 
@@ -128,7 +167,8 @@ def _concat_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
-@layer("Concat", "common", bottoms=AT_LEAST_ONE, tops=ONE, source="caffe master layers/concat_layer.cpp", memory=_concat_memory)
+# Recompute: concat_layer.cpp/.cu Forward copies the bottoms into the top.
+@layer("Concat", "common", bottoms=AT_LEAST_ONE, tops=ONE, source="caffe master layers/concat_layer.cpp", memory=_concat_memory, recompute=PURE_CHEAP)
 def _concat(q: ShapeQuery) -> LayerShapes:
     """Sums the bottoms' sizes along the concat axis; every other dimension must agree."""
     first = q.bottoms[0]
@@ -156,7 +196,8 @@ def _slice_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
-@layer("Slice", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/slice_layer.cpp", memory=_slice_memory)
+# Recompute: slice_layer.cpp/.cu Forward copies the bottom into the tops.
+@layer("Slice", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/slice_layer.cpp", memory=_slice_memory, recompute=PURE_CHEAP)
 def _slice(q: ShapeQuery) -> LayerShapes:
     """Cuts the slice axis at the increasing ``slice_point``s, or into equal parts, one per top."""
     param = q.proto.slice_param
@@ -192,7 +233,8 @@ def _split_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=tuple(Share(q.top(i), q.bottom(0), "data") for i in range(len(q.tops))), backward=backward)
 
 
-@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory, fork_shares=("data",), fork_shares_first_bottom=True)
+# Recompute: split_layer.cpp Forward only points every top's data at the bottom's (ShareData).
+@layer("Split", "common", bottoms=ONE, tops=AT_LEAST_ONE, source="caffe master layers/split_layer.cpp", memory=_split_memory, fork_shares=("data",), fork_shares_first_bottom=True, recompute=SHARES)
 def _split(q: ShapeQuery) -> LayerShapes:
     """Every top is shaped like the bottom; none may be the bottom itself (no in-place)."""
     q.check(not any(q.layer.in_place_tops), "Split layer does not allow in-place computation")
@@ -226,7 +268,15 @@ def _eltwise_memory(q: MemoryQuery) -> LayerMemory:
     )
 
 
-@layer("Eltwise", "common", bottoms=Arity(2), tops=ONE, source="caffe master layers/eltwise_layer.cpp", memory=_eltwise_memory)
+def _eltwise_flops(proto, shapes: LayerShapes) -> int:
+    """eltwise_layer.cpp: each bottom after the first is folded into the top once per
+    element (caffe_mul, caffe_axpy, or MAX's compare): bottoms - 1 operations per element."""
+    return (len(proto.bottom) - 1) * elements(shapes.tops[0])
+
+
+# eltwise_layer.cpp/.cu Forward: PROD, SUM (coefficients from the parameters) and MAX
+# (which rewrites max_idx_ whole, the mask its Backward reads) are functions of the bottoms.
+@layer("Eltwise", "common", bottoms=Arity(2), tops=ONE, source="caffe master layers/eltwise_layer.cpp", memory=_eltwise_memory, recompute=PURE_CHEAP, forward_flops=_eltwise_flops)
 def _eltwise(q: ShapeQuery) -> LayerShapes:
     """PROD/SUM/MAX of same-shaped bottoms; ``coeff`` (SUM only) needs one value per bottom."""
     param = q.proto.eltwise_param
@@ -256,6 +306,7 @@ def _reshape_rebatch(proto, rank: int, axis: int, batch: int):
     return restated
 
 
+# Recompute: reshape_layer.cpp shares the bottom's data and diff (Reshape); Forward does nothing.
 @layer(
     "Reshape",
     "common",
@@ -266,6 +317,7 @@ def _reshape_rebatch(proto, rank: int, axis: int, batch: int):
     gpu="none",
     fork_shares=("data", "diff"),
     rebatch=lambda proto, rank, axis, batch: _reshape_rebatch(proto, rank, axis, batch),
+    recompute=SHARES,
 )
 def _reshape(q: ShapeQuery) -> LayerShapes:
     """Replaces bottom axes [axis, axis+num_axes) with ``shape``: 0 copies a bottom dim, one -1 is inferred."""
@@ -305,6 +357,7 @@ def _flatten_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(Share(q.top(0), q.bottom(0), "data"),), backward=(Share(q.bottom(0), q.top(0), "diff"),))
 
 
+# Recompute: flatten_layer.cpp Forward only points the top's data at the bottom's (ShareData).
 @layer(
     "Flatten",
     "common",
@@ -314,6 +367,7 @@ def _flatten_memory(q: MemoryQuery) -> LayerMemory:
     memory=_flatten_memory,
     gpu="none",
     fork_shares=("data", "diff"),
+    recompute=SHARES,
 )
 def _flatten(q: ShapeQuery) -> LayerShapes:
     """Collapses axes [axis, end_axis] into one (not in place)."""
@@ -340,7 +394,8 @@ def _reduction_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=buffer_setup(ones, (size,), filled=True) if summed else (), forward=forward, backward=backward)
 
 
-@layer("Reduction", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reduction_layer.cpp", memory=_reduction_memory)
+# Recompute: reduction_layer.cpp/.cu Forward: a sum (dot, asum) per output, no matrix product.
+@layer("Reduction", "common", bottoms=ONE, tops=ONE, source="caffe master layers/reduction_layer.cpp", memory=_reduction_memory, recompute=PURE_CHEAP)
 def _reduction(q: ShapeQuery) -> LayerShapes:
     """Reduces every axis from ``axis`` on: the top keeps the bottom's first ``axis`` dims."""
     bottom = q.bottoms[0]
@@ -348,7 +403,8 @@ def _reduction(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(bottom[:axis],))
 
 
-@layer("Tile", "common", bottoms=ONE, tops=ONE, source="caffe master layers/tile_layer.cpp", memory=neuron_memory())
+# Recompute: tile_layer.cpp/.cu Forward copies the bottom.
+@layer("Tile", "common", bottoms=ONE, tops=ONE, source="caffe master layers/tile_layer.cpp", memory=neuron_memory(), recompute=PURE_CHEAP)
 def _tile(q: ShapeQuery) -> LayerShapes:
     """Repeats the bottom ``tiles`` times along ``axis`` (tiles is required, > 0)."""
     param = q.proto.tile_param
@@ -365,7 +421,15 @@ def _embed_memory(q: MemoryQuery) -> LayerMemory:
     return _weights_memory(q, elements(q.bottoms[0]), False)
 
 
-@layer("Embed", "common", bottoms=ONE, tops=ONE, source="caffe master layers/embed_layer.cpp", memory=_embed_memory)
+def _embed_flops(proto, shapes: LayerShapes) -> int:
+    """embed_layer.cpp Forward: one weight row copied per index (a value per top element),
+    then the bias added through a gemm with K = 1 (one more per element)."""
+    return elements(shapes.tops[0]) * (2 if len(shapes.params) > 1 else 1)
+
+
+# embed_layer.cpp/.cu: a gather of weight rows (a function of the indices and the weights);
+# counted with the weighted layers, not cheap, as MXNet's mirror leaves Embedding out.
+@layer("Embed", "common", bottoms=ONE, tops=ONE, source="caffe master layers/embed_layer.cpp", memory=_embed_memory, recompute=PURE, forward_flops=_embed_flops)
 def _embed(q: ShapeQuery) -> LayerShapes:
     """Looks up each bottom value (an index < input_dim) in a [input_dim, num_output] table.
 
@@ -381,7 +445,8 @@ def _embed(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, q.bottoms[0] + (n,)),), params=params)
 
 
-@layer("ArgMax", "common", bottoms=ONE, tops=ONE, source="caffe master layers/argmax_layer.cpp", memory=forward_only_memory, gpu="none")
+# Recompute: argmax_layer.cpp Forward: a std::partial_sort per item, from the bottom alone.
+@layer("ArgMax", "common", bottoms=ONE, tops=ONE, source="caffe master layers/argmax_layer.cpp", memory=forward_only_memory, gpu="none", recompute=PURE_CHEAP)
 def _argmax(q: ShapeQuery) -> LayerShapes:
     """With ``axis``: the bottom's shape with that axis set to top_k.
 
@@ -414,6 +479,7 @@ def _batch_reindex_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
+# Recompute: batch_reindex_layer.cpp/.cu Forward copies the items the permutation bottom names.
 @layer(
     "BatchReindex",
     "common",
@@ -421,6 +487,7 @@ def _batch_reindex_memory(q: MemoryQuery) -> LayerMemory:
     tops=ONE,
     source="caffe master layers/batch_reindex_layer.cpp",
     memory=_batch_reindex_memory,
+    recompute=PURE_CHEAP,
 )
 def _batch_reindex(q: ShapeQuery) -> LayerShapes:
     """Gathers bottom[0] items by the 1-D index blob bottom[1]: the top's num is bottom[1]'s length."""
@@ -440,7 +507,8 @@ def _filter_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=(selector,), forward=forward, backward=backward)
 
 
-@layer("Filter", "common", bottoms=Arity(2), tops=AT_LEAST_ONE, source="caffe master layers/filter_layer.cpp", memory=_filter_memory)
+# Recompute: filter_layer.cpp/.cu Forward copies the items the selector passes (counted in Reshape).
+@layer("Filter", "common", bottoms=Arity(2), tops=AT_LEAST_ONE, source="caffe master layers/filter_layer.cpp", memory=_filter_memory, recompute=PURE_CHEAP)
 def _filter(q: ShapeQuery) -> LayerShapes:
     """Forwards the items of bottoms[:-1] whose selector (last bottom) is non-zero.
 
@@ -464,6 +532,10 @@ def _parameter_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=share, params_filled=False)
 
 
+# parameter_layer.hpp: Forward only points the top at blob 0.
+_PARAMETER_RECOMPUTE = always(Recompute(True, "its top shares its parameter blob: a second Forward writes nothing", cheap=True))
+
+
 @layer(
     "Parameter",
     "common",
@@ -472,6 +544,7 @@ def _parameter_memory(q: MemoryQuery) -> LayerMemory:
     source="caffe master include/caffe/layers/parameter_layer.hpp",
     memory=_parameter_memory,
     gpu="none",
+    recompute=_PARAMETER_RECOMPUTE,
 )
 def _parameter(q: ShapeQuery) -> LayerShapes:
     """Exposes one learned blob of parameter_param.shape as its top (same shape, separate blob)."""
@@ -484,7 +557,16 @@ def _silence_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(backward=tuple(write(q.bottom(i), "diff") for i, down in enumerate(q.propagate_down) if down))
 
 
-@layer("Silence", "common", bottoms=AT_LEAST_ONE, tops=Arity.exactly(0), source="caffe master layers/silence_layer.cpp", memory=_silence_memory)
+# Recompute: silence_layer.cpp has no tops.
+@layer(
+    "Silence",
+    "common",
+    bottoms=AT_LEAST_ONE,
+    tops=Arity.exactly(0),
+    source="caffe master layers/silence_layer.cpp",
+    memory=_silence_memory,
+    recompute=never("it has no tops: its Forward writes nothing"),
+)
 def _silence(q: ShapeQuery) -> LayerShapes:
     """Consumes its bottoms so they are not net outputs; it has no tops."""
     return LayerShapes(tops=())

@@ -16,6 +16,10 @@ by ``crop_size`` when one is set.  Every rule here:
    the ``--input NAME=d0,d1,...`` value that shows the dimensions already known.
 
 The helpers below are shared with the data layers of Caffe forks (``forks.py``).
+
+No data layer is recomputed in Backward (``recompute=DATA``): each Forward takes the next
+batch (a DataReader cursor, a prefetch thread, the caller's MemoryData/Input arrays), and
+DummyData's non-constant fillers draw anew each time (dummy_data_layer.cpp ``refill_``).
 """
 
 from __future__ import annotations
@@ -36,7 +40,13 @@ from caffemem.layers.access import (
 )
 from caffemem.layers.blob import FROM_FILE, int32, reshaped, with_batch
 from caffemem.layers.pylayers import fixed_tops, known_note, known_shapes
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    DATA,
+    Arity,
+    ShapeQuery,
+    layer,
+    never,
+)
 
 # A top's dimensions as far as the parameters tell: an int is known, a str names an
 # unknown dimension in the --input template (e.g. "C" for channels stored in a database).
@@ -331,7 +341,18 @@ def _dummy_batch_fields(proto) -> tuple[tuple[str | int, ...], ...]:
     return _first_dims("dummy_data_param")(proto)
 
 
-@layer("Input", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/input_layer.cpp", memory=_input_memory, gpu="none", batch_fields=_first_dims("input_param"))
+@layer(
+    "Input",
+    "data",
+    bottoms=NONE,
+    tops=Arity(1),
+    is_data=True,
+    source="caffe master layers/input_layer.cpp",
+    memory=_input_memory,
+    gpu="none",
+    batch_fields=_first_dims("input_param"),
+    recompute=DATA,
+)
 def _input(q: ShapeQuery) -> LayerShapes:
     """input_param.shape: none (the caller reshapes the tops), one for all tops, or one per top."""
     shapes = q.proto.input_param.shape
@@ -349,7 +370,18 @@ def _input(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an Input layer without input_param.shape is shaped by its caller", loose)
 
 
-@layer("DummyData", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/dummy_data_layer.cpp", memory=_dummy_data_memory, gpu="none", batch_fields=_dummy_batch_fields)
+@layer(
+    "DummyData",
+    "data",
+    bottoms=NONE,
+    tops=Arity(1),
+    is_data=True,
+    source="caffe master layers/dummy_data_layer.cpp",
+    memory=_dummy_data_memory,
+    gpu="none",
+    batch_fields=_dummy_batch_fields,
+    recompute=DATA,
+)
 def _dummy_data(q: ShapeQuery) -> LayerShapes:
     """Shapes from dummy_data_param: ``shape`` (once or per top) or legacy num/channels/height/width."""
     param = q.proto.dummy_data_param
@@ -379,7 +411,18 @@ def _dummy_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "")
 
 
-@layer("MemoryData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/memory_data_layer.cpp", memory=_memory_data_memory, gpu="none", batch_fields=batch_size_of("memory_data_param"))
+@layer(
+    "MemoryData",
+    "data",
+    bottoms=NONE,
+    tops=Arity.exactly(2),
+    is_data=True,
+    source="caffe master layers/memory_data_layer.cpp",
+    memory=_memory_data_memory,
+    gpu="none",
+    batch_fields=batch_size_of("memory_data_param"),
+    recompute=DATA,
+)
 def _memory_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, channels, height, width] and label [batch] from memory_data_param."""
     param = q.proto.memory_data_param
@@ -391,7 +434,19 @@ def _memory_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, channels, height, width), (batch,)], "")
 
 
-@layer("Data", "data", bottoms=NONE, tops=Arity(1, 2), is_data=True, source="caffe master layers/data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("data_param"), source_kind="datum_db")
+@layer(
+    "Data",
+    "data",
+    bottoms=NONE,
+    tops=Arity(1, 2),
+    is_data=True,
+    source="caffe master layers/data_layer.cpp, data_transformer.cpp",
+    memory=_prefetching(),
+    gpu="forward",
+    batch_fields=batch_size_of("data_param"),
+    source_kind="datum_db",
+    recompute=DATA,
+)
 def _data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] with C, H, W from the first datum (crop_size fixes H, W); label [batch]."""
     batch = positive_batch(q, q.proto.data_param.batch_size, "data_param.batch_size")
@@ -402,7 +457,19 @@ def _data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "a Data layer's channels (and height, width without crop_size) are stored in its database")
 
 
-@layer("ImageData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/image_data_layer.cpp, data_transformer.cpp", memory=_prefetching(), gpu="forward", batch_fields=batch_size_of("image_data_param"), source_kind="image_list")
+@layer(
+    "ImageData",
+    "data",
+    bottoms=NONE,
+    tops=Arity.exactly(2),
+    is_data=True,
+    source="caffe master layers/image_data_layer.cpp, data_transformer.cpp",
+    memory=_prefetching(),
+    gpu="forward",
+    batch_fields=batch_size_of("image_data_param"),
+    source_kind="image_list",
+    recompute=DATA,
+)
 def _image_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width, crop_size or the first image; label [batch]."""
     param = q.proto.image_data_param
@@ -414,7 +481,19 @@ def _image_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "without new_height/new_width or crop_size an ImageData layer takes the first image's size")
 
 
-@layer("WindowData", "data", bottoms=NONE, tops=Arity.exactly(2), is_data=True, source="caffe master layers/window_data_layer.cpp", memory=_prefetching(transformed=()), gpu="forward", batch_fields=batch_size_of("window_data_param"), source_kind="window_file")
+@layer(
+    "WindowData",
+    "data",
+    bottoms=NONE,
+    tops=Arity.exactly(2),
+    is_data=True,
+    source="caffe master layers/window_data_layer.cpp",
+    memory=_prefetching(transformed=()),
+    gpu="forward",
+    batch_fields=batch_size_of("window_data_param"),
+    source_kind="window_file",
+    recompute=DATA,
+)
 def _window_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
 
@@ -433,7 +512,19 @@ def _window_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, [(batch, channels, crop, crop), (batch,)], "")
 
 
-@layer("HDF5Data", "data", bottoms=NONE, tops=Arity(1), is_data=True, source="caffe master layers/hdf5_data_layer.cpp", memory=_hdf5_data_memory, gpu="forward", batch_fields=batch_size_of("hdf5_data_param"), source_kind="hdf5_list")
+@layer(
+    "HDF5Data",
+    "data",
+    bottoms=NONE,
+    tops=Arity(1),
+    is_data=True,
+    source="caffe master layers/hdf5_data_layer.cpp",
+    memory=_hdf5_data_memory,
+    gpu="forward",
+    batch_fields=batch_size_of("hdf5_data_param"),
+    source_kind="hdf5_list",
+    recompute=DATA,
+)
 def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     """Each top is [batch_size, dims of the HDF5 dataset of that name...] (the first file's,
     when its list exists): LoadHDF5FileData CHECKs at least 1 axis and the same rows in
@@ -452,7 +543,24 @@ def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     return resolve_tops(q, templates, "an HDF5Data layer's trailing dimensions are those of the datasets in its files")
 
 
-@layer("Python", "data", bottoms=Arity(0), tops=Arity(0), is_data=True, opaque_tops=True, source="caffe master layers/python_layer.hpp", memory=_python_memory, gpu="none", fixed_tops=lambda proto: fixed_tops(proto.python_param))
+# python_layer.hpp: Forward calls the user's Python ``forward``, code caffemem cannot read
+# (it may draw random numbers, count, or read a file); only a data layer in caffemem's view.
+_PYTHON_RECOMPUTE = never("a Python layer: its Forward is user code, which may draw random numbers or keep state")
+
+
+@layer(
+    "Python",
+    "data",
+    bottoms=Arity(0),
+    tops=Arity(0),
+    is_data=True,
+    opaque_tops=True,
+    source="caffe master layers/python_layer.hpp",
+    memory=_python_memory,
+    gpu="none",
+    fixed_tops=lambda proto: fixed_tops(proto.python_param),
+    recompute=_PYTHON_RECOMPUTE,
+)
 def _python(q: ShapeQuery) -> LayerShapes:
     """A Python layer shapes its tops in Python code (its reshape()), which caffemem does not run."""
     known = known_shapes(q)  # py-faster-rcnn's layers and their like (pylayers.py)

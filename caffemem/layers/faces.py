@@ -33,7 +33,13 @@ from caffemem.layers.access import (
 )
 from caffemem.layers.blob import axis_index, dim, format_shape, legacy_dim, reshaped
 from caffemem.layers.blob import count as blob_count
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    LOSS,
+    Arity,
+    ShapeQuery,
+    layer,
+    never,
+)
 
 FAMILY = "faces"
 TWO = Arity.exactly(2)
@@ -105,7 +111,8 @@ def _center_loss_memory(q: MemoryQuery) -> LayerMemory:
     tops=Arity.exactly(1),  # ExactNumTopBlobs -1, but Reshape and Forward use top[0] only
     source=CENTER_LOSS + ", loss_layer.cpp",
     memory=_center_loss_memory,
-    no_force_backward=(1,),  # LossLayer::AllowForceBackward: the label
+    no_force_backward=(1,),  # LossLayer::AllowForceBackward: the label,
+    recompute=LOSS,
 )
 def _center_loss(q: ShapeQuery) -> LayerShapes:
     """The loss is a scalar (LossLayer::Reshape); the centres are one blob (num_output, K),
@@ -180,7 +187,12 @@ def _margin_inner_product_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("MarginInnerProduct", FAMILY, bottoms=TWO, tops=Arity(1, 2), source=MARGIN_IP, memory=_margin_inner_product_memory)
+# margin_inner_product_layer.cpp/.cu Forward: ``iter_ += 1`` anneals lambda (an iteration
+# counter the next step reads) and it rewrites the weights as unit rows.
+_MARGIN_RECOMPUTE = never("its Forward counts iterations (iter_, which anneals lambda) and rewrites the weights as unit rows")
+
+
+@layer("MarginInnerProduct", FAMILY, bottoms=TWO, tops=Arity(1, 2), source=MARGIN_IP, memory=_margin_inner_product_memory, recompute=_MARGIN_RECOMPUTE)
 def _margin_inner_product(q: ShapeQuery) -> LayerShapes:
     """An inner product without bias: weight (num_output, K), top = bottom.shape[:axis] +
     (num_output,), and top[1] (1,) holding lambda.  Not a LossLayer.
@@ -256,6 +268,7 @@ def _num_channels(shape: Shape) -> tuple[int, int]:
     auto_top=True,
     source=TRIPLET + ", loss_layer.cpp",
     memory=_triplet_loss_memory,
+    recompute=LOSS,
 )
 def _triplet_loss(q: ShapeQuery) -> LayerShapes:
     """Three (N, C, 1, 1) embeddings (anchor, positive, negative) give a scalar loss.

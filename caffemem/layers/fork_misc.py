@@ -50,7 +50,20 @@ from __future__ import annotations
 from caffemem.graph import LayerShapes, Shape, count
 from caffemem.layers.access import Action, Alloc, BlobId, LayerMemory, MemoryQuery, Reshape, Share, buffer_setup, read, write
 from caffemem.layers.blob import MAX_BLOB_AXES, axis_index, format_shape, legacy4, reshaped
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    CHEAP_ANSWER,
+    LOSS,
+    OUTPUT,
+    PURE,
+    PURE_ANSWER,
+    PURE_CHEAP,
+    Arity,
+    Recompute,
+    ShapeQuery,
+    layer,
+    never,
+    recompute_rule,
+)
 
 FAMILY = "fork_misc"
 GRAM = "happynear/caffe-windows (ms) src/caffe/layers/gram_layer.cpp @c291a9e2, include/caffe/custom_layers.hpp @967eedf2"
@@ -73,7 +86,8 @@ def _flip_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")))
 
 
-@layer("Flip", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=FLIP, memory=_flip_memory)
+# flip_layer.cpp/.cu Forward: an index permutation of the bottom.
+@layer("Flip", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=FLIP, memory=_flip_memory, recompute=PURE_CHEAP)
 def _flip(q: ShapeQuery) -> LayerShapes:
     """Reshape: top[0]->ReshapeLike(*bottom[0]); Forward indexes num, channels, height and
     width (the legacy accessors: at most 4 axes)."""
@@ -97,7 +111,10 @@ def _gram_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=backward, notes=(note,))
 
 
-@layer("Gram", FAMILY, bottoms=Arity.exactly(1), tops=Arity(1, None), source=GRAM, memory=_gram_memory)
+# gram_layer.cpp Forward: per image the bottom times its transpose (a gemm): pure, not
+# cheap.  Its FLOPs (2 N C^2 HW) need the bottom's H x W, which forward_flops is not
+# given: counted as the default, one per top element.
+@layer("Gram", FAMILY, bottoms=Arity.exactly(1), tops=Arity(1, None), source=GRAM, memory=_gram_memory, recompute=PURE)
 def _gram(q: ShapeQuery) -> LayerShapes:
     """Reshape: top (num, channels, channels, 1) through the legacy accessors (MinTopBlobs
     1; only top[0] is shaped or written).  Backward_cpu reads shape(2) and shape(3), so in
@@ -146,7 +163,17 @@ def _tf_gather(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, bottom[:axis] + shape + bottom[axis + 1 :]),))
 
 
-@layer("Gather", FAMILY, bottoms=Arity(1, None), tops=Arity(1, None), source=f"{GATHER_TF}; {GATHER_MPI}", memory=_gather_memory)
+@recompute_rule
+def _gather_recompute(proto, phase: str) -> Recompute:
+    """synopsys' tf.gather (gather_param): caffe_copy of the indexed slices, pure.  PSPNet's
+    MPI gather (no gather_param): an MPI collective across the processes of a run, which
+    every process would have to repeat in step: not recomputed."""
+    if proto.HasField("gather_param"):
+        return CHEAP_ANSWER
+    return Recompute(False, "PSPNet's Gather is an MPI collective across processes: a second run must be matched by every process")
+
+
+@layer("Gather", FAMILY, bottoms=Arity(1, None), tops=Arity(1, None), source=f"{GATHER_TF}; {GATHER_MPI}", memory=_gather_memory, recompute=_gather_recompute)
 def _gather(q: ShapeQuery) -> LayerShapes:
     """With ``gather_param``: synopsys' tf.gather.  Without: PSPNet's MPI gather, one top per
     bottom, each shaped like its bottom (one process: the batch is not multiplied by the
@@ -302,7 +329,14 @@ def _dense_block_memory(q: MemoryQuery) -> LayerMemory:
 
 # Exactly one bottom and one top: the hpp declares no counts, but Reshape and Forward use
 # bottom[0] and top[0] only.
-@layer("DenseBlock", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=DENSE_BLOCK, memory=_dense_block_memory)
+# DenseBlock_layer.cpp/.cu: in TRAIN each Forward updates the blocks' BN global mean and
+# variance (parameter blobs) and, with use_dropout, draws dropout masks; the GPU code keeps
+# its intermediate maps in storage shared by every DenseBlock of the net (it recomputes
+# BN/ReLU itself in Backward).  Too much state to call a second run harmless.
+_DENSE_BLOCK_RECOMPUTE = never("its Forward updates BN statistics, may draw dropout masks, and (GPU) shares scratch with every DenseBlock")
+
+
+@layer("DenseBlock", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=DENSE_BLOCK, memory=_dense_block_memory, recompute=_DENSE_BLOCK_RECOMPUTE)
 def _dense_block(q: ShapeQuery) -> LayerShapes:
     """Top (N, initChannel + numTransition growthRate, H, W).  The filters are always 3x3
     (and 1x1 in the bottleneck) whatever filter_H/filter_W/pad say: LayerSetUp and
@@ -352,7 +386,8 @@ def _transpose_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("Transpose", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=OCR.format("transpose", "transpose"), memory=_transpose_memory)
+# transpose_layer.cpp/.cu Forward: an index permutation of the bottom (maps written in Reshape).
+@layer("Transpose", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=OCR.format("transpose", "transpose"), memory=_transpose_memory, recompute=PURE_CHEAP)
 def _transpose(q: ShapeQuery) -> LayerShapes:
     """Top axis i is bottom axis dim(i) (TransposeLayer::permute).  LayerSetUp refuses
     in-place; Reshape CHECKs 0 < num_axes <= kMaxBlobAxes and one dim per axis.  An
@@ -377,7 +412,8 @@ def _reverse_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=backward)
 
 
-@layer("Reverse", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=OCR.format("reverse", "reverse"), memory=_reverse_memory)
+# reverse_layer.cpp/.cu Forward: the bottom's slices copied in reverse order.
+@layer("Reverse", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=OCR.format("reverse", "reverse"), memory=_reverse_memory, recompute=PURE_CHEAP)
 def _reverse(q: ShapeQuery) -> LayerShapes:
     """A NeuronLayer: the top is shaped like the bottom.  The constructor CHECKs axis >= 0,
     LayerSetUp refuses in-place and an axis past the bottom's."""
@@ -440,7 +476,34 @@ def _lstm_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("Lstm", FAMILY, bottoms=Arity(1, 2), tops=Arity.exactly(1), source=OCR_FILES.format("lstm_layer_Junhyuk.cpp/.cu, include/caffe/layers/lstm_layer_Junhyuk.hpp"), memory=_lstm_memory)
+@recompute_rule
+def _lstm_recompute(proto, phase: str) -> Recompute:
+    """lstm_layer_Junhyuk.cpp/.cu Forward: with one bottom it zeroes c_0_/h_0_ and runs the
+    gemms and gates from the bottom: pure, not cheap.  With the continuation flags (a
+    second bottom) it first copies the previous batch's last state (c_T_, h_T_) into
+    c_0_/h_0_ and keeps this batch's: a second run would start from this batch's end."""
+    if len(proto.bottom) > 1:
+        return Recompute(False, "with continuation flags its Forward carries the last state (c_T_, h_T_) into the next batch")
+    return PURE_ANSWER
+
+
+def _lstm_flops(proto, shapes: LayerShapes) -> int:
+    """The input and hidden gemms (2 x 4H x (I + H) a timestep and sequence) and the bias;
+    the gates' elementwise steps left out."""
+    steps, num = shapes.tops[0][:2]
+    return steps * num * sum(2 * count(w) if len(w) == 2 else count(w) for w in shapes.params)
+
+
+@layer(
+    "Lstm",
+    FAMILY,
+    bottoms=Arity(1, 2),
+    tops=Arity.exactly(1),
+    source=OCR_FILES.format("lstm_layer_Junhyuk.cpp/.cu, include/caffe/layers/lstm_layer_Junhyuk.hpp"),
+    memory=_lstm_memory,
+    recompute=_lstm_recompute,
+    forward_flops=_lstm_flops,
+)
 def _lstm(q: ShapeQuery) -> LayerShapes:
     """T x N x I in, T x N x num_output out; weights [4H, I] (input), [4H, H] (hidden) and a
     bias [4H].  I is the bottom's axis 2 (``shape(2)``; the gemms read T * N * I values).
@@ -472,6 +535,7 @@ def _ctc_decoder_memory(q: MemoryQuery) -> LayerMemory:
     source=OCR_FILES.format("ctc_decoder_layer.cpp, include/caffe/layers/ctc_decoder_layer.hpp"),
     memory=_ctc_decoder_memory,
     gpu="none",
+    recompute=OUTPUT,
 )
 def _ctc_greedy_decoder(q: ShapeQuery) -> LayerShapes:
     """T x N x C scores -> the best class per step, merged.  The fork's LayerSetUp knows
@@ -522,6 +586,7 @@ def _warp_ctc_loss_memory(q: MemoryQuery) -> LayerMemory:
     no_force_backward=(1, 2, 3),
     source=OCR_FILES.format("warp_ctc_loss_layer.cpp/.cu, ctcpp_entrypoint.cpp, include/caffe/layers/warp_ctc_loss_layer.hpp"),
     memory=_warp_ctc_loss_memory,
+    recompute=LOSS,
 )
 def _warp_ctc_loss(q: ShapeQuery) -> LayerShapes:
     """CTC loss of T x N x C scores (width 1) against the N x L label: a scalar.

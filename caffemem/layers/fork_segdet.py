@@ -51,7 +51,16 @@ from caffemem.layers.data import (
 )
 from caffemem.layers.loss import _class_axis as class_axis
 from caffemem.layers.neuron import softmax_memory
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    DATA,
+    LOSS,
+    OUTPUT,
+    PURE_CHEAP,
+    Arity,
+    ShapeQuery,
+    layer,
+    never,
+)
 
 FAMILY = "fork_segdet"
 DEEPLAB2 = "talent518/deeplab-public-ver2@51750fa9 (deeplab-public-ver2) src/caffe/layers/"
@@ -134,6 +143,7 @@ def _image_seg_data_memory(q: MemoryQuery) -> LayerMemory:
     memory=_image_seg_data_memory,
     batch_fields=batch_size_of("image_data_param"),
     source_kind="image_pair_list",
+    recompute=DATA,
 )
 def _image_seg_data(q: ShapeQuery) -> LayerShapes:
     """An image and its label map from a list file (image_data_param, label_type).
@@ -157,7 +167,7 @@ def _seg_accuracy_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(read(q.bottom(0)), read(q.bottom(1)), write(q.top(0))))
 
 
-@layer("SegAccuracy", FAMILY, bottoms=TWO, tops=Arity.exactly(1), source=DEEPLAB2 + "seg_accuracy_layer.cpp; " + DEEPLAB1 + "seg_accuracy_layer.cpp", memory=_seg_accuracy_memory)
+@layer("SegAccuracy", FAMILY, bottoms=TWO, tops=Arity.exactly(1), source=DEEPLAB2 + "seg_accuracy_layer.cpp; " + DEEPLAB1 + "seg_accuracy_layer.cpp", memory=_seg_accuracy_memory, recompute=OUTPUT)
 def _seg_accuracy(q: ShapeQuery) -> LayerShapes:
     """Accuracy of a score map against a one-channel label map of its size: top [1, 1, 1, 3]."""
     scores, labels = legacy4(q, q.bottoms[0]), legacy4(q, q.bottoms[1])
@@ -176,7 +186,20 @@ def _mat_write_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=tuple(read(q.bottom(i)) for i in range(len(q.bottoms))))
 
 
-@layer("MatWrite", FAMILY, bottoms=Arity(0), tops=Arity.exactly(0), source=DEEPLAB2 + "mat_write_layer.cpp; " + DEEPLAB1 + "mat_write_layer.cpp", memory=_mat_write_memory)
+# mat_write_layer.cpp Forward: writes each bottom to a .mat file named by a line of
+# ``source`` or the iteration count (iter_), a side effect and a counter.
+_MAT_WRITE_RECOMPUTE = never("its Forward writes .mat files and counts iterations (iter_)")
+
+
+@layer(
+    "MatWrite",
+    FAMILY,
+    bottoms=Arity(0),
+    tops=Arity.exactly(0),
+    source=DEEPLAB2 + "mat_write_layer.cpp; " + DEEPLAB1 + "mat_write_layer.cpp",
+    memory=_mat_write_memory,
+    recompute=_MAT_WRITE_RECOMPUTE,
+)
 def _mat_write(q: ShapeQuery) -> LayerShapes:
     """Writes every bottom to ``prefix`` + (a name from ``source``, or iter_N) + _blob_i.mat; no tops."""
     param = q.proto.mat_write_param
@@ -198,7 +221,9 @@ def _box_annotator_ohem_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=tuple(read(q.bottom(i)) for i in range(4)) + (write(q.top(0)), write(q.top(1))))
 
 
-@layer("BoxAnnotatorOHEM", FAMILY, bottoms=Arity.exactly(4), tops=TWO, source=RFCN + "box_annotator_ohem_layer.cpp, .cu (= " + MSCAFFE + ")", memory=_box_annotator_ohem_memory)
+# box_annotator_ohem_layer.cu Forward_gpu (on the host): std::sort of the RoIs by loss,
+# then the first roi_per_img of each image: the same bottoms give the same tops.
+@layer("BoxAnnotatorOHEM", FAMILY, bottoms=Arity.exactly(4), tops=TWO, source=RFCN + "box_annotator_ohem_layer.cpp, .cu (= " + MSCAFFE + ")", memory=_box_annotator_ohem_memory, recompute=PURE_CHEAP)
 def _box_annotator_ohem(q: ShapeQuery) -> LayerShapes:
     """rois [R, 5], per-RoI loss, labels [R], box loss weights [R, K] -> labels [R, 1, 1, 1], weights [R, K, 1, 1].
 
@@ -254,6 +279,7 @@ def _softmax_ohem_memory(q: MemoryQuery) -> LayerMemory:
     no_force_backward=(1,),
     source=MSCAFFE + "softmax_loss_ohem_layer.cpp, .cu",
     memory=_softmax_ohem_memory,
+    recompute=LOSS,
 )
 def _softmax_with_loss_ohem(q: ShapeQuery) -> LayerShapes:
     """SoftmaxWithLoss with two more tops: the probabilities (like bottom 0) and the loss
@@ -303,6 +329,7 @@ def _legacy4_of(shape: Shape) -> Shape:
     tops=Arity(1, 2),
     source=MSCAFFE + "smooth_L1_loss_ohem_layer.cpp, .cu",
     memory=_smooth_l1_ohem_memory,
+    recompute=LOSS,
 )
 def _smooth_l1_loss_ohem(q: ShapeQuery) -> LayerShapes:
     """Smooth L1 of (b0 - b1) [* b2]: the loss, and (second top) each RoI's loss [N, 1, H, W]."""
@@ -330,7 +357,8 @@ def _auto_crop_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(read(q.bottom(0)), write(q.top(0))), backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")))
 
 
-@layer("AutoCrop", FAMILY, bottoms=TWO, tops=Arity.exactly(1), source=RCF + "auto_crop_layer.cpp, auto_crop_layer.cu", memory=_auto_crop_memory)
+# auto_crop_layer.cpp/.cu Forward: a cropped copy of bottom 0.
+@layer("AutoCrop", FAMILY, bottoms=TWO, tops=Arity.exactly(1), source=RCF + "auto_crop_layer.cpp, auto_crop_layer.cu", memory=_auto_crop_memory, recompute=PURE_CHEAP)
 def _auto_crop(q: ShapeQuery) -> LayerShapes:
     """Bottom 0 cropped to bottom 1's height and width: [num0, channels0, height1, width1].
 

@@ -26,7 +26,14 @@ from caffemem.graph import LayerShapes, Shape
 from caffemem.layers.access import LayerMemory, MemoryQuery, buffer_setup, read, write
 from caffemem.layers.blob import format_shape
 from caffemem.layers.data import Template, batch_size_of, given_shape, layer_note, resolve_tops
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    DATA,
+    LOSS,
+    PURE_CHEAP,
+    Arity,
+    ShapeQuery,
+    layer,
+)
 
 FAMILY = "fork_v2v"
 C3D_V10 = "facebook/C3D@71336a22 C3D-v1.0/src/caffe/layers/"
@@ -113,6 +120,7 @@ def _data_layer(type: str, source: str):
         memory=_voxel_truth_data_memory,
         batch_fields=batch_size_of("image_data_param"),
         source_kind="volume_list",
+        recompute=DATA,
     )
 
 
@@ -144,6 +152,7 @@ def _voxel_softmax_memory(q: MemoryQuery) -> LayerMemory:
     )
 
 
+# voxel_wise_softmax_layer.cpp/.cu Forward: a softmax over the channels of each voxel.
 @layer(
     "VoxelWiseSoftmax",
     FAMILY,
@@ -152,6 +161,7 @@ def _voxel_softmax_memory(q: MemoryQuery) -> LayerMemory:
     source=C3D_V10 + "voxel_wise_softmax_layer.cpp, .cu",
     memory=_voxel_softmax_memory,
     gpu="none",
+    recompute=PURE_CHEAP,
 )
 def _voxel_softmax(q: ShapeQuery) -> LayerShapes:
     """Softmax over the channels of each voxel: the top is shaped like the 5-axis bottom."""
@@ -182,6 +192,7 @@ def _voxel_softmax_loss_memory(q: MemoryQuery) -> LayerMemory:
     source=C3D_V10 + "voxel_wise_softmax_loss_layer.cpp, .cu",
     memory=_voxel_softmax_loss_memory,
     gpu="none",
+    recompute=LOSS,
 )
 def _voxel_softmax_loss(q: ShapeQuery) -> LayerShapes:
     """Mean over the voxels of -log prob[truth]; a truth value >= C is skipped.

@@ -37,8 +37,17 @@ from caffemem.layers.access import (
 )
 from caffemem.layers.blob import format_shape, legacy4, reshaped
 from caffemem.layers.neuron import neuron_memory
-from caffemem.layers.registry import Arity, ShapeQuery, layer
-from caffemem.layers.vision import c_div, float_div_rounded, positive, require_axes
+from caffemem.layers.registry import (
+    CHEAP_ANSWER,
+    PURE,
+    PURE_CHEAP,
+    Arity,
+    Recompute,
+    ShapeQuery,
+    layer,
+    recompute_rule,
+)
+from caffemem.layers.vision import c_div, conv_flops, float_div_rounded, positive, require_axes
 from caffemem.schema import caffe_pb2
 
 FAMILY = "fork_vision"
@@ -73,7 +82,9 @@ def _convolution3d_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("Convolution3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "convolution3d_layer.cpp", memory=_convolution3d_memory)
+# convolution3d_layer.cpp/.cu Forward: vol2col and a gemm per clip, plus the bias: pure,
+# not cheap; FLOPs as any convolution's (vision.conv_flops, the weight (out, C, d, k, k)).
+@layer("Convolution3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "convolution3d_layer.cpp", memory=_convolution3d_memory, recompute=PURE, forward_flops=conv_flops)
 def _convolution3d(q: ShapeQuery) -> LayerShapes:
     """Spatio-temporal convolution with square spatial kernels.
 
@@ -119,6 +130,18 @@ def _deconvolution3d_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
+def _deconvolution3d_flops(proto, shapes: LayerShapes) -> int:
+    """deconvolution3d_layer.cpp Forward: per bottom element 2 x (out * d * k * k) into the
+    col buffer (col2vol adds them up), plus the bias per top element; the bottom's L, H, W
+    are the shape rule's formula solved for its input, (out + 2 pad - kernel) / stride + 1."""
+    param = proto.convolution3d_param
+    top, weight = shapes.tops[0], shapes.params[0]  # weight (C, out, d, k, k)
+    length = (top[2] + 2 * param.temporal_pad - param.kernel_depth) // param.temporal_stride + 1
+    height, width = ((size + 2 * param.pad - param.kernel_size) // param.stride + 1 for size in top[3:5])
+    bottom = top[0] * weight[0] * length * height * width
+    return 2 * bottom * count(weight[1:]) + (count(top) if len(shapes.params) > 1 else 0)
+
+
 @layer(
     "Deconvolution3D",
     FAMILY,
@@ -126,6 +149,8 @@ def _deconvolution3d_memory(q: MemoryQuery) -> LayerMemory:
     tops=Arity.exactly(1),
     source=C3D + "deconvolution3d_layer.cpp, deconvolution3d_layer.cu",
     memory=_deconvolution3d_memory,
+    recompute=PURE,
+    forward_flops=_deconvolution3d_flops,
 )
 def _deconvolution3d(q: ShapeQuery) -> LayerShapes:
     """Spatio-temporal transposed convolution (C3D's voxel-to-voxel nets).
@@ -164,7 +189,23 @@ def _pooling3d_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=(Reshape(q.buffer("rand_idx"), q.tops[0]),), forward=steps.forward, backward=steps.backward)
 
 
-@layer("Pooling3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "pool3d_layer.cpp", memory=_pooling3d_memory)
+@recompute_rule
+def _pooling3d_recompute(proto, phase: str) -> Recompute:
+    """pool3d_layer.cpp/.cu Forward: MAX and AVE write the top from the bottom (no argmax
+    blob); STOCHASTIC is NOT_IMPLEMENTED on the CPU and writes nothing on the GPU, so a
+    second run would not give back what the first left there."""
+    if proto.pooling3d_param.pool == caffe_pb2.Pooling3DParameter.STOCHASTIC:
+        return Recompute(False, "STOCHASTIC Pooling3D's Forward writes no top (empty on the GPU, NOT_IMPLEMENTED on the CPU)")
+    return CHEAP_ANSWER
+
+
+def _pooling3d_flops(proto, shapes: LayerShapes) -> int:
+    """One operation per window element (kernel_depth x kernel_size^2) per output."""
+    param = proto.pooling3d_param
+    return count(shapes.tops[0]) * param.kernel_depth * param.kernel_size**2
+
+
+@layer("Pooling3D", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=C3D + "pool3d_layer.cpp", memory=_pooling3d_memory, recompute=_pooling3d_recompute, forward_flops=_pooling3d_flops)
 def _pooling3d(q: ShapeQuery) -> LayerShapes:
     """Spatio-temporal pooling, rounding up (float32 ceil) with no clipping and no temporal padding."""
     num, channels, length, height, width = _video_bottom(q)[:5]
@@ -194,7 +235,16 @@ def _zoom(q: ShapeQuery, size: int, factor: int) -> int:
 
 # interp_layer.cpp: Forward reads the bottom and writes the top; Backward, when
 # propagate_down[0], writes the bottom's diff from the top's (no data read).
-@layer("Interp", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source="hszhao/PSPNet src/caffe/layers/interp_layer.cpp (= deeplab-public-ver2's)", memory=neuron_memory())
+# interp_layer.cpp/.cu Forward: bilinear interpolation of the bottom (caffe_cpu_interp2).
+@layer(
+    "Interp",
+    FAMILY,
+    bottoms=Arity.exactly(1),
+    tops=Arity.exactly(1),
+    source="hszhao/PSPNet src/caffe/layers/interp_layer.cpp (= deeplab-public-ver2's)",
+    memory=neuron_memory(),
+    recompute=PURE_CHEAP,
+)
 def _interp(q: ShapeQuery) -> LayerShapes:
     """Bilinear resize of (cropped) H and W; the branch taken depends on which fields are *set*.
 
@@ -226,7 +276,16 @@ def _interp(q: ShapeQuery) -> LayerShapes:
 # padding_layer.cpp: Forward reads the bottom and writes the top (zeroed first when
 # padding); Backward returns without propagate_down[0], else zeroes the bottom's diff and
 # copies the top's diff into it.
-@layer("Padding", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source="TheLegendAli/DeepLab-Context@fb04e9e2 src/caffe/layers/padding_layer.cpp (DeepLab v1)", memory=neuron_memory())
+# padding_layer.cpp Forward: the bottom copied into a larger top (pad_beg/pad_end).
+@layer(
+    "Padding",
+    FAMILY,
+    bottoms=Arity.exactly(1),
+    tops=Arity.exactly(1),
+    source="TheLegendAli/DeepLab-Context@fb04e9e2 src/caffe/layers/padding_layer.cpp (DeepLab v1)",
+    memory=neuron_memory(),
+    recompute=PURE_CHEAP,
+)
 def _padding(q: ShapeQuery) -> LayerShapes:
     """LayerSetUp: pad_beg and pad_end both >= 0 (pad) or both <= 0 (crop); Reshape:
     (num, channels, height + pad_beg + pad_end, width + pad_beg + pad_end), each > 0."""
@@ -263,6 +322,11 @@ def _yolo_upsample(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(reshaped(q, bottom[:2] + (bottom[2] * scale, bottom[3] * scale)),))
 
 
+# SegNet's upsample_layer.cpp/.cu Forward: the top zeroed, then each bottom value put where
+# the pooling mask (bottom 1) says; MobileNet-YOLO's: nearest-neighbour copies.  Both pure,
+# as long as no two values share a mask index: only overlapping pooling windows (kernel >
+# stride) make the GPU scatter race, and then two stock runs may differ as well; SegNet's
+# nets pool 2x2 with stride 2.
 @layer(
     "Upsample",
     FAMILY,
@@ -270,6 +334,7 @@ def _yolo_upsample(q: ShapeQuery) -> LayerShapes:
     tops=Arity.exactly(1),
     source="alexgkendall/caffe-segnet src/caffe/layers/upsample_layer.cpp (two bottoms); eric612/MobileNet-YOLO@69b4441c src/caffe/layers/upsample_layer.cpp (one bottom)",
     memory=_upsample_memory,
+    recompute=PURE_CHEAP,
 )
 def _upsample(q: ShapeQuery) -> LayerShapes:
     """Two bottoms (SegNet): max-unpooling, bottom 1 is the mask of the matching MAX pooling,
@@ -329,7 +394,8 @@ def _roi_memory(index: str, clears_roi_diff: bool):
 
 # roi_pooling_layer.cpp keeps the argmax in max_idx_; its Backward_cpu is NOT_IMPLEMENTED,
 # so Backward is roi_pooling_layer.cu's.
-@layer("ROIPooling", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=_RCNN + ", roi_pooling_layer.cu", memory=_roi_memory("max_idx", clears_roi_diff=False))
+# roi_pooling_layer.cpp/.cu Forward: max over each bin, rewriting max_idx_ (Backward's argmax) whole.
+@layer("ROIPooling", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=_RCNN + ", roi_pooling_layer.cu", memory=_roi_memory("max_idx", clears_roi_diff=False), recompute=PURE_CHEAP)
 def _roi_pooling(q: ShapeQuery) -> LayerShapes:
     """One pooled_h x pooled_w map per region: top num is bottom 1's num (the rois)."""
     param = q.proto.roi_pooling_param
@@ -342,6 +408,7 @@ def _roi_pooling(q: ShapeQuery) -> LayerShapes:
 
 # psroi_pooling_layer.cpp is NOT_IMPLEMENTED on CPU: the steps are psroi_pooling_layer.cu's,
 # whose Backward also zeroes the rois' diff (mapping_channel_ is the Blob<int> index).
+# Recompute: psroi_pooling_layer.cu Forward averages each bin and rewrites mapping_channel_ whole.
 @layer(
     "PSROIPooling",
     FAMILY,
@@ -349,6 +416,7 @@ def _roi_pooling(q: ShapeQuery) -> LayerShapes:
     tops=Arity.exactly(1),
     source="daijifeng001/caffe-rfcn src/caffe/layers/psroi_pooling_layer.cpp, psroi_pooling_layer.cu",
     memory=_roi_memory("mapping_channel", clears_roi_diff=True),
+    recompute=PURE_CHEAP,
 )
 def _psroi_pooling(q: ShapeQuery) -> LayerShapes:
     """Position-sensitive ROI pooling: bottom 0 holds output_dim * group_size^2 score maps."""

@@ -65,7 +65,19 @@ from caffemem.layers.fork_segdet import _smooth_l1_loss_ohem as smooth_l1_loss_o
 from caffemem.layers.fork_segdet import _smooth_l1_ohem_memory as smooth_l1_ohem_memory
 from caffemem.layers.loss import _loss as loss_layer_checks
 from caffemem.layers.neuron import softmax_memory
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    CHEAP_ANSWER,
+    DATA,
+    LOSS,
+    OUTPUT,
+    PURE_CHEAP,
+    Arity,
+    Recompute,
+    ShapeQuery,
+    layer,
+    never,
+    recompute_rule,
+)
 
 NONE = Arity.exactly(0)
 ONE = Arity.exactly(1)
@@ -198,7 +210,24 @@ def _bn_memory(q: MemoryQuery) -> LayerMemory:
     return _segnet_bn_memory(q) if _is_segnet_bn(q.proto) else _tsn_bn_memory(q)
 
 
-@layer("BN", "forks", bottoms=ONE, tops=Arity(1, 3), source=YJXIONG + "bn_layer.cpp; SegNet variant: " + SEGNET + "bn_layer.cpp", memory=_bn_memory)
+@recompute_rule
+def _bn_recompute(proto, phase: str) -> Recompute:
+    """SegNet's bn_layer.cpp keeps no running statistics (LEARN normalises with the batch's,
+    INFERENCE only scales and shifts): pure in both modes.  yjxiong's bn_layer.cpp/.cu
+    (and cudnn_bn_layer.cu) use the stored mean/variance in TEST or when frozen: pure; in
+    TRAIN they fold the batch's into blobs 2 and 3, which a restore would undo.  But
+    hszhao/PSPNet's copy, which a file cannot be told from, ignores ``frozen`` and its
+    Forward_gpu in TRAIN adds the statistics into those blobs' *diffs* (summed over
+    iter_size and threads, copied into the data by Backward): a second Forward would add
+    them twice.  In doubt, not recomputed in TRAIN."""
+    if _is_segnet_bn(proto):
+        return Recompute(True, "SegNet's BN keeps no running statistics: its Forward is a function of the bottom and the scale/shift", cheap=True)
+    if phase == "TEST":
+        return Recompute(True, "in TEST it normalises with the stored statistics (or, PSPNet's, the batch's) and writes no blob", cheap=True)
+    return Recompute(False, "in TRAIN its Forward accumulates the running statistics (PSPNet's copy into the blobs' diffs, summed across threads)")
+
+
+@layer("BN", "forks", bottoms=ONE, tops=Arity(1, 3), source=YJXIONG + "bn_layer.cpp; SegNet variant: " + SEGNET + "bn_layer.cpp", memory=_bn_memory, recompute=_bn_recompute)
 def _bn(q: ShapeQuery) -> LayerShapes:
     """Batch normalisation with its own slope/bias and running mean/variance.
 
@@ -292,6 +321,7 @@ def _video_data_memory(q: MemoryQuery) -> LayerMemory:
     source=YJXIONG + "video_data_layer.cpp; C3D variant: " + C3D + "video_data_layer.cpp",
     memory=_video_data_memory,
     batch_fields=batch_size_of("video_data_param"),
+    recompute=DATA,
 )
 def _video_data(q: ShapeQuery) -> LayerShapes:
     """Video clips: yjxiong's (TSN, 4-D, frames stacked in channels) or C3D's (5-D) layer.
@@ -334,6 +364,7 @@ def _divided(q: ShapeQuery, size: tuple[Dim, Dim], factor: int) -> tuple[Dim, Di
     memory=_copying_prefetch_memory,
     batch_fields=batch_size_of("dense_image_data_param"),
     source_kind="dense_image_pair_list",
+    recompute=DATA,
 )
 def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     """Image and per-pixel label image: data [batch, 3 or 1, H, W], label [batch, 1, H, W].
@@ -374,6 +405,7 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     memory=_copying_prefetch_memory,
     batch_fields=batch_size_of("image_data_param"),
     source_kind="image_pair_list",
+    recompute=DATA,
 )
 def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
     """HED: data [batch, 3 or 1, H, W] and its edge map [batch, 1, H, W] (image_data_param, crop_size)."""
@@ -430,6 +462,7 @@ def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
     memory=_annotated_data_memory,
     batch_fields=batch_size_of("data_param"),
     source_kind="annotated_datum_db",
+    recompute=DATA,
 )
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
@@ -531,7 +564,8 @@ def _bare_normalize_note(q: MemoryQuery) -> tuple[str, ...]:
     return (note,)
 
 
-@layer("Normalize", "forks", bottoms=ONE, tops=Arity(1, 2), source=SSD + "normalize_layer.cpp; " + HAPPYNEAR_NORMALIZE, memory=_any_normalize_memory)
+# SSD's normalize_layer.cpp/.cu and happynear's: the top, norm_ and buffers from the bottom and the scale.
+@layer("Normalize", "forks", bottoms=ONE, tops=Arity(1, 2), source=SSD + "normalize_layer.cpp; " + HAPPYNEAR_NORMALIZE, memory=_any_normalize_memory, recompute=PURE_CHEAP)
 def _normalize(q: ShapeQuery) -> LayerShapes:
     """ssd's: L2 normalisation with a learned scale, one scalar (channel_shared) or one per
     channel.  happynear's (``normalize_param``; MinTopBlobs 1, MaxTopBlobs 2): the top like
@@ -569,7 +603,8 @@ def _permute_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=(read(q.top(0), "diff"), write(q.bottom(0), "diff")))
 
 
-@layer("Permute", "forks", bottoms=ONE, tops=ONE, source=SSD + "permute_layer.cpp", memory=_permute_memory)
+# permute_layer.cpp/.cu Forward: an index permutation of the bottom.
+@layer("Permute", "forks", bottoms=ONE, tops=ONE, source=SSD + "permute_layer.cpp", memory=_permute_memory, recompute=PURE_CHEAP)
 def _permute(q: ShapeQuery) -> LayerShapes:
     """The bottom's axes in permute_param.order, the unnamed axes following in their order."""
     bottom = q.bottoms[0]
@@ -638,7 +673,8 @@ def _prior_box_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=(write(q.top(0)),))
 
 
-@layer("PriorBox", "forks", bottoms=Arity(1), tops=ONE, source=SSD + "prior_box_layer.cpp", memory=_prior_box_memory)
+# prior_box_layer.cpp Forward: boxes from the bottoms' shapes and the parameters alone.
+@layer("PriorBox", "forks", bottoms=Arity(1), tops=ONE, source=SSD + "prior_box_layer.cpp", memory=_prior_box_memory, recompute=PURE_CHEAP)
 def _prior_box(q: ShapeQuery) -> LayerShapes:
     """[1, 2, layer_h * layer_w * num_priors * 4]: every prior's box and its variances."""
     priors = _prior_count(q)
@@ -682,7 +718,12 @@ def _detection_output_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=_reads(q.bottom(0), q.bottom(1), q.bottom(2)) + (write(q.top(0)),))
 
 
-@layer("DetectionOutput", "forks", bottoms=Arity(3, 4), tops=ONE, source=SSD + "detection_output_layer.cpp", memory=_detection_output_memory)
+# detection_output_layer.cpp/.cu Forward: the net's detections (NMS), read by no Backward;
+# with save_output_param it also counts images (name_count_) and writes result files.
+_DETECTION_OUTPUT_RECOMPUTE = never("its top is the net's detections, read by no Backward; with save_output_param its Forward counts images and writes files")
+
+
+@layer("DetectionOutput", "forks", bottoms=Arity(3, 4), tops=ONE, source=SSD + "detection_output_layer.cpp", memory=_detection_output_memory, recompute=_DETECTION_OUTPUT_RECOMPUTE)
 def _detection_output(q: ShapeQuery) -> LayerShapes:
     """[1, 1, kept, 7]: the detections kept after NMS, an upper bound of what Forward allocates.
 
@@ -720,7 +761,7 @@ def _detection_evaluate_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=(read(q.bottom(0)),), forward=_reads(q.bottom(0), q.bottom(1)) + (write(q.top(0)),))
 
 
-@layer("DetectionEvaluate", "forks", bottoms=TWO, tops=ONE, source=SSD + "detection_evaluate_layer.cpp", memory=_detection_evaluate_memory)
+@layer("DetectionEvaluate", "forks", bottoms=TWO, tops=ONE, source=SSD + "detection_evaluate_layer.cpp", memory=_detection_evaluate_memory, recompute=OUTPUT)
 def _detection_evaluate(q: ShapeQuery) -> LayerShapes:
     """[1, 1, positive classes + valid detections, 5], an upper bound.
 
@@ -820,6 +861,7 @@ def _multibox_loss_memory(q: MemoryQuery) -> LayerMemory:
     no_force_backward=(1,),
     source=SSD + "multibox_loss_layer.cpp, smooth_L1_loss_layer.cpp",
     memory=_multibox_loss_memory,
+    recompute=LOSS,
 )
 def _multibox_loss(q: ShapeQuery) -> LayerShapes:
     """SSD's loss over loc, conf, priors and ground truth: a scalar, no parameters."""
@@ -894,6 +936,7 @@ def _smooth_l1_loss_dispatch(q: MemoryQuery) -> LayerMemory:
     source="rbgirshick/caffe-fast-rcnn faster-rcnn src/caffe/layers/smooth_L1_loss_layer.cpp, smooth_L1_loss_layer.cu; "
     "three bottoms or two tops: " + RFCN_SMOOTH_L1,
     memory=_smooth_l1_loss_dispatch,
+    recompute=LOSS,
 )
 def _smooth_l1_loss(q: ShapeQuery) -> LayerShapes:
     """py-faster-rcnn's loss: prediction, target (+ inside and outside weights), all alike.
@@ -929,6 +972,17 @@ def _label_specific_add_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward, backward=backward)
 
 
+@recompute_rule
+def _label_specific_add_recompute(proto, phase: str) -> Recompute:
+    """label_specific_add.cpp/.cu Forward: in TEST it only copies the scores (transform_test_
+    is ``transform_test & phase == TRAIN``); in TRAIN it adds the margin to each sample's
+    own-label score and, when annealing (``bias_base`` set), recomputes the margin from
+    ``iteration_`` and increments it: a counter the next step reads."""
+    if phase == "TRAIN" and proto.label_specific_add_param.HasField("bias_base"):
+        return Recompute(False, "annealing (bias_base) its Forward counts iterations (iteration_++)")
+    return CHEAP_ANSWER
+
+
 @layer(
     "LabelSpecificAdd",
     "forks",
@@ -936,6 +990,7 @@ def _label_specific_add_memory(q: MemoryQuery) -> LayerMemory:
     tops=Arity(1, 2),
     source="happynear/caffe-windows ms src/caffe/layers/label_specific_add.cpp, .cu, label_specific_add_layer.hpp @967eedf2",
     memory=_label_specific_add_memory,
+    recompute=_label_specific_add_recompute,
 )
 def _label_specific_add(q: ShapeQuery) -> LayerShapes:
     """AM-Softmax's additive margin (happynear/AMSoftmax prototxt/face_train_test.prototxt):
@@ -963,7 +1018,8 @@ def _axpy_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=_reads(q.bottom(0), q.bottom(1), q.bottom(2)) + (write(q.top(0)),), backward=backward)
 
 
-@layer("Axpy", "forks", bottoms=Arity.exactly(3), tops=ONE, source="hujie-frank/SENet src/caffe/layers/axpy_layer.cpp", memory=_axpy_memory)
+# axpy_layer.cpp/.cu Forward: scale * x + y per channel.
+@layer("Axpy", "forks", bottoms=Arity.exactly(3), tops=ONE, source="hujie-frank/SENet src/caffe/layers/axpy_layer.cpp", memory=_axpy_memory, recompute=PURE_CHEAP)
 def _axpy(q: ShapeQuery) -> LayerShapes:
     """scale [N, C(, 1, 1)] * x + y, channel-wise: the top is shaped like x (and y)."""
     scale, x, y = q.bottoms

@@ -20,6 +20,9 @@ a third top is daijifeng001/caffe-rfcn's (per-prediction losses for OHEM), a
 
 Each memory rule lists what the same file's CPU code touches (access.py).  Every loss
 layer's Backward reads the loss top's diff (the loss weight).
+
+None is recomputed in Backward (``recompute=LOSS``, Accuracy ``OUTPUT``): their tops are
+outputs of the net, kept to the end, and nothing is gained by running them twice.
 """
 
 from __future__ import annotations
@@ -41,7 +44,13 @@ from caffemem.layers.access import (
 )
 from caffemem.layers.blob import axis_index, count, dim, format_shape, legacy_dim
 from caffemem.layers.neuron import canonical_axis, inner_loss, softmax_memory
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    LOSS,
+    OUTPUT,
+    Arity,
+    ShapeQuery,
+    layer,
+)
 
 SCALAR: Shape = ()
 TWO = Arity.exactly(2)
@@ -225,6 +234,7 @@ def _deeplab_v1_softmax_with_loss(q: ShapeQuery) -> LayerShapes:
     source="caffe master layers/softmax_loss_layer.cpp; three tops: " + RFCN_SOFTMAX + "; softmaxloss_param: " + DEEPLAB_V1_SOFTMAX,
     memory=_softmax_with_loss_memory,
     no_force_backward=LABEL,
+    recompute=LOSS,
 )
 def _softmax_with_loss(q: ShapeQuery) -> LayerShapes:
     """Softmax along softmax_param.axis then log loss; the optional second top is the softmax
@@ -268,6 +278,7 @@ def _infogain_loss_memory(q: MemoryQuery) -> LayerMemory:
     memory=_infogain_loss_memory,
     gpu="none",
     no_force_backward=LABEL,
+    recompute=LOSS,
 )
 def _infogain_loss(q: ShapeQuery) -> LayerShapes:
     """Softmax then an infogain-weighted log loss; H (num_labels x num_labels) is bottom[2] or read from ``source``.
@@ -310,6 +321,7 @@ def _sigmoid_cross_entropy_loss_memory(q: MemoryQuery) -> LayerMemory:
     source="caffe master layers/sigmoid_cross_entropy_loss_layer.cpp",
     memory=_sigmoid_cross_entropy_loss_memory,
     no_force_backward=LABEL,
+    recompute=LOSS,
 )
 def _sigmoid_cross_entropy_loss(q: ShapeQuery) -> LayerShapes:
     """One target per prediction: both bottoms must have the same count."""
@@ -341,6 +353,7 @@ def _euclidean_loss_memory(q: MemoryQuery) -> LayerMemory:
     auto_top=True,
     source="caffe master layers/euclidean_loss_layer.cpp",
     memory=_euclidean_loss_memory,
+    recompute=LOSS,
 )
 def _euclidean_loss(q: ShapeQuery) -> LayerShapes:
     """Sum of squared differences: the bottoms must agree in count per item."""
@@ -368,6 +381,7 @@ def _hinge_loss_memory(q: MemoryQuery) -> LayerMemory:
     memory=_hinge_loss_memory,
     no_force_backward=LABEL,
     gpu="none",
+    recompute=LOSS,
 )
 def _hinge_loss(q: ShapeQuery) -> LayerShapes:
     """Only LossLayer's own check: predictions and labels share num."""
@@ -399,6 +413,7 @@ def _multinomial_logistic_loss_memory(q: MemoryQuery) -> LayerMemory:
     memory=_multinomial_logistic_loss_memory,
     gpu="none",
     no_force_backward=LABEL,
+    recompute=LOSS,
 )
 def _multinomial_logistic_loss(q: ShapeQuery) -> LayerShapes:
     """Takes probabilities and one label per item: the label blob is (N, 1, 1, 1) in legacy terms."""
@@ -435,6 +450,7 @@ def _contrastive_loss_memory(q: MemoryQuery) -> LayerMemory:
     source="caffe master layers/contrastive_loss_layer.cpp",
     memory=_contrastive_loss_memory,
     no_force_backward=(2,),
+    recompute=LOSS,
 )
 def _contrastive_loss(q: ShapeQuery) -> LayerShapes:
     """Two (N, C, 1, 1) feature blobs and one (N, 1, 1, 1) similarity label."""
@@ -466,7 +482,7 @@ def _accuracy_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward + gpu_scratch(q, q.bottom(0), q.bottom(1)) + (host_output(q),))
 
 
-@layer("Accuracy", "loss", bottoms=TWO, tops=ONE_OR_TWO, source="caffe master layers/accuracy_layer.cpp", memory=_accuracy_memory)
+@layer("Accuracy", "loss", bottoms=TWO, tops=ONE_OR_TWO, source="caffe master layers/accuracy_layer.cpp", memory=_accuracy_memory, recompute=OUTPUT)
 def _accuracy(q: ShapeQuery) -> LayerShapes:
     """A scalar accuracy; an optional second top holds per-class accuracies [num_labels].
 

@@ -40,11 +40,20 @@ from caffemem.layers.access import (
 from caffemem.layers.blob import format_shape, int32, legacy4, legacy_dim, reshaped
 from caffemem.layers.loss import _loss as loss_layer_checks
 from caffemem.layers.neuron import neuron_memory
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    LOSS,
+    OUTPUT,
+    PURE,
+    PURE_CHEAP,
+    Arity,
+    ShapeQuery,
+    layer,
+)
 from caffemem.layers.vision import (
     GEOMETRY_BLOBS,
     base_conv,
     c_div,
+    conv_flops,
     caffe_conv_steps,
     conv_geometry,
     int_blobs,
@@ -142,7 +151,9 @@ def _convolution_depthwise_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("ConvolutionDepthwise", FAMILY, bottoms=ONE, tops=ONE, source=CONV_DW, memory=_convolution_depthwise_memory)
+# conv_dw_layer.cpp/.cu Forward: one kh x kw filter per channel, plus the bias: pure, FLOPs as any
+# convolution's (vision.conv_flops; the weight (C, 1, kh, kw)).  Not cheap: MXNet's mirror keeps convolutions.
+@layer("ConvolutionDepthwise", FAMILY, bottoms=ONE, tops=ONE, source=CONV_DW, memory=_convolution_depthwise_memory, recompute=PURE, forward_flops=conv_flops)
 def _convolution_depthwise(q: ShapeQuery) -> LayerShapes:
     """Depthwise convolution: every channel convolved with its own kernel; ``num_output`` and
     ``group`` are ignored (the top has the bottom's channels).  Weight (C, 1, kh, kw), bias (C,)
@@ -178,7 +189,8 @@ def _depthwise_convolution_memory(q: MemoryQuery) -> LayerMemory:
     return caffe_conv_steps(q, False, geo, bias, multiplier, setup, ())
 
 
-@layer("DepthwiseConvolution", FAMILY, bottoms=Arity(1, None), tops=Arity(1, None), source=DEPTHWISE, memory=_depthwise_convolution_memory)
+# depthwise_conv_layer.cpp/.cu: a convolution (base_conv_layer.cpp's gemms on the CPU).
+@layer("DepthwiseConvolution", FAMILY, bottoms=Arity(1, None), tops=Arity(1, None), source=DEPTHWISE, memory=_depthwise_convolution_memory, recompute=PURE, forward_flops=conv_flops)
 def _depthwise_convolution(q: ShapeQuery) -> LayerShapes:
     """BaseConvolutionLayer's shapes with ConvolutionLayer's output size: ``group`` must be
     given (MobileNet files set it to the channels) -- nothing forces it, as in the source."""
@@ -199,7 +211,8 @@ def _shuffle_memory(q: MemoryQuery) -> LayerMemory:
 
 
 # Not in place: the copy moves channel blocks to other positions of the same buffer.
-@layer("ShuffleChannel", FAMILY, bottoms=ONE, tops=ONE, source=SHUFFLE, memory=_shuffle_memory)
+# shuffle_channel_layer.cpp/.cu Forward: a strided copy of the bottom.
+@layer("ShuffleChannel", FAMILY, bottoms=ONE, tops=ONE, source=SHUFFLE, memory=_shuffle_memory, recompute=PURE_CHEAP)
 def _shuffle_channel(q: ShapeQuery) -> LayerShapes:
     """LayerSetUp: CHECK_GT(group, 0), top ReshapeLike the bottom; Reshape then sets the top to
     (num, channels, height, width) through the legacy accessors, so the top has 4 axes (an
@@ -218,7 +231,8 @@ def _shuffle_channel(q: ShapeQuery) -> LayerShapes:
 # ----------------------------------------------------------------------------------------
 
 
-@layer("ReLU6", FAMILY, bottoms=ONE, tops=ONE, source=RELU6 + ", neuron_layer.cpp", memory=neuron_memory("bottom"))
+# relu6_layer.cpp/.cu Forward: elementwise min(max(x, 0), 6).
+@layer("ReLU6", FAMILY, bottoms=ONE, tops=ONE, source=RELU6 + ", neuron_layer.cpp", memory=neuron_memory("bottom"), recompute=PURE_CHEAP)
 def _relu6(q: ShapeQuery) -> LayerShapes:
     """A NeuronLayer: the top is shaped like the bottom.  Forward_cpu reads the bottom and
     writes min(max(x, 0) + negative_slope * min(x, 0), 6); Backward_cpu, when
@@ -243,7 +257,7 @@ def _yolov3_output_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(forward=forward + (write(q.top(0)),))
 
 
-@layer("Yolov3DetectionOutput", FAMILY, bottoms=Arity(1, None), tops=ONE, source=YOLOV3_OUTPUT, memory=_yolov3_output_memory)
+@layer("Yolov3DetectionOutput", FAMILY, bottoms=Arity(1, None), tops=ONE, source=YOLOV3_OUTPUT, memory=_yolov3_output_memory, recompute=OUTPUT)
 def _yolov3_detection_output(q: ShapeQuery) -> LayerShapes:
     """[1, 1, rows, 7], rows an upper bound of what Forward keeps.
 
@@ -288,7 +302,7 @@ def _yolov3_loss_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("Yolov3", FAMILY, bottoms=Arity.exactly(2), tops=ONE, auto_top=True, no_force_backward=(1,), source=YOLOV3_LOSS, memory=_yolov3_loss_memory)
+@layer("Yolov3", FAMILY, bottoms=Arity.exactly(2), tops=ONE, auto_top=True, no_force_backward=(1,), source=YOLOV3_LOSS, memory=_yolov3_loss_memory, recompute=LOSS)
 def _yolov3_loss(q: ShapeQuery) -> LayerShapes:
     """A scalar loss.  LayerSetUp CHECKs that the predictions hold, per image, H x W x num
     boxes of 4 coordinates, an objectness and num_class scores; LossLayer::Reshape that the

@@ -29,11 +29,15 @@ from caffemem.layers.access import (
 )
 from caffemem.layers.blob import axis_index, format_shape, legacy4, legacy_dim
 from caffemem.layers.registry import (
+    PURE_CHEAP,
     Arity,
     LayerSpec,
+    Recompute,
     ShapeQuery,
     in_place_always,
     layer,
+    per_top_element,
+    recompute_rule,
     register,
 )
 
@@ -187,6 +191,21 @@ _IN_PLACE = {
     "Threshold": in_place_always,
 }
 
+@recompute_rule
+def _dropout_recompute(proto, phase: str) -> Recompute:
+    """dropout_layer.cpp/.cu: in TRAIN Forward draws a new mask (caffe_rng_bernoulli,
+    caffe_gpu_rng_uniform), so a second run drops other units; in TEST it copies (or, with
+    fast-rcnn's ``scale_train: false``, scales) the bottom: pure.  Bayesian SegNet's
+    ``sample_weights_test`` (alexgkendall/caffe-segnet dropout_layer.cpp) draws in TEST too."""
+    if phase == "TRAIN" or proto.dropout_param.sample_weights_test:
+        return Recompute(False, "its Forward draws a new random mask (caffe_rng_bernoulli): a second run drops other units")
+    return Recompute(True, "in TEST its Forward copies (or scales) the bottom: no random draw", cheap=True)
+
+
+# Every other plain neuron is an elementwise function of the bottom (its .cpp and .cu
+# Forward; Swish's inner Sigmoid writes sigmoid_output_ from the bottom alone).
+_RECOMPUTE = {"Dropout": _dropout_recompute}
+
 # The neurons GetReLULayer / GetSigmoidLayer / GetTanHLayer build as cuDNN classes (one
 # cudnnHandle each, the same touches): the engine field of their parameter message.
 _CUDNN_NEURON_PARAMS = {"ReLU": "relu_param", "Sigmoid": "sigmoid_param", "TanH": "tanh_param"}
@@ -214,12 +233,14 @@ for _type, (_file, _memory) in _PLAIN_NEURONS.items():
             memory=_memory,
             in_place=_IN_PLACE.get(_type),
             gpu="forward" if _type == "Threshold" else "full",  # threshold_layer.cu: Forward_gpu only
+            recompute=_RECOMPUTE.get(_type, PURE_CHEAP),
         )
     )
 
 
 # Never in place: LayerSetUp CHECK_NEs top and bottom (its Backward needs the sign of x).
-@layer("AbsVal", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/absval_layer.cpp", memory=neuron_memory("bottom", top_diff_always=True))
+# Recompute: absval_layer.cpp/.cu Forward is elementwise (caffe_abs).
+@layer("AbsVal", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/absval_layer.cpp", memory=neuron_memory("bottom", top_diff_always=True), recompute=PURE_CHEAP)
 def _absval(q: ShapeQuery) -> LayerShapes:
     """Elementwise, but Caffe refuses to run it in place (its backward needs the input)."""
     q.check(not any(q.layer.in_place_tops), "AbsVal layer does not allow in-place computation")
@@ -227,6 +248,7 @@ def _absval(q: ShapeQuery) -> LayerShapes:
 
 
 # Not in place: Backward tests min <= bottom_data <= max, always true of a clipped top.
+# Recompute: clip_layer.cpp/.cu Forward is elementwise.
 @layer(
     "Clip",
     "neuron",
@@ -234,6 +256,7 @@ def _absval(q: ShapeQuery) -> LayerShapes:
     tops=ONE,
     source="caffe master layers/clip_layer.cpp, caffe.proto ClipParameter",
     memory=neuron_memory("bottom"),
+    recompute=PURE_CHEAP,
 )
 def _clip(q: ShapeQuery) -> LayerShapes:
     """Elementwise.  ``min`` and ``max`` are required fields of ClipParameter: a clip_param
@@ -255,7 +278,8 @@ def _log_base(q: ShapeQuery, base: float) -> float:
 
 
 # In place: Forward is elementwise (caffe_exp onto itself), Backward reads top_data only.
-@layer("Exp", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/exp_layer.cpp", memory=neuron_memory("top"), in_place=in_place_always)
+# Recompute: exp_layer.cpp/.cu Forward is elementwise.
+@layer("Exp", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/exp_layer.cpp", memory=neuron_memory("top"), in_place=in_place_always, recompute=PURE_CHEAP)
 def _exp(q: ShapeQuery) -> LayerShapes:
     """Elementwise base**(shift + scale*x); LayerSetUp CHECKs the base."""
     _log_base(q, q.proto.exp_param.base)
@@ -263,7 +287,8 @@ def _exp(q: ShapeQuery) -> LayerShapes:
 
 
 # Not in place: Backward reads bottom_data (in place, the log of it).
-@layer("Log", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/log_layer.cpp", memory=neuron_memory("bottom"))
+# Recompute: log_layer.cpp/.cu Forward is elementwise.
+@layer("Log", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/log_layer.cpp", memory=neuron_memory("bottom"), recompute=PURE_CHEAP)
 def _log(q: ShapeQuery) -> LayerShapes:
     """Elementwise log_base(shift + scale*x); LayerSetUp CHECKs that 1/log(base) is finite too."""
     base = q.proto.log_param.base
@@ -293,7 +318,9 @@ def _prelu_memory(q: MemoryQuery) -> LayerMemory:
 
 # In place: Forward copies the input to bottom_memory_ (``if (bottom[0] == top[0])``) and
 # Backward reads that copy instead of bottom_data (prelu_layer.cpp and .cu).
-@layer("PReLU", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/prelu_layer.cpp", memory=_prelu_memory, in_place=in_place_always)
+# Recompute: prelu_layer.cpp/.cu Forward is elementwise with the slopes (in place it first
+# copies the bottom into bottom_memory_, rewritten whole).
+@layer("PReLU", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/prelu_layer.cpp", memory=_prelu_memory, in_place=in_place_always, recompute=PURE_CHEAP)
 def _prelu(q: ShapeQuery) -> LayerShapes:
     """Learns one slope per channel, or a single 0-axis (scalar) slope if channel_shared.
 
@@ -330,8 +357,13 @@ def _softmax_memory(q: MemoryQuery) -> LayerMemory:
     return softmax_memory(q, q.bottom(0), q.top(0), q.bottoms[0], q.proto.softmax_param.axis)
 
 
+# softmax_layer.cpp Forward_cpu, per element: the max over the axis, the subtraction, exp,
+# the sum and the division (cuDNN's kernel does the same work).
+SOFTMAX_FLOPS = 5
+
 # Not flagged in place: the CPU code is right in place, but cuDNN's softmax Backward
 # with dx aliasing dy is not documented as allowed.
+# Recompute: softmax_layer.cpp/.cu Forward rewrites scale_ (scratch) and the top from the bottom.
 @layer(
     "Softmax",
     "neuron",
@@ -339,6 +371,8 @@ def _softmax_memory(q: MemoryQuery) -> LayerMemory:
     tops=ONE,
     source="caffe master layers/softmax_layer.cpp, cudnn_softmax_layer.cpp",
     memory=_softmax_memory,
+    recompute=PURE_CHEAP,
+    forward_flops=per_top_element(SOFTMAX_FLOPS),
 )
 def _softmax(q: ShapeQuery) -> LayerShapes:
     """Normalises along ``axis``; the top is shaped like the bottom, the axis must exist."""
@@ -365,7 +399,8 @@ def _mvn_memory(q: MemoryQuery) -> LayerMemory:
 
 
 # Not in place: Backward (normalize_variance) reads both top_data and bottom_data.
-@layer("MVN", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/mvn_layer.cpp", memory=_mvn_memory)
+# Recompute: mvn_layer.cpp/.cu Forward rewrites mean_, variance_ and temp_ from the bottom.
+@layer("MVN", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/mvn_layer.cpp", memory=_mvn_memory, recompute=PURE_CHEAP)
 def _mvn(q: ShapeQuery) -> LayerShapes:
     """Caffe reshapes the top to (num, channels, height, width): always 4 axes, missing ones 1."""
     return LayerShapes(tops=(legacy4(q, q.bottoms[0]),))
@@ -420,10 +455,26 @@ def _cudnn_batch_norm_note(q: MemoryQuery) -> tuple[str, ...]:
     return (note,)
 
 
+@recompute_rule
+def _batch_norm_recompute(proto, phase: str) -> Recompute:
+    """batch_norm_layer.cpp/.cu Forward: with use_global_stats (the default in TEST) it
+    reads blobs 0..2 and writes mean_, variance_, temp_, x_norm_ and the top from them;
+    without (the default in TRAIN) it computes mean_ and variance_ from the batch and then
+    updates the running averages, blobs 0 and 1 (axpby with moving_average_fraction) and
+    the factor blob 2 (``*= fraction; += 1``).  Nothing else outlives the call, and the
+    top depends on the batch alone: a second run gives the same bytes once the runtime
+    puts blobs 0..2 back (restores_params), or the averages would move twice."""
+    param = proto.batch_norm_param
+    global_stats = param.use_global_stats if param.HasField("use_global_stats") else phase == "TEST"
+    if global_stats:
+        return Recompute(True, "with use_global_stats its Forward reads the stored statistics and writes nothing else", cheap=True)
+    return Recompute(True, "its Forward normalises with the batch's statistics and updates the running averages (blobs 0..2), which the runtime restores", cheap=True, restores_params=True)
+
+
 # In place: Forward computes the mean from bottom_data before it edits top_data, Backward
 # copies top_diff to x_norm_'s diff first (``if (bottom[0] != top[0]) ... else``) and
 # reads the saved x_norm_, never the top's data (batch_norm_layer.cpp and .cu).
-@layer("BatchNorm", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/batch_norm_layer.cpp", memory=_batch_norm_memory, in_place=in_place_always)
+@layer("BatchNorm", "neuron", bottoms=ONE, tops=ONE, source="caffe master layers/batch_norm_layer.cpp", memory=_batch_norm_memory, in_place=in_place_always, recompute=_batch_norm_recompute)
 def _batch_norm(q: ShapeQuery) -> LayerShapes:
     """Keeps running mean [C], variance [C] and the moving-average factor [1] as its 3 blobs.
 
@@ -510,7 +561,8 @@ def _bias_layer_memory(q: MemoryQuery) -> LayerMemory:
 
 # In place (top 0 = bottom 0): Forward skips its copy and adds onto the data, Backward
 # skips copying top_diff (it is the bottom's diff) and reads only top_diff (bias_layer.cpp, .cu).
-@layer("Bias", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/bias_layer.cpp", memory=_bias_layer_memory, in_place=in_place_always)
+# Recompute: bias_layer.cpp/.cu Forward adds the bias (a gemm with K = 1 broadcast, no product).
+@layer("Bias", "neuron", bottoms=ONE_OR_TWO, tops=ONE, source="caffe master layers/bias_layer.cpp", memory=_bias_layer_memory, in_place=in_place_always, recompute=PURE_CHEAP)
 def _bias(q: ShapeQuery) -> LayerShapes:
     """Adds bottom[1], or a learned blob covering bottom[0]'s axes [axis, axis+num_axes)."""
     param = q.proto.bias_param
@@ -572,6 +624,8 @@ def _scale_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
+# Recompute: scale_layer.cpp/.cu Forward multiplies (in place it first copies the bottom
+# into temp_), then runs the inner Bias layer.
 @layer(
     "Scale",
     "neuron",
@@ -582,6 +636,7 @@ def _scale_memory(q: MemoryQuery) -> LayerMemory:
     # In place: Forward copies the input to temp_ (``if (bottom[0] == top[0])``), Backward
     # reads temp_ for the scale's gradient before it writes bottom_diff (= top_diff).
     in_place=in_place_always,
+    recompute=PURE_CHEAP,
 )
 def _scale(q: ShapeQuery) -> LayerShapes:
     """Multiplies by bottom[1] or a learned blob; with bias_term, an inner Bias layer adds a learned bias.

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from caffemem.graph import LayerShapes, Shape
+from caffemem.graph import count as elements
 from caffemem.layers.access import (
     Action,
     BlobId,
@@ -36,7 +37,15 @@ from caffemem.layers.access import (
     write,
 )
 from caffemem.layers.blob import axis_index, count, dim, format_shape, int32
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    PURE_ANSWER,
+    PURE_CHEAP,
+    Arity,
+    Recompute,
+    ShapeQuery,
+    layer,
+    recompute_rule,
+)
 from caffemem.schema import caffe_pb2
 
 # lstm_layer.cpp: the gate pre-activations i, f, o, g are computed by one InnerProduct.
@@ -314,6 +323,40 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
     return LayerMemory(setup=tuple(setup), forward=tuple(forward), backward=backward, pointer_only=pointer_only)
 
 
+# ---- recompute (LayerSpec.recompute, forward_flops) -------------------------------------
+
+
+@recompute_rule
+def _recurrent_recompute(proto, phase: str) -> Recompute:
+    """recurrent_layer.cpp Forward_cpu (the .cu is the same): without expose_hidden it first
+    copies the last timestep's hidden state (h_T, c_T) into h_0 (c_0), the state the next
+    batch starts from, then runs the unrolled net: a second run would start from this
+    batch's end and write other tops.  With expose_hidden the state comes from bottoms
+    and the unrolled net (InnerProduct, Eltwise, LSTMUnit or TanH, Concat...) is pure; in
+    TEST it also re-shares the weights (unrolled_net_->ShareWeights()), which changes no byte."""
+    if not proto.recurrent_param.expose_hidden:
+        return Recompute(False, "without expose_hidden its Forward carries the last hidden state into h_0 for the next batch")
+    return PURE_ANSWER
+
+
+def _recurrent_flops(arch: "_Unrolled"):
+    """The unrolled net's matrix products and biases (its elementwise steps left out): each
+    [rows, K] weight 2 rows K FLOPs and each bias its count per timestep and stream, T x N
+    times; the static input's weight once per stream."""
+
+    def flops(proto, shapes: LayerShapes) -> int:
+        steps, streams = shapes.tops[0][0], shapes.tops[0][1]
+        hidden = len(arch.hidden_blobs) if proto.recurrent_param.expose_hidden else 0
+        static = len(proto.bottom) - hidden == 3  # x, cont, x_static, then the exposed state
+        total = 0
+        for i, param in enumerate(shapes.params):
+            per_use = 2 * elements(param) if len(param) == 2 else elements(param)
+            total += per_use * (streams if static and i == 2 else steps * streams)
+        return total
+
+    return flops
+
+
 @layer(
     "LSTM",
     "recurrent",
@@ -323,6 +366,8 @@ def _recurrent_memory(q: MemoryQuery, arch: _Unrolled) -> LayerMemory:
     time_major_bottoms=lambda proto, count: _time_major(proto, count, _LSTM),
     source="caffe master layers/lstm_layer.cpp, recurrent_layer.cpp",
     memory=lambda q: _recurrent_memory(q, _LSTM),
+    recompute=_recurrent_recompute,
+    forward_flops=_recurrent_flops(_LSTM),
 )
 def _lstm(q: ShapeQuery) -> LayerShapes:
     """x [T, N, ...], cont [T, N] (+ x_static [N, ...]) -> h [T, N, num_output]."""
@@ -338,6 +383,8 @@ def _lstm(q: ShapeQuery) -> LayerShapes:
     time_major_bottoms=lambda proto, count: _time_major(proto, count, _RNN),
     source="caffe master layers/rnn_layer.cpp, recurrent_layer.cpp",
     memory=lambda q: _recurrent_memory(q, _RNN),
+    recompute=_recurrent_recompute,
+    forward_flops=_recurrent_flops(_RNN),
 )
 def _rnn(q: ShapeQuery) -> LayerShapes:
     """x [T, N, ...], cont [T, N] (+ x_static [N, ...]) -> o [T, N, num_output]."""
@@ -362,6 +409,8 @@ def _lstm_unit_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=(Reshape(acts, q.bottoms[1]),), forward=forward, backward=backward)
 
 
+# lstm_unit_layer.cpp/.cu Forward: elementwise gates from the three bottoms (the GPU code
+# rewrites X_acts_ whole): pure and cheap.
 @layer(
     "LSTMUnit",
     "recurrent",
@@ -371,6 +420,7 @@ def _lstm_unit_memory(q: MemoryQuery) -> LayerMemory:
     time_major_bottoms=lambda proto, count: tuple(range(count)),  # c_prev, gates, cont: 1 x N x ...
     source="caffe master layers/lstm_unit_layer.cpp",
     memory=_lstm_unit_memory,
+    recompute=PURE_CHEAP,
 )
 def _lstm_unit(q: ShapeQuery) -> LayerShapes:
     """c_prev [1, N, D], gates [1, N, 4D], cont [1, N] -> c_t, h_t, both shaped like c_prev."""

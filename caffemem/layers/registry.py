@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from caffemem.errors import CaffememError, Location
-from caffemem.graph import Layer, LayerShapes, Shape
+from caffemem.graph import Layer, LayerShapes, Shape, count
 from caffemem.layers.access import MemoryRule
 
 
@@ -193,6 +193,67 @@ def recompute_of(spec: "LayerSpec | None", proto: Any, phase: str) -> Recompute:
     if spec is None or spec.recompute is None:
         return NOT_STUDIED
     return spec.recompute(proto, phase)
+
+
+# ---- LayerSpec.recompute rules, shared by the family modules -------------------------
+#
+# A rule answers for one layer in one phase.  Every rule that can say "safe" goes through
+# ``recompute_rule``, which refuses a layer given a loss_weight: Layer::SetLossWeights
+# makes its top an output of the net (Net::ForwardFromTo sums it into the loss), kept to
+# the end, never worth recomputing, and its Backward reads the weight in the top's diff.
+
+RecomputeRule = Callable[[Any, str], Recompute]
+
+LOSS_WEIGHTED = Recompute(False, "it has a loss_weight: its top is a loss, an output of the net, never recomputed")
+
+
+def recompute_rule(rule: RecomputeRule) -> RecomputeRule:
+    """A type's rule, with a layer given a nonzero loss_weight refused first."""
+
+    def guarded(proto: Any, phase: str) -> Recompute:
+        if any(weight != 0 for weight in proto.loss_weight):
+            return LOSS_WEIGHTED
+        return rule(proto, phase)
+
+    guarded.__doc__ = rule.__doc__
+    return guarded
+
+
+def always(answer: Recompute) -> RecomputeRule:
+    """The rule of a type whose answer depends on no parameter and no phase."""
+    return recompute_rule(lambda proto, phase: answer)
+
+
+def never(why: str) -> RecomputeRule:
+    """The rule of a type never recomputed; ``why`` goes into the report."""
+    answer = Recompute(False, why)
+    return lambda proto, phase: answer
+
+
+PURE_ANSWER = Recompute(True, "its Forward writes its tops and scratch from its bottoms and parameters alone")
+CHEAP_ANSWER = Recompute(True, "its Forward writes its tops and scratch from its bottoms and parameters alone, with no matrix product", cheap=True)
+# A convolution-like Forward: a function of bottoms and weights, but a GEMM.
+PURE = always(PURE_ANSWER)
+# MXNet's mirror set: elementwise, normalisation, pooling, copies.
+PURE_CHEAP = always(CHEAP_ANSWER)
+# Reshape/Flatten/Split: the top shares the bottom's storage, a second Forward writes nothing
+# (safe, and the planner has nothing to gain).
+SHARES = always(Recompute(True, "its top shares its bottom's storage: a second Forward writes nothing", cheap=True))
+DATA = never("a data layer: each Forward takes the next batch (a cursor, a prefetch thread, or the user's input)")
+LOSS = never("a loss layer: its top is an output of the net, kept to the end")
+OUTPUT = never("its top is an output of the net (a score or a result), read by no Backward")
+
+
+# ---- LayerSpec.forward_flops: a cost model, not a measure ------------------------------
+#
+# Counts of multiply-adds (2 FLOPs each) and elementwise operations as the Caffe code
+# spells them out, from the shapes alone; they rank Forwards against each other for the
+# recompute report, they do not predict seconds.
+
+
+def per_top_element(n: int) -> "Callable[[Any, LayerShapes], int]":
+    """forward_flops of a Forward doing ``n`` operations for each element of its tops."""
+    return lambda proto, shapes: n * sum(count(top) for top in shapes.tops)
 
 
 def in_place_always(proto: Any) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Callable, Sequence
 
 from caffemem.graph import LayerShapes, Shape, count
@@ -33,7 +34,17 @@ from caffemem.layers.access import (
 )
 from caffemem.layers.blob import axis_index, float32, format_shape, reshaped
 from caffemem.layers.neuron import uses_cudnn
-from caffemem.layers.registry import Arity, ShapeQuery, layer
+from caffemem.layers.registry import (
+    CHEAP_ANSWER,
+    PURE,
+    PURE_ANSWER,
+    PURE_CHEAP,
+    Arity,
+    Recompute,
+    ShapeQuery,
+    layer,
+    recompute_rule,
+)
 from caffemem.schema import caffe_pb2
 
 FAMILY = "vision"
@@ -128,6 +139,47 @@ def conv_geometry(q: ShapeQuery, bottom: Shape, min_spatial_axes: int) -> ConvGe
     pad = _h_w_pair(q, param, "pad", "pad", axes, 0)
     dilation = _per_axis(q, list(param.dilation), "dilation", axes, 1)
     return ConvGeometry(channel_axis, kernel, stride, pad, dilation)
+
+
+# ---- forward_flops (a cost model, registry.py): the convolutions' GEMMs --------------
+#
+# conv_layer.cpp Forward_cpu: per image and group a (Cout/g) x (Cin/g * kernel) by
+# (Cin/g * kernel) x (out spatial) gemm, then the bias as a gemm with K = 1.  Per top
+# element that is 2 * (Cin/g * kernel) FLOPs, and the weight blob's shape (Cout, Cin/g,
+# kernel...) spells the factor out: one rule for every convolution of the families.
+
+
+def conv_flops(proto, shapes: LayerShapes) -> int:
+    """2 x top elements x the weight's count per output channel, plus one per top element
+    with a bias (blob 1), for each top (a Convolution of several bottoms has one each)."""
+    per_output = 2 * count(shapes.params[0][1:]) + (1 if len(shapes.params) > 1 else 0)
+    return sum(count(top) * per_output for top in shapes.tops)
+
+
+# The shape pass ran every CHECK of the parameters before any FLOPs are counted: reading
+# them again needs no error path.
+_CHECKED = SimpleNamespace(check=lambda condition, message: None)
+
+
+def _deconv_flops(proto, shapes: LayerShapes) -> int:
+    """deconv_layer.cpp Forward_cpu is the convolution's backward_cpu_gemm: per bottom
+    element 2 x (Cout/g * kernel) FLOPs into the col buffer (col2im adds them up), plus the
+    bias per top element.  The bottom's spatial size is DeconvolutionLayer's
+    compute_output_shape solved for its input: in = (out + 2 pad - extent) / stride + 1."""
+    weight = shapes.params[0]  # (Cin, Cout / group, kernel...)
+    kernel = weight[2:]
+    param = proto.convolution_param
+    axes = len(kernel)
+    stride = _h_w_pair(_CHECKED, param, "stride", "stride", axes, 1)
+    pad = _h_w_pair(_CHECKED, param, "pad", "pad", axes, 0)
+    dilation = _per_axis(_CHECKED, list(param.dilation), "dilation", axes, 1)
+    total = 0
+    for top in shapes.tops:
+        spatial = top[len(top) - axes :]
+        inputs = [(out + 2 * pad[i] - (dilation[i] * (kernel[i] - 1) + 1)) // stride[i] + 1 for i, out in enumerate(spatial)]
+        bottom = count(top[: len(top) - axes - 1]) * weight[0] * math.prod(inputs)
+        total += 2 * bottom * count(weight[1:]) + (count(top) if len(shapes.params) > 1 else 0)
+    return total
 
 
 def shape_query(q: MemoryQuery) -> ShapeQuery:
@@ -307,19 +359,57 @@ def base_conv(q: ShapeQuery, reverse: bool) -> LayerShapes:
 _CONV_ARITY = dict(bottoms=Arity(1, None), tops=Arity(1, None))
 
 
-@layer("Convolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, conv_layer.cpp, cudnn_conv_layer.cpp", memory=_conv_memory(reverse=False), **_CONV_ARITY)
+# conv_layer.cpp/.cu and cudnn_conv_layer.cu Forward: im2col into col_buffer_ (scratch
+# Backward rewrites), a gemm, the bias: a function of the bottom and the weights.  cuDNN's
+# forward algorithms are deterministic (only its backward filter/data ones may not be).
+@layer(
+    "Convolution",
+    FAMILY,
+    source=BVLC + "layers/base_conv_layer.cpp, conv_layer.cpp, cudnn_conv_layer.cpp",
+    memory=_conv_memory(reverse=False),
+    **_CONV_ARITY,
+    recompute=PURE,
+    forward_flops=conv_flops,
+)
 def _convolution(q: ShapeQuery) -> LayerShapes:
     """N-d convolution: out = (in + 2*pad - dilated kernel) / stride + 1 per spatial axis."""
     return base_conv(q, reverse=False)
 
 
-@layer("Deconvolution", FAMILY, source=BVLC + "layers/base_conv_layer.cpp, deconv_layer.cpp, cudnn_deconv_layer.cpp", memory=_conv_memory(reverse=True), **_CONV_ARITY)
+@recompute_rule
+def _deconv_recompute(proto, phase: str) -> Recompute:
+    """deconv_layer.cpp/.cu Forward: Convolution's backward-data gemm and col2im (each
+    output summed by one thread): pure.  But a cuDNN build (engine DEFAULT or CUDNN,
+    GetDeconvolutionLayer) runs cudnn_deconv_layer.cu, whose Forward is
+    cudnnConvolutionBackwardData: its algorithm 0, which the heuristic may pick, adds with
+    atomics and is not reproducible (cuDNN's reproducibility notes), so a second run may
+    differ in the last bits.  Only Caffe's engine is recomputed: ``engine: CAFFE``, or
+    DEFAULT with a dilation, which GetDeconvolutionLayer never gives to cuDNN."""
+    param = proto.convolution_param
+    engine = param.engine
+    if engine == caffe_pb2.ConvolutionParameter.DEFAULT and any(d > 1 for d in param.dilation):
+        engine = caffe_pb2.ConvolutionParameter.CAFFE
+    if engine != caffe_pb2.ConvolutionParameter.CAFFE:
+        return Recompute(False, "a cuDNN build runs its Forward as cudnnConvolutionBackwardData, not reproducible bit for bit (set engine: CAFFE)")
+    return PURE_ANSWER
+
+
+@layer(
+    "Deconvolution",
+    FAMILY,
+    source=BVLC + "layers/base_conv_layer.cpp, deconv_layer.cpp, cudnn_deconv_layer.cpp",
+    memory=_conv_memory(reverse=True),
+    **_CONV_ARITY,
+    recompute=_deconv_recompute,
+    forward_flops=_deconv_flops,
+)
 def _deconvolution(q: ShapeQuery) -> LayerShapes:
     """Transposed convolution: out = stride*(in-1) + dilated kernel - 2*pad; weights are (C, out/g, k...)."""
     return base_conv(q, reverse=True)
 
 
-@layer("Im2col", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/im2col_layer.cpp", memory=_im2col_memory)
+# Recompute: im2col_layer.cpp/.cu Forward: im2col of the bottom, a copy.
+@layer("Im2col", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/im2col_layer.cpp", memory=_im2col_memory, recompute=PURE_CHEAP)
 def _im2col(q: ShapeQuery) -> LayerShapes:
     """The column buffer as a blob: channels grow by the kernel's volume, spatial axes as convolution."""
     bottom = q.bottoms[0]
@@ -432,7 +522,44 @@ def _pooling_memory(q: MemoryQuery) -> LayerMemory:
     return replace(steps, backward=backward, cudnn_handles=1)
 
 
-@layer("Pooling", FAMILY, bottoms=Arity.exactly(1), tops=Arity(1, 2), source=BVLC + "layers/pooling_layer.cpp, cudnn_pooling_layer.cpp", memory=_pooling_memory)
+@recompute_rule
+def _pooling_recompute(proto, phase: str) -> Recompute:
+    """pooling_layer.cpp/.cu, cudnn_pooling_layer.cu: MAX rewrites its argmax (max_idx_, or
+    the mask top) whole and AVE only the top, from the bottom; STOCHASTIC in TRAIN draws a
+    threshold per window (caffe_gpu_rng_uniform in Forward_gpu; Forward_cpu is
+    NOT_IMPLEMENTED), in TEST it weights the window by its values: pure."""
+    return _pool_method_recompute(proto.pooling_param.pool, phase)
+
+
+def _pool_method_recompute(method: int, phase: str) -> Recompute:
+    """Pooling's answer for a method (PoolingParameter's and SPPParameter's enums agree)."""
+    if method == _POOL.STOCHASTIC and phase == "TRAIN":
+        return Recompute(False, "STOCHASTIC pooling in TRAIN draws random numbers in Forward (caffe_gpu_rng_uniform)")
+    return CHEAP_ANSWER
+
+
+def _pooling_flops(proto, shapes: LayerShapes) -> int:
+    """One operation per window element per pooled output (top 0; MAX's mask top is its
+    by-product).  global_pooling's window is the bottom's H x W, which the shapes here do
+    not hold: it is counted as one per output, an undercount."""
+    param = proto.pooling_param
+    if param.global_pooling:
+        return count(shapes.tops[0])
+    has = param.HasField
+    kernel_h, kernel_w = (param.kernel_size,) * 2 if has("kernel_size") else (param.kernel_h, param.kernel_w)
+    return count(shapes.tops[0]) * kernel_h * kernel_w
+
+
+@layer(
+    "Pooling",
+    FAMILY,
+    bottoms=Arity.exactly(1),
+    tops=Arity(1, 2),
+    source=BVLC + "layers/pooling_layer.cpp, cudnn_pooling_layer.cpp",
+    memory=_pooling_memory,
+    recompute=_pooling_recompute,
+    forward_flops=_pooling_flops,
+)
 def _pooling(q: ShapeQuery) -> LayerShapes:
     """2-D pooling; MAX may give a second top, the argmax mask, shaped like the first."""
     param = q.proto.pooling_param
@@ -474,7 +601,14 @@ def _spp_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("SPP", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/spp_layer.cpp", memory=_spp_memory, gpu="none")
+@recompute_rule
+def _spp_recompute(proto, phase: str) -> Recompute:
+    """spp_layer.cpp: an inner Split, one Pooling (spp_param.pool) + Flatten per level and
+    a Concat: Pooling's answer."""
+    return _pool_method_recompute(proto.spp_param.pool, phase)
+
+
+@layer("SPP", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/spp_layer.cpp", memory=_spp_memory, gpu="none", recompute=_spp_recompute)
 def _spp(q: ShapeQuery) -> LayerShapes:
     """Spatial pyramid: level l pools into 2^l bins per side; the levels are flattened and concatenated.
 
@@ -556,7 +690,27 @@ def _within_channel_memory(q: MemoryQuery) -> LayerMemory:
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 
 
-@layer("LRN", FAMILY, bottoms=Arity.exactly(1), tops=Arity.exactly(1), source=BVLC + "layers/lrn_layer.cpp, cudnn_lrn_layer.cpp, cudnn_lcn_layer.cpp", memory=_lrn_memory)
+def _lrn_flops(proto, shapes: LayerShapes) -> int:
+    """lrn_layer.cpp: per element the sum of squares over its window (local_size values
+    across channels; local_size^2 within a channel, the inner AVE pooling), then the
+    power and the product: window + 2."""
+    param = proto.lrn_param
+    window = param.local_size if param.norm_region == param.ACROSS_CHANNELS else param.local_size**2
+    return count(shapes.tops[0]) * (window + 2)
+
+
+# lrn_layer.cpp/.cu, cudnn_lrn_layer.cu: ACROSS_CHANNELS rewrites scale_ (read by Backward)
+# whole from the bottom; WITHIN_CHANNEL runs its inner split/power/pool/power/eltwise net.
+@layer(
+    "LRN",
+    FAMILY,
+    bottoms=Arity.exactly(1),
+    tops=Arity.exactly(1),
+    source=BVLC + "layers/lrn_layer.cpp, cudnn_lrn_layer.cpp, cudnn_lcn_layer.cpp",
+    memory=_lrn_memory,
+    recompute=PURE_CHEAP,
+    forward_flops=_lrn_flops,
+)
 def _lrn(q: ShapeQuery) -> LayerShapes:
     """Local response normalisation keeps the bottom's shape in both norm regions.
 
@@ -591,7 +745,8 @@ def _crop_memory(q: MemoryQuery) -> LayerMemory:
     )
 
 
-@layer("Crop", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=BVLC + "layers/crop_layer.cpp", memory=_crop_memory)
+# Recompute: crop_layer.cpp/.cu Forward copies the window of bottom 0.
+@layer("Crop", FAMILY, bottoms=Arity.exactly(2), tops=Arity.exactly(1), source=BVLC + "layers/crop_layer.cpp", memory=_crop_memory, recompute=PURE_CHEAP)
 def _crop(q: ShapeQuery) -> LayerShapes:
     """Axes from ``axis`` on take the second bottom's sizes; the offsets must keep the crop inside."""
     data, like = q.bottoms

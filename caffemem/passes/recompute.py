@@ -85,23 +85,26 @@ def placed(schedule: Schedule, units: Iterable[Sequence[int]], restores: Iterabl
     groups = [tuple(sorted(unit)) for unit in units]
     restore = set(restores)
     forward = {step.layer: step for step in schedule.steps if step.kind == "forward"}
-    writes = [{access.storage for layer in group for access in forward[layer].accesses if access.write} for group in groups]
-    reads = [{access.storage for layer in group for access in forward[layer].accesses if not access.write} - written for group, written in zip(groups, writes)]
+    writer: dict[int, int] = {}  # storage -> the unit whose Forwards write it
+    for unit, group in enumerate(groups):
+        for layer in group:
+            writer.update((access.storage, unit) for access in forward[layer].accesses if access.write)
     backward_order = [step for step in schedule.steps if step.kind == "backward"]
     need: dict[int, int] = {}  # unit -> index in backward_order of the first step needing it
     for i, step in enumerate(backward_order):
-        read = {access.storage for access in step.accesses if not access.write}
-        for unit, written in enumerate(writes):
-            if unit not in need and written & read:
+        for access in step.accesses:
+            unit = writer.get(access.storage)
+            if unit is not None and not access.write and unit not in need:
                 need[unit] = i
     # A unit that reads what another writes needs that one first: consumers (later in
     # Forward order) settle their place before their producers take the earliest of them.
-    by_order = sorted(range(len(groups)), key=lambda unit: groups[unit][0], reverse=True)
-    for unit in by_order:
+    for unit in sorted(range(len(groups)), key=lambda unit: groups[unit][0], reverse=True):
         if unit not in need:
             continue
-        for producer in by_order:
-            if groups[producer][0] < groups[unit][0] and writes[producer] & reads[unit]:
-                need[producer] = min(need.get(producer, need[unit]), need[unit])
+        for layer in groups[unit]:
+            for access in forward[layer].accesses:
+                producer = writer.get(access.storage)
+                if not access.write and producer is not None and groups[producer][0] < groups[unit][0]:
+                    need[producer] = min(need.get(producer, need[unit]), need[unit])
     ordered = sorted(need, key=lambda unit: (need[unit], groups[unit][0]))
     return tuple(Recomputation(layer, backward_order[need[unit]].layer, layer in restore) for unit in ordered for layer in groups[unit])

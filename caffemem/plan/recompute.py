@@ -38,7 +38,7 @@ from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
 from caffemem.passes.liveness import Liveness
 from caffemem.passes.recompute import Recomputation, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
-from caffemem.units import format_size, mib_gib, parse_size
+from caffemem.units import DTYPE_BYTES, format_size, mib_gib, parse_size
 
 POLICIES = ("cheap", "sqrt", "budget=SIZE")
 
@@ -47,6 +47,9 @@ POLICIES = ("cheap", "sqrt", "budget=SIZE")
 class Policy:
     name: str  # "cheap", "sqrt" or "budget"
     budget: int | None = None  # bytes, for "budget"
+    # What the search aims at, at most the budget: lower where the plan the packer made
+    # from the chosen recomputation came out above its bound (api/optimize.py retries).
+    target: int | None = None
 
     def describe(self) -> str:
         return f"budget={format_size(self.budget)}" if self.budget is not None else self.name
@@ -149,6 +152,7 @@ class _Measured:
     liveness: Liveness
     figure: int
     flops: int
+    copies: int  # restored_bytes
 
 
 def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int) -> Choice:
@@ -158,8 +162,7 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     a CaffememError for a budget no recomputation reaches."""
     plain = liveness_of(schedule)
     units = units_of(schedule, specs, plain)
-    layers = schedule.shaped.graph.layers
-    param_bytes = {layer: sum(schedule.classes[a.storage].bytes for a in step.accesses if schedule.classes[a.storage].kind == "param" and schedule.classes[a.storage].part == "data") for step in schedule.steps if step.kind == "forward" for layer in [step.layer]}
+    shaped = schedule.shaped
 
     def bound(liveness: Liveness) -> int:
         return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
@@ -171,33 +174,39 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
             entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
             extended = with_recomputation(schedule, entries)
             liveness = liveness_of(extended)
-            saved = sum(param_bytes.get(entry.layer, 0) for entry in entries if entry.restore_params)
+            copies = restored_bytes(schedule, entries)
             flops = sum(units[u].flops for u in chosen if any(entry.layer in units[u].layers for entry in entries))
-            cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + saved, flops)
+            cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies)
         return cache[chosen]
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
     none = measure(frozenset())
     if policy.name == "cheap":
-        best = _pruned(measure, frozenset(u for u in eligible if units[u].cheap))
+        best = measure(frozenset(u for u in eligible if units[u].cheap))
     elif policy.name == "sqrt":
         best = _sqrt(measure, schedule, units, eligible, plain)
     else:
-        best = _budget(measure, schedule, units, eligible, plain, policy.budget or 0, layers)
+        best = _budget(measure, schedule, units, eligible, plain, policy.target if policy.target is not None else policy.budget or 0)
+    best = _pruned(measure, best)
     if best.figure >= none.figure and policy.name != "budget":
         best = none  # recomputing nothing beats a recomputation that saves nothing
-    forward = sum(unit.flops for unit in units) + sum(
-        forward_flops(specs.get(layer.type), layer.proto, schedule.shaped.layer_shapes[layer.index]) for layer in layers if not any(layer.index in unit.layers for unit in units)
-    )
-    saved = sum(param_bytes.get(entry.layer, 0) for entry in best.recomputed if entry.restore_params)
-    return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, saved)
+    forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
+    return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies)
 
 
-def _pruned(measure: Callable[[frozenset[int]], _Measured], chosen: frozenset[int]) -> _Measured:
-    """``chosen`` less every unit whose recomputation does not lower the figure (one pass,
-    last unit first: a later unit's recomputation often needs an earlier one's)."""
-    best = measure(chosen)
-    for unit in sorted(chosen, reverse=True):
+def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
+    """The runtime's copies of the parameters it restores around recomputed Forwards: one
+    Blob per parameter blob of each ``restore_params`` layer, allocated once at Net::Init."""
+    shapes = schedule.shaped.layer_shapes
+    layers = {entry.layer for entry in entries if entry.restore_params}
+    return sum(count(shape) for layer in layers for shape in shapes[layer].params) * DTYPE_BYTES[schedule.dtype]
+
+
+def _pruned(measure: Callable[[frozenset[int]], _Measured], best: _Measured) -> _Measured:
+    """``best`` less every unit whose recomputation does not lower the figure (one pass,
+    last unit first: a later unit's recomputation often needs an earlier one's): the same
+    bytes or fewer for fewer FLOPs."""
+    for unit in sorted(best.units, reverse=True):
         if unit not in best.units:
             continue
         without = measure(best.units - {unit})
@@ -267,7 +276,7 @@ def _segments(schedule: Schedule, units: Sequence[Unit], eligible: list[int], pl
     return [segment for segment in segments if segment]
 
 
-def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness, budget: int, layers) -> _Measured:
+def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness, budget: int) -> _Measured:
     """The fewest FLOPs recomputed whose figure fits ``budget`` (module docstring)."""
     none = measure(frozenset())
     if none.figure <= budget:
@@ -298,7 +307,7 @@ def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[i
         best = deepest
     if best is None:
         closest = min(deepest, none, key=lambda m: m.figure)
-        raise _missed(budget, closest.figure)
+        raise missed(budget, closest.figure)
     return best
 
 
@@ -307,7 +316,7 @@ class BudgetMissed(UnsafePlan):
     (exit 1, nothing written), as an unsafe plan is."""
 
 
-def _missed(budget: int, best: int) -> BudgetMissed:
+def missed(budget: int, best: int) -> BudgetMissed:
     return BudgetMissed(f"--recompute budget={format_size(budget)}: no recomputation fits; the least any reaches is {mib_gib(best)}, {format_size(best - budget)} over the budget")
 
 

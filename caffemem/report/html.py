@@ -34,6 +34,7 @@ from caffemem.passes.liveness import Liveness, lifetimes
 from caffemem.passes.memory import CATEGORIES, MemoryReport
 from caffemem.passes.schedule import Schedule, StorageClass, build_schedule
 from caffemem.plan.verify import PlanData
+from caffemem.report.terminal import recompute_line
 from caffemem.units import MIB, mib, mib_column, mib_gib, plural
 
 MAX_SLOT_ROWS = 60  # a plan's Gantt: the largest slots beyond this are summarised
@@ -112,6 +113,8 @@ def allocated_by_step(schedule: Schedule, report: MemoryReport) -> tuple[int, ..
     for step in schedule.steps:
         if step.layer is None:
             total += report.heap_init + report.input_bytes
+        elif step.kind == "recompute":
+            pass  # a Forward run again finds everything it touches allocated by its first run
         else:
             layer = report.layers[step.layer]
             total += layer.fwd_alloc if step.kind == "forward" else layer.bwd_alloc
@@ -124,7 +127,7 @@ def card_by_step(schedule: Schedule, device: DeviceReport) -> tuple[int, ...]:
     add what they cudaMalloc (``LayerSides.device``); everything else is there after step 0
     (Net::Init, the inputs, the prefetch batches, the CUDA context), so the series ends at
     the card's figure, ``device.device_bytes``."""
-    steps = [0 if step.layer is None else device.layers[step.layer].device[1 if step.kind == "forward" else 2] for step in schedule.steps]
+    steps = [0 if step.layer is None or step.kind == "recompute" else device.layers[step.layer].device[1 if step.kind == "forward" else 2] for step in schedule.steps]
     total, series = device.device_bytes - sum(steps), []
     for added in steps:
         total += added
@@ -525,6 +528,7 @@ def plan_sections(result, options: Options | None = None) -> tuple[Section, ...]
             _peak_fact(timeline),
         )
         rejected = tuple(f"strategy {name} rejected by the verifier: {why}" for name, why in phase.rejected.items())
+        rejected += (recompute_line(phase),) if phase.recompute is not None else ()
         sections.append(
             Section(
                 anchor=f"phase{i}",

@@ -222,7 +222,8 @@ def fake_programs(tmp_path):
 def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_programs):
     """lenet deploy (TEST) in the four configurations: the probe ran on the net as it is,
     on the blob plan and on the buffers plan, each plan made by this checkout's caffemem in
-    GPU mode, its JSON kept beside the net, and on the net as it is again."""
+    GPU mode, its JSON kept beside the net, and on the net as it is again; in TRAIN also on
+    the recompute plan (a TEST net runs no Backward, so it has nothing to recompute)."""
     out = tmp_path / "out"
     code = gg.measure(gg.CONFIGS, fake_programs, gg.SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, jobs=2)
     assert code == 0
@@ -230,10 +231,12 @@ def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_progra
     assert [(r["config"], r["file"], r["phase"], r["ok"]) for r in summary["runs"]] == [
         (c, f, p, True)
         for f, phases in (("bvlc_examples_mnist__lenet.json", ["TEST"]), ("bvlc_examples_mnist__lenet_train_test.json", ["TRAIN", "TEST"]))
-        for p in phases for c in ("stock", "patched", "patched-buffers", "stock-again")
+        for p in phases for c in ("stock", "patched", "patched-buffers", "stock-again") + (("patched-recompute",) if p == "TRAIN" else ())
     ]
     # The stand-in's digest is whether the net has a slot table: a plan's differs from stock's.
-    assert summary["bit_identical"] == {"patched": [0, 3], "patched-buffers": [0, 3], "stock-again": [3, 3]}
+    assert summary["bit_identical"] == {"patched": [0, 3], "patched-buffers": [0, 3], "stock-again": [3, 3], "patched-recompute": [0, 1]}
+    recompute = json.loads((out / "patched-recompute" / "nets" / "bvlc_examples_mnist__lenet_train_test.TRAIN.optimized.optimize.json").read_text())
+    assert recompute["phases"][0]["recompute"]["policy"] == "sqrt"
     stock = json.loads((out / "stock" / "bvlc_examples_mnist__lenet.json").read_text())
     buffers = json.loads((out / "patched-buffers" / "bvlc_examples_mnist__lenet.json").read_text())
     assert (stock["plan"], buffers["plan"]) == (None, ["--share-buffers"])
