@@ -38,3 +38,16 @@ def test_the_fork_runs_lenet_with_an_explicit_table(fork_caffe, tmp_path):
     saving = next(p for p in doc["phases"] if p["phase"] == "TRAIN")["savings"]["bytes"]
     assert runs["caffemem_table"] < runs["fork_optimizer"] < runs["no_optimizer"]
     assert abs(runs["caffemem_table"] - (runs["no_optimizer"] - saving)) <= 0.02 * runs["no_optimizer"]
+
+
+def test_the_fork_refuses_a_table_with_recompute_entries_when_parsing_it(fork_caffe, tmp_path):
+    """Forwards run again in Backward are BVLC's only (patch v4): the fork's caffe.proto has
+    no MemoryOptimizationParameter.recompute, so a file with such entries stops at parsing,
+    before any layer is built, with protobuf's message naming the field."""
+    case = next(c for c in CASES if c.name == "lenet")
+    net = with_declared_inputs(make_net(case, tmp_path), tmp_path)
+    planned = tmp_path / "lenet.recompute.prototxt"
+    planned.write_text(net.read_text() + 'mem_param { recompute { phase: TRAIN layer: "relu1" before: "ip2" } }\n')
+    proc = fork_caffe.run(planned, "TRAIN", 1, tmp_path / "recompute.dump", check=False)
+    assert proc.returncode != 0
+    assert 'has no field named "recompute"' in proc.stderr

@@ -10,11 +10,13 @@ LOG(FATAL) message."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from runtime_caffe import heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
+from runtime_caffe import CAFFEMEM, REPO, heap, optimize, patched_caffe, stock_caffe  # noqa: F401  (session fixtures)
 from runtime_nets import RECOMPUTE_CASES, make_net
 
 # conv -> BatchNorm -> Scale -> ReLU, then the next convolution, whose Backward reads the
@@ -90,11 +92,11 @@ def test_entries_of_the_other_phase_are_not_run(stock_caffe, patched_caffe, tmp_
 @pytest.mark.parametrize(
     ("table", "says"),
     [
-        (_entry("bn9", "conv2"), 'the net has no layer named "bn9"'),
-        (_entry("bn1", "conv9"), 'the net has no layer named "conv9"'),
-        (_entry("relu1", "bn1"), '"relu1" is layer 4, after "bn1" (layer 2), whose Backward runs first'),
-        (_entry("relu1", "conv2", restore=True), 'has restore_params, but layer "relu1" has no parameter blobs'),
-        (_entry("bn1", "conv2", restore=True) + _entry("bn1", "conv2", restore=True), "is listed twice"),
+        (_entry("bn9", "conv2"), "mem_param recompute: bn9 is not a layer of net bn_chain (phase TRAIN)"),
+        (_entry("bn1", "conv9"), "mem_param recompute: conv9 is not a layer of net bn_chain (phase TRAIN)"),
+        (_entry("relu1", "bn1"), "mem_param recompute: relu1 runs again before the Backward of bn1, an earlier layer of net bn_chain (phase TRAIN)"),
+        (_entry("relu1", "conv2", restore=True), "mem_param recompute: relu1 has no parameters to restore"),
+        (_entry("bn1", "conv2", restore=True) + _entry("bn1", "conv2", restore=True), "mem_param recompute: bn1 before conv2 is listed twice"),
     ],
     ids=["unknown_layer", "unknown_before", "before_earlier_than_layer", "restore_without_params", "twice"],
 )
@@ -161,3 +163,21 @@ def test_a_recompute_plan_trains_bit_identically_at_the_predicted_saving(case, p
     assert abs(measured - expected) <= 0.02 * stock.heap_peak, (
         f"{case.name} ({option}): stock {stock.heap_peak} B, patched {measured} B, predicted {expected} B; off by {(measured - expected) / stock.heap_peak:+.2%} of stock"
     )
+
+
+@pytest.mark.parametrize("before", ["no_such_layer", "data"], ids=["unknown_before", "before_earlier_than_layer"])
+def test_verify_says_what_the_patched_caffe_says_of_an_edited_recompute_entry(patched_caffe, tmp_path, before):
+    """`caffemem verify` checks a file's recompute entries as Net::Init does, word for word."""
+    case = RECOMPUTE_CASES[0]
+    optimized = tmp_path / "planned.prototxt"
+    optimize(make_net(case, tmp_path), optimized, "--phase", "train", "--recompute", "cheap")
+    head, table = optimized.read_text().split("mem_param {", 1)
+    edited = tmp_path / "edited.prototxt"
+    edited.write_text(head + "mem_param {" + re.sub(r'before: "[^"]*"', f'before: "{before}"', table, count=1))
+    checked = subprocess.run([CAFFEMEM, "verify", str(edited), "--phase", "TRAIN"], capture_output=True, text=True, cwd=REPO)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    stops = "the patched Caffe stops at Net::Init: "
+    (said,) = [line.split(stops, 1)[1] for line in checked.stdout.splitlines() if stops in line]
+    proc = patched_caffe.run(edited, "TRAIN", 1, tmp_path / "edited.dump", check=False)
+    assert proc.returncode != 0
+    assert said.startswith("mem_param recompute: ") and said in proc.stderr

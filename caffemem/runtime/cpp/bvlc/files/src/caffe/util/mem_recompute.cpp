@@ -3,7 +3,6 @@
 // recompute entries; see include/caffe/util/mem_recompute.hpp.
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,33 +51,28 @@ shared_ptr<MemoryRecomputes<Dtype> > MemoryRecomputes<Dtype>::Bind(
   for (int r = 0; r < mem.recompute_size(); ++r) {
     const MemoryRecompute& entry = mem.recompute(r);
     if (entry.phase() != net->phase()) { continue; }
-    std::ostringstream what;
-    what << "mem_param recompute entry " << r << " (layer \"" << entry.layer()
-        << "\" before \"" << entry.before() << "\") of " << where;
     const std::map<string, int>::const_iterator layer =
         index.find(entry.layer());
     const std::map<string, int>::const_iterator before =
         index.find(entry.before());
-    CHECK(layer != index.end()) << what.str() << ": the net has no layer "
-        << "named \"" << entry.layer() << "\" (edited after `caffemem "
-        << "optimize`?)" << kRerun;
-    CHECK(before != index.end()) << what.str() << ": the net has no layer "
-        << "named \"" << entry.before() << "\" (edited after `caffemem "
-        << "optimize`?)" << kRerun;
-    CHECK(layer->second <= before->second) << what.str() << ": \""
-        << entry.layer() << "\" is layer " << layer->second << ", after \""
-        << entry.before() << "\" (layer " << before->second << "), whose "
-        << "Backward runs first; a Forward can only run again before its own "
-        << "Backward or that of a later layer" << kRerun;
+    // The words of `caffemem verify` (caffemem/plan/verify.py), which checks
+    // a table as this does.
+    CHECK(layer != index.end()) << "mem_param recompute: " << entry.layer()
+        << " is not a layer of " << where << kRerun;
+    CHECK(before != index.end()) << "mem_param recompute: " << entry.before()
+        << " is not a layer of " << where << kRerun;
+    CHECK(layer->second <= before->second) << "mem_param recompute: "
+        << entry.layer() << " runs again before the Backward of "
+        << entry.before() << ", an earlier layer of " << where << kRerun;
     CHECK(seen.insert(std::make_pair(layer->second, before->second)).second)
-        << what.str() << " is listed twice" << kRerun;
+        << "mem_param recompute: " << entry.layer() << " before "
+        << entry.before() << " is listed twice" << kRerun;
     Entry run = { layer->second, -1 };
     if (entry.restore_params()) {
       const vector<shared_ptr<Blob<Dtype> > >& params =
           net->layers()[layer->second]->blobs();
-      CHECK(!params.empty()) << what.str() << " has restore_params, but "
-          << "layer \"" << entry.layer() << "\" has no parameter blobs"
-          << kRerun;
+      CHECK(!params.empty()) << "mem_param recompute: " << entry.layer()
+          << " has no parameters to restore" << kRerun;
       if (saved.count(layer->second) == 0) {
         saved[layer->second] = table->saved_.size();
         table->saved_.push_back(vector<shared_ptr<Blob<Dtype> > >());
