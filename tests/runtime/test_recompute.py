@@ -152,6 +152,8 @@ def test_a_recompute_plan_trains_bit_identically_at_the_predicted_saving(case, p
     optimized = tmp_path / f"{case.name}.{policy}.prototxt"
     entry = _planned(optimize(stock.net, optimized, "--phase", "train", "--recompute", option))
     assert entry["recompute"]["layers"] > 0  # the plan does run Forwards again
+    if policy == "budget":
+        assert entry["bytes"]["planned"] <= budget
     if case.name == "batchnorm":  # BatchNorm among them: its averages saved and restored
         assert entry["recompute"]["restored_param_bytes"] > 0
 
