@@ -226,7 +226,7 @@ def recompute_entries(schedule: Schedule, plan: PlanData, specs: SpecTable, net_
         if fact.restores_params and not restore:
             return tuple(entries), [Violation(0, "plan", layer, "its Forward changes its parameters (running averages), so running it again needs restore_params")]
         if index[before] not in backward:
-            return tuple(entries), [Violation(0, "plan", layer, f"{before} runs no Backward in this net, so nothing runs it again")]
+            return tuple(entries), [Violation(0, "plan", layer, f"{before} runs no Backward in this net: a recomputation belongs before a Backward that reads what it writes, so this one reads nothing back")]
         entries.append(Recomputation(index[layer], index[before], restore))
     return tuple(entries), []
 
