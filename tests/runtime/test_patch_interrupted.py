@@ -188,10 +188,13 @@ def test_a_journal_whose_files_changed_since_is_refused_and_nothing_written(smal
 
 
 # A real signal, delivered to a real `caffemem patch` process while it writes: the k-th
-# _put sends it to its own process, so the moment is exact.
+# _put sends it to its own process, so the moment is exact.  Ctrl-C as a terminal delivers
+# it: a process started in the background of a non-interactive shell (`cmd &`, as a CI
+# script may run the suite) inherits SIGINT ignored, and then rightly never sees it.
 _SIGNALLED = textwrap.dedent(
     """
     import os, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from caffemem import runtime
     from caffemem.cli import main
     put, calls = runtime._put, [0]
