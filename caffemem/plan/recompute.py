@@ -136,9 +136,9 @@ def units_of(schedule: Schedule, specs: SpecTable, liveness: Liveness) -> list[U
         written = frozenset(storage for layer in members for storage in writes[layer])
         facts = [(layer, recompute_of(specs.get(layers[layer].type), layers[layer].proto, phase)) for layer in members]
         why_not = next((f"{layers[layer].name} ({layers[layer].type}): {fact.why}" for layer, fact in facts if not fact.safe), None)
-        kept = sorted(schedule.classes[storage].owner for storage in written if storage in liveness.kept)
+        kept = sorted((schedule.classes[storage].owner, liveness.kept[storage]) for storage in written if storage in liveness.kept)
         if why_not is None and kept:
-            why_not = f"writes '{kept[0]}', which keeps its own storage ({liveness.kept[next(s for s in written if s in liveness.kept)]})"
+            why_not = f"writes '{kept[0][0]}', which keeps its own storage ({kept[0][1]})"
         flops = sum(forward_flops(specs.get(layers[layer].type), layers[layer].proto, shaped.layer_shapes[layer]) for layer in members)
         units.append(Unit(tuple(members), written, why_not, all(fact.cheap for _, fact in facts), tuple(layer for layer, fact in facts if fact.restores_params), flops))
     return units
