@@ -271,7 +271,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
         return found
 
     ranked: list[_Candidate] = []
-    if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations and not copies and not (recompute and recompute.recomputed)):
+    if settings.strategy == "fork" or (settings.strategy == "auto" and not fork_violations and not (recompute and recompute.recomputed)):
         figure = fork_card.device_bytes if fork_card is not None else fork.total_bytes
         ranked.append(_Candidate(figure, len(fork_data.slot_bytes), "fork", fork_data, fork=True))
     if settings.strategy != "fork":

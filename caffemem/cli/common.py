@@ -285,7 +285,6 @@ def device_flags(command: Callable) -> Callable:
     )(command)
 
 
-# Read by device_options through the context (fit has its own --gpus, which also sets it).
 class RecomputePolicy(click.ParamType):
     """``--recompute``: cheap, sqrt or budget=SIZE (plan/recompute.py), listed in --help."""
 
@@ -312,6 +311,7 @@ RECOMPUTE_HELP = (
 )
 
 
+# Read by device_options through the context (fit has its own --gpus, which also sets it).
 GPUS_OPTION = click.option(
     "--gpus",
     type=click.IntRange(min=1),

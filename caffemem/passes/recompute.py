@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from caffemem.layers.access import param_id
 from caffemem.passes.schedule import Schedule, Step
 
 
@@ -48,31 +49,24 @@ def with_recomputation(schedule: Schedule, recomputed: Sequence[Recomputation]) 
         if again.layer not in forward or again.before not in backward:
             raise ValueError(f"recompute layer {again.layer} before layer {again.before}: no such Forward or Backward step")
         at.setdefault(again.before, []).append(again)
-    params = _param_classes(schedule)
     steps: list[Step] = []
     for step in schedule.steps:
         if step.kind == "backward":
             for again in at.get(step.layer, ()):
                 accesses = forward[again.layer].accesses
                 if again.restore_params:
-                    own = params.get(again.layer, frozenset())
+                    own = _param_classes(schedule, again.layer)
                     accesses = tuple(access for access in accesses if access.storage not in own)
                 steps.append(Step(len(steps), "recompute", again.layer, accesses))
         steps.append(replace(step, index=len(steps)))
-    return replace(schedule, steps=tuple(steps), recomputed=tuple(recomputed))
+    return replace(schedule, steps=tuple(steps))
 
 
-def _param_classes(schedule: Schedule) -> dict[int, frozenset[int]]:
-    """layer index -> the storage classes of its parameter blobs ("<index>:<name>#<j>")."""
-    found: dict[int, set[int]] = {}
-    for storage in schedule.classes:
-        if storage.kind != "param":
-            continue
-        for blob, _ in storage.members:
-            index = blob.name.partition(":")[0]
-            if index.isdigit():
-                found.setdefault(int(index), set()).add(storage.id)
-    return {layer: frozenset(ids) for layer, ids in found.items()}
+def _param_classes(schedule: Schedule, layer: int) -> frozenset[int]:
+    """The storage classes of a layer's parameter blobs (their data and diff)."""
+    shaped = schedule.shaped
+    blobs = [param_id(shaped.graph.layers[layer], j) for j in range(len(shaped.layer_shapes[layer].params))]
+    return frozenset(schedule.class_of[(blob, part)] for blob in blobs for part in ("data", "diff") if (blob, part) in schedule.class_of)
 
 
 def placed(schedule: Schedule, units: Iterable[Sequence[int]], restores: Iterable[int] = ()) -> tuple[Recomputation, ...]:

@@ -66,8 +66,6 @@ class Schedule:
     # Classes Net::Init itself touches: they hold their own storage until Init ends, when a
     # plan's slots take over (as the fork's MemoryOptimize does) and discard what Init wrote.
     init_touched: frozenset[int] = frozenset()
-    # The Forwards run again inside Backward (passes/recompute.py), as steps of kind "recompute".
-    recomputed: tuple = ()  # tuple[Recomputation, ...]
 
     def step_name(self, step: Step) -> str:
         if step.layer is None:

@@ -184,9 +184,9 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     if policy.name == "cheap":
         best = measure(frozenset(u for u in eligible if units[u].cheap))
     elif policy.name == "sqrt":
-        best = _sqrt(measure, schedule, units, eligible, plain)
+        best = _sqrt(measure, checkpoint_candidates(schedule, units, plain), eligible)
     else:
-        best = _budget(measure, schedule, units, eligible, plain, policy.target if policy.target is not None else policy.budget or 0)
+        best = _budget(measure, units, eligible, checkpoint_candidates(schedule, units, plain), policy.target if policy.target is not None else policy.budget or 0)
     best = _pruned(measure, best)
     if best.figure >= none.figure and policy.name != "budget":
         best = none  # recomputing nothing beats a recomputation that saves nothing
@@ -250,10 +250,11 @@ def checkpoint_candidates(schedule: Schedule, units: Sequence[Unit], plain: Live
     return found
 
 
-def _sqrt(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness) -> _Measured:
-    """Chen's segments: every k-th checkpoint candidate kept, every other eligible unit
-    recomputed; the k with the smallest figure (then the fewest FLOPs)."""
-    candidates = [u for u in checkpoint_candidates(schedule, units, plain) if u in set(eligible)] or list(eligible)
+def _sqrt(measure, checkpoints: list[int], eligible: list[int]) -> _Measured:
+    """Chen's segments: every k-th checkpoint candidate (``checkpoints``) kept, every other
+    eligible unit recomputed; the k with the smallest figure (then the fewest FLOPs)."""
+    allowed = set(eligible)
+    candidates = [u for u in checkpoints if u in allowed] or list(eligible)
     tried = []
     for k in range(1, len(candidates) + 1):
         kept = set(candidates[k - 1 :: k])
@@ -263,10 +264,10 @@ def _sqrt(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int
     return min(tried, key=lambda m: (m.figure, m.flops))
 
 
-def _segments(schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness) -> list[list[int]]:
+def _segments(checkpoints: list[int], eligible: list[int]) -> list[list[int]]:
     """Chen's segments: the eligible units between two checkpoint candidates, each ending
     at (and not including) its checkpoint."""
-    candidates = set(checkpoint_candidates(schedule, units, plain))
+    candidates = set(checkpoints)
     segments: list[list[int]] = [[]]
     for u in eligible:
         if u in candidates:
@@ -276,12 +277,12 @@ def _segments(schedule: Schedule, units: Sequence[Unit], eligible: list[int], pl
     return [segment for segment in segments if segment]
 
 
-def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[int], plain: Liveness, budget: int) -> _Measured:
+def _budget(measure, units: Sequence[Unit], eligible: list[int], checkpoints: list[int], budget: int) -> _Measured:
     """The fewest FLOPs recomputed whose figure fits ``budget`` (module docstring)."""
     none = measure(frozenset())
     if none.figure <= budget:
         return none
-    segments = _segments(schedule, units, eligible, plain)
+    segments = _segments(checkpoints, eligible)
     options: list[list[tuple[int, int, frozenset[int]]]] = []  # per segment: (saving, flops, units)
     for segment in segments:
         choices = {frozenset(u for u in segment if units[u].cheap), frozenset(segment)} - {frozenset()}
@@ -291,7 +292,7 @@ def _budget(measure, schedule: Schedule, units: Sequence[Unit], eligible: list[i
             if measured.figure < none.figure:
                 found.append((none.figure - measured.figure, measured.flops, chosen))
         options.append(found)
-    deepest = min([measure(frozenset(eligible)), _sqrt(measure, schedule, units, eligible, plain)], key=lambda m: m.figure)
+    deepest = min([measure(frozenset(eligible)), _sqrt(measure, checkpoints, eligible)], key=lambda m: m.figure)
     need = none.figure - budget
     best: _Measured | None = None
     for _ in range(8):
