@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from caffemem.api import OptimizeSettings, Options, analyze, optimize
 from caffemem.api.analyze import prepare_run, spec_table
-from caffemem.api.optimize import assignment_of
+from caffemem.api.optimize import assignment_of, with_copies
 from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.plan.verify import plan_from_json
 from caffemem.report.document import phase_plan_json
@@ -44,7 +44,7 @@ ARCHIVE = REPO / "benchmarks" / "gpu-groundtruth" / "h100-2026-11-26.tar.xz"
 #: The cuDNN (de)convolution's own cudaMalloc sites (its workspace).
 WORKSPACE_SITES = ("caffe::CuDNNConvolutionLayer<float>::Reshape", "caffe::CuDNNDeconvolutionLayer<float>::Reshape")
 #: The `optimize` options of each patched configuration (gpu_groundtruth.CONFIGS).
-PLAN_OPTIONS = {"patched": OptimizeSettings(), "patched-buffers": OptimizeSettings(share_buffers=True)}
+PLAN_OPTIONS = {"patched": OptimizeSettings(), "patched-buffers": OptimizeSettings(share_buffers=True), "patched-recompute": OptimizeSettings(recompute="sqrt")}
 MIB = 1024 * 1024
 
 
@@ -118,6 +118,7 @@ def model_figures(config: str, net: Path, phase: str, ran: dict | None) -> tuple
     specs = spec_table(options)
     slots = assignment_of(plan_from_json(ran["plan"]), phase_plan.schedule)
     device = device_footprint(prepare_run(phase_plan.shaped, specs, options), specs, options.build_engine, slots=slots)
+    device = with_copies(device, ran.get("recompute", {}).get("restored_param_bytes", 0))  # patch v4's copies of restored parameters
     return device, phase_plan_json(phase_plan)["plan"] == ran["plan"]
 
 
