@@ -17,7 +17,7 @@ by ``crop_size`` when one is set.  Every rule here:
 
 The helpers below are shared with the data layers of Caffe forks (``forks.py``).
 
-No data layer is recomputed in Backward (``recompute=DATA``): each Forward takes the next
+No data layer is recomputed in Backward (its ``is_data``, registry.recompute_of): each Forward takes the next
 batch (a DataReader cursor, a prefetch thread, the caller's MemoryData/Input arrays), and
 DummyData's non-constant fillers draw anew each time (dummy_data_layer.cpp ``refill_``).
 """
@@ -41,7 +41,6 @@ from caffemem.layers.access import (
 from caffemem.layers.blob import FROM_FILE, int32, reshaped, with_batch
 from caffemem.layers.pylayers import fixed_tops, known_note, known_shapes
 from caffemem.layers.registry import (
-    DATA,
     Arity,
     ShapeQuery,
     layer,
@@ -351,7 +350,6 @@ def _dummy_batch_fields(proto) -> tuple[tuple[str | int, ...], ...]:
     memory=_input_memory,
     gpu="none",
     batch_fields=_first_dims("input_param"),
-    recompute=DATA,
 )
 def _input(q: ShapeQuery) -> LayerShapes:
     """input_param.shape: none (the caller reshapes the tops), one for all tops, or one per top."""
@@ -380,7 +378,6 @@ def _input(q: ShapeQuery) -> LayerShapes:
     memory=_dummy_data_memory,
     gpu="none",
     batch_fields=_dummy_batch_fields,
-    recompute=DATA,
 )
 def _dummy_data(q: ShapeQuery) -> LayerShapes:
     """Shapes from dummy_data_param: ``shape`` (once or per top) or legacy num/channels/height/width."""
@@ -421,7 +418,6 @@ def _dummy_data(q: ShapeQuery) -> LayerShapes:
     memory=_memory_data_memory,
     gpu="none",
     batch_fields=batch_size_of("memory_data_param"),
-    recompute=DATA,
 )
 def _memory_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, channels, height, width] and label [batch] from memory_data_param."""
@@ -445,7 +441,6 @@ def _memory_data(q: ShapeQuery) -> LayerShapes:
     gpu="forward",
     batch_fields=batch_size_of("data_param"),
     source_kind="datum_db",
-    recompute=DATA,
 )
 def _data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] with C, H, W from the first datum (crop_size fixes H, W); label [batch]."""
@@ -468,7 +463,6 @@ def _data(q: ShapeQuery) -> LayerShapes:
     gpu="forward",
     batch_fields=batch_size_of("image_data_param"),
     source_kind="image_list",
-    recompute=DATA,
 )
 def _image_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, 3 or 1 (is_color), H, W]: H, W from new_height/new_width, crop_size or the first image; label [batch]."""
@@ -492,7 +486,6 @@ def _image_data(q: ShapeQuery) -> LayerShapes:
     gpu="forward",
     batch_fields=batch_size_of("window_data_param"),
     source_kind="window_file",
-    recompute=DATA,
 )
 def _window_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, crop, crop] (windows are warped to transform_param.crop_size); label [batch].
@@ -523,7 +516,6 @@ def _window_data(q: ShapeQuery) -> LayerShapes:
     gpu="forward",
     batch_fields=batch_size_of("hdf5_data_param"),
     source_kind="hdf5_list",
-    recompute=DATA,
 )
 def _hdf5_data(q: ShapeQuery) -> LayerShapes:
     """Each top is [batch_size, dims of the HDF5 dataset of that name...] (the first file's,

@@ -52,7 +52,6 @@ from caffemem.layers.data import (
 from caffemem.layers.loss import _class_axis as class_axis
 from caffemem.layers.neuron import softmax_memory
 from caffemem.layers.registry import (
-    DATA,
     LOSS,
     OUTPUT,
     PURE_CHEAP,
@@ -143,7 +142,6 @@ def _image_seg_data_memory(q: MemoryQuery) -> LayerMemory:
     memory=_image_seg_data_memory,
     batch_fields=batch_size_of("image_data_param"),
     source_kind="image_pair_list",
-    recompute=DATA,
 )
 def _image_seg_data(q: ShapeQuery) -> LayerShapes:
     """An image and its label map from a list file (image_data_param, label_type).

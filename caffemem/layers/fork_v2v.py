@@ -27,7 +27,6 @@ from caffemem.layers.access import LayerMemory, MemoryQuery, buffer_setup, read,
 from caffemem.layers.blob import format_shape
 from caffemem.layers.data import Template, batch_size_of, given_shape, layer_note, resolve_tops
 from caffemem.layers.registry import (
-    DATA,
     LOSS,
     PURE_CHEAP,
     Arity,
@@ -120,7 +119,6 @@ def _data_layer(type: str, source: str):
         memory=_voxel_truth_data_memory,
         batch_fields=batch_size_of("image_data_param"),
         source_kind="volume_list",
-        recompute=DATA,
     )
 
 

@@ -67,7 +67,6 @@ from caffemem.layers.loss import _loss as loss_layer_checks
 from caffemem.layers.neuron import softmax_memory
 from caffemem.layers.registry import (
     CHEAP_ANSWER,
-    DATA,
     LOSS,
     OUTPUT,
     PURE_CHEAP,
@@ -321,7 +320,6 @@ def _video_data_memory(q: MemoryQuery) -> LayerMemory:
     source=YJXIONG + "video_data_layer.cpp; C3D variant: " + C3D + "video_data_layer.cpp",
     memory=_video_data_memory,
     batch_fields=batch_size_of("video_data_param"),
-    recompute=DATA,
 )
 def _video_data(q: ShapeQuery) -> LayerShapes:
     """Video clips: yjxiong's (TSN, 4-D, frames stacked in channels) or C3D's (5-D) layer.
@@ -364,7 +362,6 @@ def _divided(q: ShapeQuery, size: tuple[Dim, Dim], factor: int) -> tuple[Dim, Di
     memory=_copying_prefetch_memory,
     batch_fields=batch_size_of("dense_image_data_param"),
     source_kind="dense_image_pair_list",
-    recompute=DATA,
 )
 def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     """Image and per-pixel label image: data [batch, 3 or 1, H, W], label [batch, 1, H, W].
@@ -405,7 +402,6 @@ def _dense_image_data(q: ShapeQuery) -> LayerShapes:
     memory=_copying_prefetch_memory,
     batch_fields=batch_size_of("image_data_param"),
     source_kind="image_pair_list",
-    recompute=DATA,
 )
 def _image_labelmap_data(q: ShapeQuery) -> LayerShapes:
     """HED: data [batch, 3 or 1, H, W] and its edge map [batch, 1, H, W] (image_data_param, crop_size)."""
@@ -462,7 +458,6 @@ def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
     memory=_annotated_data_memory,
     batch_fields=batch_size_of("data_param"),
     source_kind="annotated_datum_db",
-    recompute=DATA,
 )
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.

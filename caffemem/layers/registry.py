@@ -188,11 +188,15 @@ class Recompute:
 NOT_STUDIED = Recompute(False, "not studied: caffemem does not know that its Forward gives the same bytes twice")
 
 
+DATA_LAYER = Recompute(False, "a data layer: each Forward takes the next batch (a cursor, a prefetch thread, or the user's input)")
+
+
 def recompute_of(spec: "LayerSpec | None", proto: Any, phase: str) -> Recompute:
-    """The one answer for any layer: a type without a ``recompute`` rule is never recomputed."""
-    if spec is None or spec.recompute is None:
-        return NOT_STUDIED
-    return spec.recompute(proto, phase)
+    """The one answer for any layer: a data layer (``is_data``) or a type without a
+    ``recompute`` rule is never recomputed."""
+    if spec is not None and spec.recompute is not None:
+        return spec.recompute(proto, phase)
+    return DATA_LAYER if spec is not None and spec.is_data else NOT_STUDIED
 
 
 # ---- LayerSpec.recompute rules, shared by the family modules -------------------------
@@ -239,7 +243,6 @@ PURE_CHEAP = always(CHEAP_ANSWER)
 # Reshape/Flatten/Split: the top shares the bottom's storage, a second Forward writes nothing
 # (safe, and the planner has nothing to gain).
 SHARES = always(Recompute(True, "its top shares its bottom's storage: a second Forward writes nothing", cheap=True))
-DATA = never("a data layer: each Forward takes the next batch (a cursor, a prefetch thread, or the user's input)")
 LOSS = never("a loss layer: its top is an output of the net, kept to the end")
 OUTPUT = never("its top is an output of the net (a score or a result), read by no Backward")
 

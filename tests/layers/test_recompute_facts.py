@@ -15,7 +15,7 @@ import pytest
 from google.protobuf import text_format
 
 from caffemem.layers import SpecTable
-from caffemem.layers.registry import NOT_STUDIED, builtin_specs, recompute_of
+from caffemem.layers.registry import DATA_LAYER, NOT_STUDIED, builtin_specs, recompute_of
 from caffemem.schema import caffe_pb2
 from conftest import SHARED, needs_shared, run_shape_rule
 
@@ -56,8 +56,15 @@ def alexnet_layer(name: str) -> str:
 
 
 def test_every_registered_type_has_a_recompute_rule():
-    missing = sorted(t for t, spec in builtin_specs().items() if spec.recompute is None)
+    # A data layer's answer is its spec's is_data (registry.recompute_of): it needs no rule.
+    missing = sorted(t for t, spec in builtin_specs().items() if spec.recompute is None and not spec.is_data)
     assert missing == sorted(NOT_STUDIED_TYPES)
+
+
+def test_every_data_layer_is_never_recomputed_as_a_data_layer():
+    for type_, spec in builtin_specs().items():
+        if spec.is_data and spec.recompute is None:
+            assert recompute_of(spec, caffe_pb2.LayerParameter(type=type_, name="x"), "TRAIN") == DATA_LAYER, type_
 
 
 @pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
