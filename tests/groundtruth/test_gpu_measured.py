@@ -21,6 +21,8 @@ from caffemem.passes.device import CUDA_CONTEXT, CUDNN_HANDLE, LAZY_KERNELS_HIGH
 
 
 SECOND = gpu_measured.ARCHIVE.with_name("h100-2026-11-26b.tar.xz")
+# The third, on an H200, with runtime patch v4 and the recompute plans (README there).
+THIRD = gpu_measured.ARCHIVE.with_name("h200-2026-11-26.tar.xz")
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,12 @@ def measured(tmp_path_factory) -> list[gpu_measured.Row]:
 @pytest.fixture(scope="module")
 def second(tmp_path_factory) -> list[gpu_measured.Row]:
     root = gpu_measured.unpack(SECOND, tmp_path_factory.mktemp("gpu2"))
+    return list(gpu_measured.rows(root))
+
+
+@pytest.fixture(scope="module")
+def third(tmp_path_factory) -> list[gpu_measured.Row]:
+    root = gpu_measured.unpack(THIRD, tmp_path_factory.mktemp("gpu3"))
     return list(gpu_measured.rows(root))
 
 
@@ -129,3 +137,30 @@ def test_plans_computed_the_outputs_of_stock_caffe_but_openposes():
 def test_the_readmes_table_is_the_first_measurement():
     table = gpu_measured.readme_table(_summary(gpu_measured.ARCHIVE))
     assert table in (REPO / "README.md").read_text()
+
+
+def test_on_an_h200_every_run_equals_the_model_recompute_plans_included(third):
+    # 46 runs x (stock, blob plan, --share-buffers plan, stock again) and the 15 TRAIN runs
+    # under `--recompute sqrt` (patch v4: Forwards run again in Net::Backward).
+    assert len(third) == 199 and sum(row.config == "patched-recompute" for row in third) == 15
+    assert [(row.config, row.file, row.phase, row.card.caffe_bytes, row.model_caffe_bytes) for row in third if not row.equal] == []
+    assert all(row.plan_as_run for row in third)
+
+
+def test_on_an_h200_the_context_is_the_h100s():
+    assert {run["process"]["device_used_before_net"] for run in _summary(THIRD)["runs"] if run["ok"]} == {CUDA_CONTEXT.bytes}
+
+
+def test_with_256_byte_offsets_every_plan_computes_stock_caffes_outputs_openposes_too():
+    # The 256-byte member alignment of GPU plans (plan/strategies.py DEVICE_ALIGNMENT), made
+    # after the second run, where OpenPose's outputs differed: now every output of every
+    # plan equals stock's, and every gradient where stock's own second run gives the same.
+    summary = _summary(THIRD)
+    for config in ("patched", "patched-buffers", "patched-recompute"):
+        assert _differing(summary, config, "outputs") == set()
+        assert _differing(summary, config, "param_diffs") == _differing(summary, "stock-again", "param_diffs") & _ran(summary, config)
+    assert summary["bit_identical"] == {"patched": [36, 46], "patched-buffers": [36, 46], "stock-again": [36, 46], "patched-recompute": [5, 15]}
+
+
+def _ran(summary: dict, config: str) -> set[tuple[str, str]]:
+    return {(r["file"][: -len(".json")], r["phase"]) for r in summary["runs"] if r["config"] == config and r["ok"]}
