@@ -112,7 +112,7 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
             raise CaffememError(f"cannot create the baseline's folder: {error.strerror or error}", Location(file=wrote)) from None
         with locked(wrote):  # another run may have updated it since we read it
             current = _measured_as(read_baseline(wrote, optimized, missing_ok=True, device=device), optimized, device)
-            write_output(wrote, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes, device)).encode("utf-8"), inputs=checked, flag="--baseline", now=True)
+            write_output(wrote, baseline_text(updated_baseline(current, outcomes, optimized, budget_bytes, device)).encode("utf-8"), inputs=checked, may_replace=wrote, flag="--baseline", now=True)
     raise Reported(report.exit_code)
 
 

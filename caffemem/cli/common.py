@@ -40,9 +40,11 @@ def reports_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def run(*args, **kwargs):
+        from caffemem.prototxt.read import forget_reads
         from caffemem.prototxt.write import staged_outputs
 
         raise_on_interrupt()
+        forget_reads()  # no output may land on a file this command reads
         try:
             with staged_outputs() as commit:
                 try:

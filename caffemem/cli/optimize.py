@@ -116,7 +116,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
             check_written(text, output, options)
         for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
             click.echo(f"caffemem: note: {note}", err=True)
-        write_output(output, encode_exact(text), inputs=inputs_read, allow_input=in_place_file)
+        write_output(output, encode_exact(text), inputs=inputs_read, may_replace=net if in_place_file else None)
     if plan_json is not None:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
     if html_file is not None:

@@ -11,6 +11,12 @@ is read, in bounded work and memory whatever the file is (issue 26).
 - Text larger than any net definition (64 MiB by default) is refused after its first 64 KiB
   at most, which tell text from a binary proto; a binary proto may be up to protobuf's own
   2 GiB limit.
+
+Every file a run reads is noted (:func:`note_read`, by device and inode, so links and hard
+links are the same file): no output of the run may land on one (issue 31: a report over
+the config it read, an HTML page over an ImageData list).  :func:`open_input` is the one
+way a file is opened for part of its bytes (a list's first line, an image's header):
+regular files only, read-only, never blocking, and noted.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+
+from typing import BinaryIO
 
 from caffemem.errors import CaffememError, Location
 
@@ -66,6 +74,58 @@ def _kernel_file(status: os.stat_result) -> bool:
     return False
 
 
+# (st_dev, st_ino) of every file the running command has read; emptied as a command starts.
+_READ: set[tuple[int, int]] = set()
+
+
+def note_read(status: os.stat_result) -> None:
+    """Remember that this run read the file ``status`` describes (an output may not land
+    on it)."""
+    _READ.add((status.st_dev, status.st_ino))
+
+
+def note_read_path(path: str | os.PathLike) -> None:
+    """:func:`note_read` for a path (links followed); a path that cannot be stat'ed was not
+    read."""
+    try:
+        note_read(os.stat(path))
+    except (OSError, ValueError):
+        pass
+
+
+def read_by_this_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` (links followed) is a file this run has read."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return (status.st_dev, status.st_ino) in _READ
+
+
+def forget_reads() -> None:
+    """A command starts: nothing read yet."""
+    _READ.clear()
+
+
+def open_input(file: str | os.PathLike, what: str, where: Location | None = None) -> BinaryIO:
+    """``file`` opened read-only for reading part of it, after refusing what is not a
+    regular file (from the opened descriptor: a path swapped for a FIFO between a check
+    and the open cannot block); noted as read.  Raises CaffememError naming ``where``
+    (default: the file); FileNotFoundError and other OSErrors are the caller's."""
+    where = where or Location(file=os.fsdecode(file))
+    descriptor = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(descriptor)
+        _refuse_special(status.st_mode, what, where)
+        if _kernel_file(status):
+            raise CaffememError(f"is a kernel file (/proc, /sys), not a {what}: save it to a regular file first", where)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    note_read(status)
+    return os.fdopen(descriptor, "rb")
+
+
 def read_input(file: str, max_text_bytes: int = MAX_TEXT_BYTES, what: str = "net or solver file") -> bytes:
     """The file's bytes, after refusing (unread, or after its first 64 KiB for a text that
     is too big) what is not a regular file and what is too big to be a net."""
@@ -78,6 +138,7 @@ def read_input(file: str, max_text_bytes: int = MAX_TEXT_BYTES, what: str = "net
             _refuse_special(status.st_mode, what, where)
             if _kernel_file(status):
                 raise CaffememError(f"is a kernel file (/proc, /sys), not a {what}: save it to a regular file first", where)
+            note_read(status)
             if status.st_size > MAX_BINARY_BYTES:
                 raise CaffememError(f"file is {status.st_size} bytes, larger than any Caffe net can be", where)
             head = _read_up_to(handle, HEAD_BYTES, where)

@@ -30,6 +30,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from caffemem.errors import CaffememError, Location
+from caffemem.prototxt.read import open_input, read_by_this_run
 from caffemem.prototxt.textmap import blank_out, top_level_blocks
 from caffemem.schema import caffe_pb2
 
@@ -40,7 +41,8 @@ HARMLESS_DEVICES = ("/dev/null", "/dev/full", "/dev/zero")
 def read_exact(path: str) -> str:
     """A file's text with every byte recoverable: no newline translation (a lone CR stays
     a CR), undecodable bytes kept as surrogates (``encode_exact`` gives them back)."""
-    return Path(path).read_bytes().decode("utf-8", "surrogateescape")
+    with open_input(path, "net or solver file") as handle:
+        return handle.read().decode("utf-8", "surrogateescape")
 
 
 def encode_exact(text: str) -> bytes:
@@ -73,11 +75,13 @@ def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter, co
     return text + separator + "mem_param {" + eol + head + body
 
 
-def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_input: bool = False, flag: str = "-o", now: bool = False) -> None:
+def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), may_replace: str | None = None, flag: str = "-o", now: bool = False) -> None:
     """Write ``data`` to ``path`` (``-``: standard output) as the module docstring says;
-    every refusal and failure is a CaffememError naming the file.  Inside
-    :func:`staged_outputs` the file lands when the stage commits, unless ``now`` (a file
-    updated under its lock must land before the lock is let go)."""
+    every refusal and failure is a CaffememError naming the file.  No output lands on a
+    file the run read (``inputs``, and every file prototxt.read noted), except
+    ``may_replace`` (the net, with --in-place-file).  Inside :func:`staged_outputs` the
+    file lands when the stage commits, unless ``now`` (a file updated under its lock must
+    land before the lock is let go)."""
     if path == STDOUT:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -93,10 +97,12 @@ def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), allow_in
                 return _write_in_place(target, data, where)
             kind = "a FIFO" if stat.S_ISFIFO(status.st_mode) else "a socket" if stat.S_ISSOCK(status.st_mode) else "a device"
             raise CaffememError(f"{flag} names {kind}; caffemem writes regular files (or - for standard output)", where)
+        replaceable = may_replace is not None and _same(target, may_replace)
         for given in inputs:
-            with contextlib.suppress(OSError):
-                if not allow_input and os.path.samefile(target, given):
-                    raise CaffememError(f"{flag} names an input of this run ({given}); choose another file" + (" or pass --in-place-file" if flag == "-o" else ""), where)
+            if not replaceable and _same(target, given):
+                raise CaffememError(f"{flag} names an input of this run ({given}); choose another file" + (" or pass --in-place-file" if flag == "-o" else ""), where)
+        if not replaceable and read_by_this_run(target):
+            raise CaffememError(f"{flag} names a file this run read; choose another file", where)
     _write_atomically(target, data, where, stage=None if now else _stage)
 
 
@@ -190,6 +196,13 @@ def locked(path: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _same(path: str, other: str) -> bool:
+    try:
+        return os.path.samefile(path, other)
+    except (OSError, ValueError):
+        return False
 
 
 def _stat(path: str) -> os.stat_result | None:
