@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover (not CPython)
 
 
 def run() -> None:
+    _keep_the_working_directory_off_the_import_path()
     _reopen_closed_standard_streams()
     _replace_what_stdout_cannot_encode()
     from caffemem.cli import main
@@ -40,6 +41,21 @@ def _interrupted_while_starting(signum, frame) -> None:  # pragma: no cover (a r
 
 _interrupted_while_starting.caffemem_startup = True  # type: ignore[attr-defined]  # read by cli.common.raise_on_interrupt
 set_handler(SIGINT, _interrupted_while_starting)  # first of all: run() comes after the imports
+
+
+def _keep_the_working_directory_off_the_import_path() -> None:
+    """``python -m caffemem`` puts the working directory first on sys.path (an empty entry
+    means it too): a ``click/``, ``google/`` or ``grpc_tools/`` in the user's folder would
+    then be imported as ours (issue 31).  caffemem itself is imported by now, and its
+    modules load from its own folder whatever sys.path holds."""
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:  # a deleted working directory: nothing of it can be imported
+        cwd = None
+    first = sys.path[0] if sys.path else None
+    sys.path[:] = [entry for entry in sys.path if entry]
+    if first and cwd is not None and os.path.realpath(first) == cwd and sys.path and sys.path[0] == first:
+        del sys.path[0]
 
 
 def _reopen_closed_standard_streams() -> None:

@@ -30,6 +30,7 @@ from caffemem.passes.load import NetSource, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.prototxt.read import HEAD_BYTES, looks_binary, read_input
+from caffemem.userfiles import forget_reads, note_reads, reads
 from caffemem.prototxt.textmap import top_level_blocks
 from caffemem.units import DTYPE_BYTES, mib, signed_percent
 
@@ -350,9 +351,10 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_leave_interrupts_to_the_parent)
         try:
             with _interrupts_held():  # the workers fork while submitting
-                futures = {pool.submit(check_file, file, settings): file for file in files}
+                futures = {pool.submit(_check_file_in_worker, file, settings): file for file in files}
             for future in as_completed(futures):
-                by_file[futures[future]] = future.result()
+                by_file[futures[future]], read_there = future.result()
+                note_reads(read_there)
                 if advance:
                     advance()
         except BaseException:  # Ctrl-C, an error: stop the workers now, not after their current file
@@ -371,6 +373,13 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
             raise
         pool.shutdown()
     return tuple(outcome for target in targets for outcome in ((target,) if isinstance(target, Problem) else by_file[target]))
+
+
+def _check_file_in_worker(file: str, settings: CheckSettings) -> tuple[tuple[Outcome, ...], frozenset[tuple[int, int]]]:
+    """check_file in a worker process, with the files it read: the parent notes them, so
+    that no report lands on a source or a list a worker read."""
+    forget_reads()
+    return check_file(file, settings), reads()
 
 
 @contextmanager

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from caffemem.api.analyze import Options, parse_inputs
 from caffemem.errors import CaffememError, Location
+from caffemem.userfiles import open_input
 from caffemem.units import parse_size
 
 if sys.version_info >= (3, 11):
@@ -94,14 +95,16 @@ class CheckConfig:
 
 
 def find_config(start: str | None = None) -> str | None:
-    """The settings file for a run started in ``start`` (the working directory), or None."""
+    """The settings file for a run started in ``start`` (the working directory), or None.
+    A pyproject.toml counts when it has a ``[tool.caffemem]`` table; one that is not
+    TOML and never names caffemem is another tool's business, passed over."""
     folder = os.path.abspath(start or os.getcwd())
     while True:
         own = os.path.join(folder, CONFIG_NAME)
         if os.path.isfile(own):
             return own
         pyproject = os.path.join(folder, "pyproject.toml")
-        if os.path.isfile(pyproject) and "caffemem" in _read(pyproject).get("tool", {}):
+        if os.path.isfile(pyproject) and _has_our_table(pyproject):
             return pyproject
         parent = os.path.dirname(folder)
         if os.path.exists(os.path.join(folder, ".git")) or parent == folder:
@@ -109,11 +112,34 @@ def find_config(start: str | None = None) -> str | None:
         folder = parent
 
 
+def _has_our_table(pyproject: str) -> bool:
+    try:
+        return _tool_table(_read(pyproject), pyproject) is not None
+    except CaffememError:
+        if b"caffemem" in _read_bytes(pyproject):
+            raise  # a broken file that is meant for us: say what is wrong with it
+        return False
+
+
 def read_config(path: str) -> CheckConfig:
-    """The settings of a ``caffemem.toml`` or a ``pyproject.toml``'s ``[tool.caffemem]``."""
+    """The settings of a ``caffemem.toml`` (its top level) or a ``pyproject.toml``'s
+    ``[tool.caffemem]``.  A file of another name (--config) holds them at its top level
+    or, pyproject-style, in ``[tool.caffemem]``: never both, and other tools' ``[tool.*]``
+    tables beside them are theirs (issue 31: one such table made the top-level budget go
+    unread, and the gate passed)."""
     data = _read(path)
-    if os.path.basename(path) == "pyproject.toml" or "tool" in data:
-        data = data.get("tool", {}).get("caffemem", {})
+    ours = _tool_table(data, path)
+    top = {key: value for key, value in data.items() if key != "tool"}
+    if os.path.basename(path) == "pyproject.toml":
+        if ours is None:
+            raise CaffememError("has no [tool.caffemem] table: put caffemem's settings there (budget, [[tool.caffemem.nets]])", Location(file=path))
+        data = ours
+    elif ours is not None:
+        if top:
+            raise CaffememError(f"sets '{sorted(top)[0]}' at its top level and has a [tool.caffemem] table: keep caffemem's settings in one of them", Location(file=path))
+        data = ours
+    else:
+        data = top
     unknown = sorted(set(data) - {"budget", "nets"})
     if unknown:
         raise CaffememError(f"unknown setting '{unknown[0]}' (expected budget and [[nets]] entries)", Location(file=path))
@@ -123,14 +149,45 @@ def read_config(path: str) -> CheckConfig:
     return CheckConfig(path, _budget(data.get("budget"), path, "budget"), tuple(_entry(entry, path, i) for i, entry in enumerate(nets)))
 
 
-def _read(path: str) -> dict:
+def _tool_table(data: dict, path: str) -> dict | None:
+    """``[tool.caffemem]``, None when the file has none; a ``tool`` or ``tool.caffemem``
+    that is not a table is refused, never read as settings."""
+    tool = data.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise CaffememError("'tool' must be a table ([tool.NAME] holds each tool's settings)", Location(file=path))
+    ours = tool.get("caffemem")
+    if ours is not None and not isinstance(ours, dict):
+        raise CaffememError("'tool.caffemem' must be a table ([tool.caffemem] with budget and [[tool.caffemem.nets]])", Location(file=path))
+    return ours
+
+
+MAX_CONFIG_BYTES = 1 << 22  # 4 MiB: settings are a few hundred bytes
+
+
+def _read_bytes(path: str) -> bytes:
+    """The file's bytes: a regular file (a FIFO or /dev/zero is refused unread, issue 31),
+    at most MAX_CONFIG_BYTES, noted as read (no report may replace it)."""
+    where = Location(file=path)
     try:
-        with open(path, "rb") as stream:
-            return tomllib.load(stream)
+        with open_input(path, "settings file", where) as stream:
+            data = stream.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise CaffememError(f"cannot read the settings: {error.strerror or error}", Location(file=path)) from None
+        raise CaffememError(f"cannot read the settings: {error.strerror or error}", where) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise CaffememError(f"is over {MAX_CONFIG_BYTES >> 20} MiB, larger than any settings file", where)
+    return data
+
+
+def _read(path: str) -> dict:
+    data = _read_bytes(path)
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise CaffememError(f"not valid TOML: {error}", Location(file=path)) from None
+    except RecursionError:
+        raise CaffememError("nests too deeply to be a settings file", Location(file=path)) from None
 
 
 def _entry(data: dict, path: str, index: int) -> NetEntry:

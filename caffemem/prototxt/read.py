@@ -12,22 +12,19 @@ is read, in bounded work and memory whatever the file is (issue 26).
   at most, which tell text from a binary proto; a binary proto may be up to protobuf's own
   2 GiB limit.
 
-Every file a run reads is noted (:func:`note_read`, by device and inode, so links and hard
-links are the same file): no output of the run may land on one (issue 31: a report over
-the config it read, an HTML page over an ImageData list).  :func:`open_input` is the one
-way a file is opened for part of its bytes (a list's first line, an image's header):
-regular files only, read-only, never blocking, and noted.
+Every file read is noted, and :func:`open_input` opens part of a file (a list's first
+line, an image's header): both live in caffemem/userfiles.py, below every layer.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import stat
-
-from typing import BinaryIO
 
 from caffemem.errors import CaffememError, Location
+from caffemem.userfiles import forget_reads, is_kernel_file, note_read, note_read_path, open_input, read_by_this_run, refuse_special
+
+__all__ = ["forget_reads", "note_read", "note_read_path", "open_input", "read_by_this_run", "read_input"]
 
 MAX_TEXT_BYTES = 64 * 1024 * 1024  # the default limit; --max-input-size raises it
 MAX_BINARY_BYTES = 2 * 1024 * 1024 * 1024 - 1  # protobuf's own message limit
@@ -49,94 +46,17 @@ def looks_binary(head: bytes) -> bool:
     return b"\x00" in head and not text_with_nul(head)
 
 
-def _refuse_special(mode: int, what: str, where: Location) -> None:
-    if stat.S_ISDIR(mode):
-        raise CaffememError(f"is a directory, not a {what}", where)
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        raise CaffememError(f"is a device, not a {what}", where)
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-        raise CaffememError(f"is a {'FIFO (named pipe)' if stat.S_ISFIFO(mode) else 'socket'}, not a {what}: save it to a regular file first", where)
-    if not stat.S_ISREG(mode):
-        raise CaffememError("is not a regular file", where)
-
-
-def _kernel_file(status: os.stat_result) -> bool:
-    """A file of /proc or /sys that gives no size: its content is made when it is read,
-    and reading may wait or take something away (/proc/kmsg)."""
-    if status.st_size != 0:
-        return False
-    for mount in ("/proc", "/sys"):
-        try:
-            if os.stat(mount).st_dev == status.st_dev:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-# (st_dev, st_ino) of every file the running command has read; emptied as a command starts.
-_READ: set[tuple[int, int]] = set()
-
-
-def note_read(status: os.stat_result) -> None:
-    """Remember that this run read the file ``status`` describes (an output may not land
-    on it)."""
-    _READ.add((status.st_dev, status.st_ino))
-
-
-def note_read_path(path: str | os.PathLike) -> None:
-    """:func:`note_read` for a path (links followed); a path that cannot be stat'ed was not
-    read."""
-    try:
-        note_read(os.stat(path))
-    except (OSError, ValueError):
-        pass
-
-
-def read_by_this_run(path: str | os.PathLike) -> bool:
-    """Whether ``path`` (links followed) is a file this run has read."""
-    try:
-        status = os.stat(path)
-    except (OSError, ValueError):
-        return False
-    return (status.st_dev, status.st_ino) in _READ
-
-
-def forget_reads() -> None:
-    """A command starts: nothing read yet."""
-    _READ.clear()
-
-
-def open_input(file: str | os.PathLike, what: str, where: Location | None = None) -> BinaryIO:
-    """``file`` opened read-only for reading part of it, after refusing what is not a
-    regular file (from the opened descriptor: a path swapped for a FIFO between a check
-    and the open cannot block); noted as read.  Raises CaffememError naming ``where``
-    (default: the file); FileNotFoundError and other OSErrors are the caller's."""
-    where = where or Location(file=os.fsdecode(file))
-    descriptor = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        status = os.fstat(descriptor)
-        _refuse_special(status.st_mode, what, where)
-        if _kernel_file(status):
-            raise CaffememError(f"is a kernel file (/proc, /sys), not a {what}: save it to a regular file first", where)
-    except BaseException:
-        os.close(descriptor)
-        raise
-    note_read(status)
-    return os.fdopen(descriptor, "rb")
-
-
 def read_input(file: str, max_text_bytes: int = MAX_TEXT_BYTES, what: str = "net or solver file") -> bytes:
     """The file's bytes, after refusing (unread, or after its first 64 KiB for a text that
     is too big) what is not a regular file and what is too big to be a net."""
     where = Location(file=file)
     try:
-        _refuse_special(os.stat(file).st_mode, what, where)
+        refuse_special(os.stat(file).st_mode, what, where)
         descriptor = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
         with os.fdopen(descriptor, "rb", buffering=0) as handle:
             status = os.fstat(handle.fileno())  # the file opened, should the path have changed
-            _refuse_special(status.st_mode, what, where)
-            if _kernel_file(status):
+            refuse_special(status.st_mode, what, where)
+            if is_kernel_file(status):
                 raise CaffememError(f"is a kernel file (/proc, /sys), not a {what}: save it to a regular file first", where)
             note_read(status)
             if status.st_size > MAX_BINARY_BYTES:

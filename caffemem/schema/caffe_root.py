@@ -61,6 +61,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from caffemem.errors import CaffememError, Location, excerpt
+from caffemem.userfiles import open_input
 
 PROTO = Path("src", "caffe", "proto", "caffe.proto")
 MAX_PROTO_BYTES = 16 * 1024 * 1024
@@ -85,16 +86,48 @@ def user_cache_dir() -> Path:
 
 
 def _compilers() -> list[list[str]]:
-    """protoc command lines, best first: grpcio-tools' (pinned by the extra), then PATH's."""
+    """protoc command lines, best first: grpcio-tools' (pinned by the extra), then PATH's.
+
+    Neither may come from the user's folder (issue 31: a ``grpc_tools/`` package in the
+    working directory was imported and run by ``python -m grpc_tools.protoc``): the module
+    is looked up on caffemem's import path less the working directory, the child runs in
+    a private temporary folder (``-m`` puts the child's working directory first on its
+    path), and a protoc is searched for in PATH's absolute folders other than the working
+    directory (an empty entry or ``.`` in PATH means the working directory)."""
     found = []
-    if importlib.util.find_spec("grpc_tools") is not None:
+    spec = _grpc_tools_spec()
+    if spec is not None and spec.origin:
         command = [sys.executable, "-m", "grpc_tools.protoc"]
-        includes = Path(importlib.util.find_spec("grpc_tools").origin).parent / "_proto"  # type: ignore[union-attr, arg-type]
+        includes = Path(spec.origin).parent / "_proto"
         found.append(command + ([f"--proto_path={includes}"] if includes.is_dir() else []))
-    protoc = shutil.which("protoc")
+    protoc = shutil.which("protoc", path=os.pathsep.join(_trusted_path()))
     if protoc:
         found.append([protoc])
     return found
+
+
+def _working_directory() -> str | None:
+    try:
+        return os.path.realpath(os.getcwd())
+    except OSError:
+        return None
+
+
+def _grpc_tools_spec() -> Any:
+    """grpc_tools' spec as found on sys.path without the working directory ('' or its
+    path, which ``python -m caffemem`` puts first)."""
+    from importlib.machinery import PathFinder
+
+    cwd = _working_directory()
+    path = [entry for entry in sys.path if entry and (cwd is None or os.path.realpath(entry) != cwd)]
+    return PathFinder.find_spec("grpc_tools", path)
+
+
+def _trusted_path() -> list[str]:
+    """PATH's absolute folders other than the working directory."""
+    cwd = _working_directory()
+    folders = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return [folder for folder in folders if os.path.isabs(folder) and os.path.realpath(folder) != cwd]
 
 
 _PROTOC_ERROR = re.compile(r"(?:^|/)caffe\.proto:(\d+):(\d+): (.*)$", re.M)
@@ -105,12 +138,15 @@ def compile_proto(proto: Path) -> descriptor_pb2.FileDescriptorProto:
     compiled before.  Raises CaffememError (no compiler, protoc's error at its line)."""
     where = Location(file=str(proto))
     try:
-        status = proto.stat()
-        if not stat.S_ISREG(status.st_mode):  # a FIFO would block the read
-            raise CaffememError("is not a regular file: --caffe-root must hold Caffe's caffe.proto as a file", where)
-        if status.st_size > MAX_PROTO_BYTES:
-            raise CaffememError(f"is {status.st_size} bytes, larger than any caffe.proto (Caffe's is about 60 KB)", where)
-        data = proto.read_bytes()
+        # Opened first, then judged from the descriptor: a path swapped for a FIFO between
+        # a check and the open cannot block (issue 31), and an output may not replace it.
+        with open_input(proto, "caffe.proto", where) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_PROTO_BYTES:
+                raise CaffememError(f"is {size} bytes, larger than any caffe.proto (Caffe's is about 60 KB)", where)
+            data = handle.read(MAX_PROTO_BYTES + 1)
+        if len(data) > MAX_PROTO_BYTES:  # it grew while being read
+            raise CaffememError(f"is over {MAX_PROTO_BYTES} bytes, larger than any caffe.proto (Caffe's is about 60 KB)", where)
     except FileNotFoundError:
         raise CaffememError("no caffe.proto here: --caffe-root (or $CAFFE_ROOT) must be the root of a Caffe source tree, the folder holding src/caffe/proto/caffe.proto", where) from None
     except OSError as error:
@@ -166,7 +202,8 @@ def _run_protoc(data: bytes, proto: Path) -> bytes:
         out = Path(folder, "caffe.pb")
         command = compilers[0] + [f"--proto_path={folder}", f"--descriptor_set_out={out}", "--include_source_info", str(Path(folder, "caffe.proto"))]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=_COMPILE_SECONDS, stdin=subprocess.DEVNULL)
+            # In the private folder: never the user's (see _compilers).
+            done = subprocess.run(command, capture_output=True, text=True, timeout=_COMPILE_SECONDS, stdin=subprocess.DEVNULL, cwd=folder)
         except (OSError, subprocess.TimeoutExpired) as error:
             raise CaffememError(f"protoc could not run ({excerpt(str(error), 200)})", Location(file=str(proto))) from None
         if done.returncode != 0 or not out.is_file():
@@ -439,7 +476,8 @@ def _repeated(field: Any) -> bool:
 
 # ----------------------------------------------------------------------------- registered types
 
-_REGISTER = re.compile(r"^[ \t]*REGISTER_LAYER_(?:CLASS|CREATOR)[ \t]*\([ \t]*(\w+)[ \t]*[,)]", re.M)
+_REGISTER = re.compile(r"[ \t]*REGISTER_LAYER_(?:CLASS|CREATOR)[ \t]*\([ \t]*(\w+)[ \t]*[,)]")
+SOURCE_LINE_BYTES = 1 << 16  # a source line is read up to this; the rest of it is another "line"
 _SOURCE_SUFFIXES = (".cpp", ".cu", ".cc", ".hpp", ".h", ".cuh")
 
 
@@ -451,13 +489,6 @@ def _sources(folder: Path) -> list[Path]:
         subfolders[:] = sorted(d for d in subfolders if d != "test")
         found += [Path(directory, name) for name in sorted(files) if name.endswith(_SOURCE_SUFFIXES)]
     return [path for path in found if path.is_file()]
-
-
-def _continues_a_macro(text: str, start: int) -> bool:
-    """Whether the line at ``start`` continues the line before it (a ``\\`` at its end):
-    part of a #define, not a registration."""
-    end = text.rfind("\n", 0, start)
-    return end > 0 and text[text.rfind("\n", 0, end) + 1 : end].rstrip().endswith("\\")
 
 
 @dataclass(frozen=True)
@@ -478,16 +509,29 @@ def registered_types(root: Path) -> dict[str, Registration]:
     found: dict[str, Registration] = {}
     for folder in (root / "src" / "caffe", root / "include"):
         for path in _sources(folder):
-            try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            if "REGISTER_LAYER_" not in text:
-                continue
-            for match in _REGISTER.finditer(text):
-                if _continues_a_macro(text, match.start()):
-                    continue  # layer_factory.hpp's own #define of REGISTER_LAYER_CLASS(type)
-                found.setdefault(match.group(1), Registration(match.group(1), path, text.count("\n", 0, match.start()) + 1))
+            for line_number, name in _registrations(path):
+                found.setdefault(name, Registration(name, path, line_number))
+    return found
+
+
+def _registrations(path: Path) -> list[tuple[int, str]]:
+    """(line, type) of each registration in one source file, read a line at a time with
+    each line cut at SOURCE_LINE_BYTES: memory stays bounded whatever the file is (issue
+    31: a 2 GB sparse .cpp, one line of NULs, was read whole and took 4.1 GB).  A file
+    that cannot be read as a regular file is skipped, as one without registrations."""
+    found: list[tuple[int, str]] = []
+    try:
+        with open_input(path, "source file") as handle:
+            continued = False  # the line before ended in a backslash: part of a #define
+            for number, raw in enumerate(iter(lambda: handle.readline(SOURCE_LINE_BYTES), b""), start=1):
+                line = raw.decode("utf-8", "replace")
+                if "REGISTER_LAYER_" in line and not continued:
+                    match = _REGISTER.match(line)
+                    if match:
+                        found.append((number, match.group(1)))
+                continued = line.rstrip().endswith("\\")
+    except (OSError, CaffememError):
+        return []
     return found
 
 

@@ -17,6 +17,7 @@ RANKS = {
     "caffemem.units": 0,
     "caffemem.graph": 0,
     "caffemem.schema": 0,
+    "caffemem.userfiles": 0,
     "caffemem.prototxt": 1,
     "caffemem.layers": 2,
     "caffemem.passes": 3,

@@ -418,7 +418,7 @@ def test_a_caffe_proto_that_is_no_regular_file_is_refused_unread(tmp_path, cache
     (tmp_path / PROTO).parent.mkdir(parents=True)
     os.mkfifo(tmp_path / PROTO)  # reading it would wait forever
     assert refusal("analyze", net, "--caffe-root", tmp_path) == (
-        f"caffemem: error: {tmp_path / PROTO}: is not a regular file: --caffe-root must hold Caffe's caffe.proto as a file"
+        f"caffemem: error: {tmp_path / PROTO}: is a FIFO (named pipe), not a caffe.proto: save it to a regular file first"
     )
 
 
