@@ -26,7 +26,7 @@ SIZE_UNITS = {
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
     "KIB": KIB, "MIB": MIB, "GIB": GIB, "TIB": TIB,
 }  # fmt: skip
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*")
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", re.ASCII)  # ASCII: "١GiB" is no size (issue 31)
 
 
 def parse_size(text: str, flag: str) -> int:

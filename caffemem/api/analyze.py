@@ -6,6 +6,7 @@ verify → render).  The CLI is a thin layer over :func:`analyze`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,38 @@ from caffemem.prototxt.read import MAX_TEXT_BYTES
 from caffemem.schema import caffe_pb2
 from caffemem.schema.caffe_root import CaffeRoot, caffe_root
 from caffemem.units import DTYPE_BYTES
+
+
+PHASES = ("TRAIN", "TEST")
+DEVICES = ("cpu", "gpu")  # Caffe::mode()
+ENGINES = ("caffe", "cudnn")  # the build's default engine (layer_factory.cpp)
+MAX_GPUS = 1 << 16  # far above any machine; a bound so that a figure times it stays sane
+
+
+def _whole(name: str, value: object, low: int, high: int, optional: bool = False) -> None:
+    """A whole number within [low, high] (None where ``optional``), else a CaffememError."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise CaffememError(f"{name} {excerpt(repr(value))}: expected a whole number from {low} to {high}" + (", or None" if optional else ""))
+
+
+def _input_shapes(inputs: object) -> dict[str, Shape]:
+    """``Options.inputs`` as shapes: a text value is read as ``--input`` reads it; a
+    sequence must be whole numbers from 0 to INT_MAX, or FROM_FILE (``_``)."""
+    if not isinstance(inputs, Mapping):
+        raise CaffememError(f"inputs {excerpt(repr(inputs))}: expected a mapping of blob name to shape, e.g. {{'data': (64, 1, 28, 28)}}")
+    shapes: dict[str, Shape] = {}
+    for name, shape in inputs.items():
+        if not isinstance(name, str) or not name:
+            raise CaffememError(f"inputs: {excerpt(repr(name))} is not a blob name")
+        if isinstance(shape, str):
+            shapes.update(parse_inputs([f"{name}={shape}"]))
+            continue
+        if not isinstance(shape, Sequence) or not all(not isinstance(d, bool) and isinstance(d, int) and (d == FROM_FILE or 0 <= d <= INT_MAX) for d in shape):
+            raise CaffememError(f"inputs: {excerpt(name)}'s shape {excerpt(repr(shape))}: expected whole numbers from 0 to {INT_MAX} (or {FROM_FILE}, the file's own value), e.g. (64, 1, 28, 28) or \"64,1,28,28\"")
+        shapes[name] = tuple(shape)
+    return shapes
 
 
 @dataclass(frozen=True)
@@ -52,6 +85,37 @@ class Options:
     # A fork's source tree (--caffe-root, $CAFFE_ROOT): its caffe.proto merged with
     # caffemem's schema, and the layer types it registers (schema/caffe_root.py).
     caffe_root: str | None = None
+
+    def __post_init__(self) -> None:
+        """The API's values checked as the CLI's flags are (issue 31: ``dtype="bogus"``,
+        ``phase="BOGUS"``, ``level=2**40`` or an input given as text raised KeyError,
+        ValueError or TypeError deep in a pass): each wrong value is a CaffememError
+        naming it and what it may be.  Text is read as the flags read it: a phase in any
+        case, an input's shape as ``--input`` writes it ("64,1,28,28", "_,3,_,_")."""
+        fix = functools.partial(object.__setattr__, self)
+        if self.phase is not None:
+            if not isinstance(self.phase, str) or self.phase.upper() not in PHASES:
+                raise CaffememError(f"phase {excerpt(repr(self.phase))}: expected TRAIN, TEST or None (the net's own default)")
+            fix("phase", self.phase.upper())
+        stages = (self.stages,) if isinstance(self.stages, str) else self.stages
+        if not isinstance(stages, Sequence) or not all(isinstance(stage, str) for stage in stages):
+            raise CaffememError(f"stages {excerpt(repr(self.stages))}: expected a list of stage names")
+        fix("stages", tuple(stages))
+        _whole("level", self.level, -INT_MAX - 1, INT_MAX, optional=True)  # NetState.level: an int32
+        if self.dtype not in DTYPE_BYTES:
+            raise CaffememError(f"dtype {excerpt(repr(self.dtype))}: expected one of {', '.join(DTYPE_BYTES)}")
+        if self.device not in DEVICES:
+            raise CaffememError(f"device {excerpt(repr(self.device))}: expected one of {', '.join(DEVICES)}")
+        if self.engine is not None and self.engine not in ENGINES:
+            raise CaffememError(f"engine {excerpt(repr(self.engine))}: expected one of {', '.join(ENGINES)}, or None (the build's default)")
+        _whole("batch", self.batch, 1, INT_MAX, optional=True)
+        _whole("gpus", self.gpus, 1, MAX_GPUS)
+        _whole("max_input_bytes", self.max_input_bytes, 1, 2**63 - 1)
+        _whole("context_bytes", self.context_bytes, 0, 2**63 - 1, optional=True)
+        fix("inputs", _input_shapes(self.inputs))
+        if not isinstance(self.overrides, (set, frozenset, Sequence)) or isinstance(self.overrides, str) or not set(self.overrides) <= set(self.inputs):
+            raise CaffememError(f"overrides {excerpt(repr(self.overrides))}: expected names of inputs given in inputs")
+        fix("overrides", frozenset(self.overrides))
 
     @property
     def build_engine(self) -> str:
@@ -351,7 +415,7 @@ def inputs_for(inputs: Mapping[str, Shape], role: str | None, file: str, phase: 
             raise CaffememError(f"--input {key}: the prefix must be TRAIN: or TEST: (the phase whose net takes it)", Location(file=file))
         elif prefix in (role.rstrip("0123456789"), role):
             chosen[name] = shape
-        elif not re.fullmatch(r"train|test\d*", prefix):
+        elif not re.fullmatch(r"train|test[0-9]*", prefix):
             raise CaffememError(f"--input {key}: the prefix must be TRAIN:, TEST: (a phase), train:, test: or testK: (a solver's net)", Location(file=file))
     return chosen
 

@@ -359,7 +359,7 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
                     advance()
         except BaseException:  # Ctrl-C, an error: stop the workers now, not after their current file
             for worker in list((getattr(pool, "_processes", None) or {}).values()):  # (shutdown forgets them)
-                worker.terminate()
+                worker.kill()  # SIGKILL: the workers ignore SIGTERM, which the parent answers
             # Wait for the pool's manager thread (quick: its workers are gone); left running,
             # Python 3.10's exit hook wakes it through a pipe already closed and prints
             # "Exception ignored ... Bad file descriptor" after our one line.  A Ctrl-C that
@@ -410,7 +410,9 @@ def _leave_interrupts_to_the_parent() -> None:
     KeyboardInterrupt would print its traceback and break the pool."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # the parent ends the workers (kill) when it must
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 # ----------------------------------------------------------------------------- baseline

@@ -28,7 +28,7 @@ from caffemem.api.analyze import (
     with_overrides,
 )
 from caffemem.api.source import NetLike, as_source
-from caffemem.errors import CaffememError, Location
+from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.passes.device import LAZY_KERNELS, Constant
 from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
@@ -70,6 +70,13 @@ class FitRequest:
     recompute: "Policy | None" = None  # ... with this recompute policy (implies optimized; a string: the flag's value)
 
     def __post_init__(self) -> None:
+        """Checked as the flags are: a wrong value is a CaffememError naming it."""
+        for name, low, optional in (("gpu_memory", 1, False), ("reserve", 0, True), ("gpus", 1, False), ("effective_batch", 1, True)):
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**63:
+                raise CaffememError(f"{name} {excerpt(repr(value))}: expected a whole number of at least {low}" + (", or None" if optional else ""))
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", parse_policy(self.recompute, "recompute="))
 

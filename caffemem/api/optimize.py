@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
-from caffemem.errors import CaffememError, Location, UnsafePlan
+from caffemem.errors import CaffememError, Location, UnsafePlan, excerpt
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
@@ -37,11 +37,16 @@ from caffemem.plan.fork import fork_assignment, fork_run
 from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
-from caffemem.plan.strategies import DEVICE_ALIGNMENT, Plan, make_plan, packed_onto
+from caffemem.plan.strategies import DEVICE_ALIGNMENT, STRATEGY_NAMES, Plan, make_plan, packed_onto
 from caffemem.plan.verify import PlanData, verify_plan_on
 from caffemem.prototxt.write import read_exact, rewrite_text
 from caffemem.schema import caffe_pb2
 from caffemem.units import DTYPE_BYTES
+
+
+RECOMPUTE_NOT_WITH_FORK = (
+    "--recompute is run by caffemem's patched Caffe from its own table: it cannot go with --strategy fork or --target fork (the fork's optimizer recomputes nothing)"
+)
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,19 @@ class OptimizeSettings:
     recompute: Policy | None = None
 
     def __post_init__(self) -> None:
+        """Checked as the flags are (issue 31: ``strategy="bogus"`` gave "no safe plan found
+        ()", and ``strategy="fork"`` with ``recompute`` was accepted where the CLI refuses
+        it)."""
+        if self.strategy not in STRATEGY_NAMES:
+            raise CaffememError(f"strategy {excerpt(repr(self.strategy))}: expected one of {', '.join(STRATEGY_NAMES)}")
+        exclude = (self.exclude,) if isinstance(self.exclude, str) else self.exclude
+        if not isinstance(exclude, Sequence) or not all(isinstance(name, str) for name in exclude):
+            raise CaffememError(f"exclude {excerpt(repr(self.exclude))}: expected a list of blob names")
+        object.__setattr__(self, "exclude", tuple(exclude))
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", parse_policy(self.recompute, "recompute="))
+        if self.recompute is not None and self.strategy == "fork":
+            raise CaffememError(RECOMPUTE_NOT_WITH_FORK)
 
 
 @dataclass(frozen=True)
@@ -241,9 +257,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
     schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
 
-    fork_slots = fork_assignment(shaped, specs, settings.exclude, DTYPE_BYTES[options.dtype], run.flags)
-    fork = replay(fork_run(run), fork_slots)  # the fork running its own plan
-    fork_card = on_card(fork_run(on_card_run), slots=fork_slots) if on_card is not None else None
+    fork_slots, fork, fork_card = fork_plan(shaped, specs, options, settings.exclude, run, on_card_run)
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan_on(schedules, fork_data)
     stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
@@ -346,6 +360,33 @@ def with_copies(report: "MemoryReport | DeviceReport", copies: int) -> "MemoryRe
 
 
 MAX_FORK_EXCLUSIONS = 64  # blobs kept private before giving up on making the fork's plan safe
+
+
+def fork_plan(shaped: ShapedGraph, specs: SpecTable, options: Options, exclude: tuple[str, ...], run: Run, on_card_run: Run) -> tuple[SlotAssignment, MemoryReport, DeviceReport | None]:
+    """The fork's own plan of one built net with ``exclude`` kept private, and what the fork
+    holds running it: the heap, and in GPU mode the card."""
+    slots = fork_assignment(shaped, specs, exclude, DTYPE_BYTES[options.dtype], run.flags)
+    heap = replay(fork_run(run), slots)
+    card = None
+    if options.device == "gpu":
+        card = device_footprint(fork_run(on_card_run), specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, slots=slots)
+    return slots, heap, card
+
+
+def fork_losing_phases(result: OptimizeResult, options: Options, exclude: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """The planned phases where the fork's own optimizer, with ``exclude`` kept private,
+    holds more than stock Caffe (phase -> (the fork's figure, stock's)): ``--target fork``
+    leaves its optimizer off there (issue 31: fork_defect's TEST net, 448 B against 440)."""
+    specs = spec_table(options)
+    losing: dict[str, tuple[int, int]] = {}
+    for phase in result.phases:
+        on_card_run = prepare_run(phase.shaped, specs, options)
+        run, _ = planning_runs(phase.shaped, specs, options, on_card_run)
+        _, heap, card = fork_plan(phase.shaped, specs, options, exclude, run, on_card_run)
+        figure, stock = (card.device_bytes if card is not None else heap.total_bytes), phase.totals()["stock"]
+        if figure > stock:
+            losing[phase.phase] = (figure, stock)
+    return losing
 
 
 def fork_safe_exclusions(phase: PhasePlan, specs: SpecTable, options: Options, exclude: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -483,10 +524,11 @@ def _planned_batch(shaped: ShapedGraph) -> int | None:
     return None
 
 
-def written_text(result: OptimizeResult, options: Options, original: str, exclude: tuple[str, ...], target: str) -> str:
+def written_text(result: OptimizeResult, options: Options, original: str, exclude: tuple[str, ...], target: str, fork_off: frozenset[str] = frozenset()) -> str:
     """The file `optimize -o` writes: ``original`` (the file's exact text) with, under
     ``--batch N``, its data layers' batch lines at N (plan/rewrite.py ``with_batch``),
-    and the mem_param block with each phase's table and what it was made for."""
+    and the mem_param block with each phase's table and what it was made for
+    (``fork_off``: the phases whose fork optimizer ``--target fork`` leaves off)."""
     text = original
     if options.batch is not None:
         text = with_batch(text, [phase.shaped for phase in result.phases], spec_table(options), options.batch, result.source.proto, result.path)
@@ -496,7 +538,7 @@ def written_text(result: OptimizeResult, options: Options, original: str, exclud
     planned = {phase.phase for phase in result.phases}
     kept = read_records(original, result.path)
     records += [kept[phase] for phase in ("TRAIN", "TEST") if phase in kept and phase not in planned]
-    return rewrite_text(text, mem_param(result.phases, exclude, target, previous), comment_lines(records) if target == "caffemem" else ())
+    return rewrite_text(text, mem_param(result.phases, exclude, target, previous, fork_off), comment_lines(records) if target == "caffemem" else ())
 
 
 def other_phases_rebatched(result: OptimizeResult, options: Options, text: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 
@@ -72,6 +73,10 @@ def reports_errors(command: Callable) -> Callable:
             raise
         except KeyboardInterrupt:
             interrupted()
+        except Terminated as ended:
+            _quiet_stdout()
+            say("caffemem: terminated")
+            sys.exit(128 + ended.signum)
         except BrokenPipeError:  # `| head` closed the pipe: the reader has what it wanted
             _quiet_stdout()
             sys.exit(0)
@@ -149,13 +154,35 @@ def interrupted() -> None:
 
 
 def raise_on_interrupt() -> None:
-    """From here on Ctrl-C raises KeyboardInterrupt, so that each command's cleanup runs
-    (the entry point, caffemem/__main__.py, exits at once while nothing has begun)."""
+    """From here on Ctrl-C raises KeyboardInterrupt, and SIGTERM or SIGHUP (unless
+    ignored, as under nohup) raise Terminated, so that each command's cleanup runs: a
+    staged output's temporary file is removed (issue 31: SIGTERM as `check` ended left
+    ``.r.json.XXXXXXXX.tmp`` beside its report).  The entry point, caffemem/__main__.py,
+    exits at once while nothing has begun."""
     import signal
 
     if getattr(signal.getsignal(signal.SIGINT), "caffemem_startup", False):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _ENTRY["owns_the_process"] = True
+        for number in TERMINATING_SIGNALS:
+            if signal.getsignal(number) == signal.SIG_DFL:
+                signal.signal(number, _terminate)
+
+
+TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP during a command: cleaned up like Ctrl-C, then exit 128 + the
+    signal's number (143 for SIGTERM), as a shell reports a process it ended."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
 
 
 _ENTRY = {"owns_the_process": False}  # run from caffemem/__main__.py, not from a test or a program
@@ -168,6 +195,9 @@ def ignore_late_interrupts() -> None:
         import signal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for number in TERMINATING_SIGNALS:  # nothing is left to clean up: end as by default
+            if signal.getsignal(number) is _terminate:
+                signal.signal(number, signal.SIG_DFL)
 
 
 def _quiet_stdout() -> None:
@@ -481,6 +511,10 @@ class CaffememGroup(click.Group):
             raise one_line_usage(error) from None
         except KeyboardInterrupt:
             interrupted()
+        except Terminated as ended:
+            _quiet_stdout()
+            say("caffemem: terminated")
+            sys.exit(128 + ended.signum)
 
 
 # `caffemem` alone prints the help (click raises it as a usage error): keep that as it is.

@@ -61,7 +61,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
       caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
       caffemem optimize train_val.prototxt --input data=3,224,224 --recompute sqrt -o train_val.sqrt.prototxt
     """
-    from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions, made_for, other_phases_rebatched, written_text
+    from caffemem.api.optimize import RECOMPUTE_NOT_WITH_FORK, OptimizeSettings, fork_losing_phases, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
     from caffemem.errors import CaffememError, Location
     from caffemem.prototxt.write import STDOUT, encode_exact, read_exact, write_output
@@ -73,7 +73,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         raise CaffememError("--json prints to standard output; write the prototxt or plan to a file, not -")
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     if recompute is not None and (strategy == "fork" or target == "fork"):
-        raise CaffememError("--recompute is run by caffemem's patched Caffe from its own table: it cannot go with --strategy fork or --target fork (the fork's optimizer recomputes nothing)")
+        raise CaffememError(RECOMPUTE_NOT_WITH_FORK)
     settings = OptimizeSettings(strategy, tuple(exclude), share_buffers, inplace, recompute)
     with progress(f"caffemem: planning {net}"):
         result = run_optimize(net, options, settings, force=force)
@@ -95,7 +95,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     if output is not None:
         if result.source.binary:
             raise CaffememError("optimize writes text prototxt: give it the net definition, not a binary .caffemodel", Location(file=net))
-        exclude_written = result.exclude
+        exclude_written, fork_off = result.exclude, {}
         if target == "fork":
             added = fork_target_exclusions(result, options)
             if added is None:
@@ -110,10 +110,16 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
             if added:
                 exclude_written = result.exclude + added
                 click.echo(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
+            fork_off = fork_losing_phases(result, options, exclude_written)
+            if len(fork_off) == len(result.phases):
+                click.echo(f"caffemem: the fork's own optimizer would hold more than stock Caffe in {' and '.join(fork_off)} ({net}); nothing written", err=True)
+                sys.exit(EXIT_FINDING)
+            for losing, (figure, stock) in fork_off.items():
+                click.echo(f"caffemem: the fork's own optimizer would hold {mib(figure)} in {losing}, more than stock Caffe's {mib(stock)}: left off there (optimize_{losing.lower()}: false)", err=True)
         original = result.inplace.text if result.inplace is not None else read_exact(net)
-        text = written_text(result, options, original, exclude_written, target)
+        text = written_text(result, options, original, exclude_written, target, frozenset(fork_off))
         if batch is not None and target == "caffemem":
-            check_written(text, output, options)
+            check_written(text, net, output, options)
         for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
             click.echo(f"caffemem: note: {note}", err=True)
         write_output(output, encode_exact(text), inputs=inputs_read, may_replace=net if in_place_file else None)
@@ -130,15 +136,21 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         click.echo(f"wrote {output}")
 
 
-def check_written(text: str, output: str, options) -> None:
+def check_written(text: str, net: str, output: str, options) -> None:
     """The file about to be written, verified as `caffemem verify OUT` will: at its own
-    batch lines the table must be right, or nothing is written."""
+    batch lines the table must be right, or nothing is written.  A refusal names the
+    user's net (OUT was never written: issue 31)."""
     from dataclasses import replace
 
     from caffemem.api.verify import verify
     from caffemem.errors import CaffememError, Location
     from caffemem.passes.load import NetText
 
-    for verdict in verify(NetText(text, output), None, replace(options, batch=None), explicit=("layers_file", "lenient")):
+    try:
+        verdicts = verify(NetText(text, output), None, replace(options, batch=None), explicit=("layers_file", "lenient"))
+    except CaffememError as error:
+        line = f" at its line {error.where.line}" if error.where.line is not None else ""
+        raise CaffememError(f"--batch {options.batch}: the file rewritten at that batch would not read back ({error.message}{line}); nothing written to {output}", Location(file=net)) from None
+    for verdict in verdicts:
         if not verdict.safe:
-            raise CaffememError(f"--batch {options.batch}: the file rewritten at that batch would not run its table ({verdict.phase}: {verdict.violations[0]}); nothing written", Location(file=output))
+            raise CaffememError(f"--batch {options.batch}: the file rewritten at that batch would not run its table ({verdict.phase}: {verdict.violations[0]}); nothing written to {output}", Location(file=net))

@@ -64,7 +64,7 @@ def runtime_binds(graph: Graph, blob: BlobId) -> bool:
     if blob.kind != "buffer":
         return True
     index, _, rest = blob.name.partition(":")
-    if not index.isdigit() or int(index) >= len(graph.layers):
+    if not (index.isascii() and index.isdigit()) or int(index) >= len(graph.layers):
         return False
     layer = graph.layers[int(index)]
     prefix = f"{layer.name}/"

@@ -34,8 +34,8 @@ from caffemem.graph import LayerShapes, Shape
 from caffemem.layers.registry import Arity, LayerSpec, ShapeQuery
 from caffemem.prototxt.read import read_input
 
-_LIKE = re.compile(r"^\s*like\s+bottom\s+(\d+)\s*(?:with\s+(.*))?$", re.IGNORECASE)
-_AXIS = re.compile(r"^\s*axis\s+(-?\d+)\s*=\s*(.+)$", re.IGNORECASE)
+_LIKE = re.compile(r"^\s*like\s+bottom\s+(\d+)\s*(?:with\s+(.*))?$", re.IGNORECASE | re.ASCII)
+_AXIS = re.compile(r"^\s*axis\s+(-?\d+)\s*=\s*(.+)$", re.IGNORECASE | re.ASCII)
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _FUNCTIONS = {"min": min, "max": max}
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -149,7 +149,7 @@ class _Evaluator(ast.NodeVisitor):
 
     def visit_Subscript(self, node: ast.Subscript) -> int:
         index = self.visit(node.slice)
-        if isinstance(node.value, ast.Name) and re.fullmatch(r"b\d+", node.value.id):
+        if isinstance(node.value, ast.Name) and re.fullmatch(r"b[0-9]+", node.value.id):
             shape = _bottom(self.query, int(node.value.id[1:]))
             if not -len(shape) <= index < len(shape):
                 raise self.fail(f"axis {index} is outside {node.value.id} of {len(shape)} axes")
@@ -160,7 +160,7 @@ class _Evaluator(ast.NodeVisitor):
         return int(values[index])
 
     def visit_Attribute(self, node: ast.Attribute) -> int:
-        if isinstance(node.value, ast.Name) and re.fullmatch(r"b\d+", node.value.id) and node.attr in ("count", "axes"):
+        if isinstance(node.value, ast.Name) and re.fullmatch(r"b[0-9]+", node.value.id) and node.attr in ("count", "axes"):
             shape = _bottom(self.query, int(node.value.id[1:]))
             if node.attr == "axes":
                 return len(shape)

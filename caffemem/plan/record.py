@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from caffemem.errors import CaffememError, Location, excerpt
+from caffemem.layers.blob import FROM_FILE, INT_MAX
 from caffemem.prototxt.textmap import top_level_blocks
 from caffemem.schema import caffe_pb2
 
@@ -70,7 +71,8 @@ class MadeFor:
         try:
             if not isinstance(value, dict):
                 raise TypeError("not an object")
-            inputs = {str(name): tuple(_whole(d) for d in shape) for name, shape in value.get("inputs", {}).items()}
+            # FROM_FILE (-1): an axis given as `_`, the file's own value (issue 34: refused before)
+            inputs = {str(name): tuple(_whole(d, low=FROM_FILE) for d in shape) for name, shape in value.get("inputs", {}).items()}
             level = value.get("level")
             batch, rescale = value.get("batch"), value.get("rescale")
             return cls(
@@ -79,7 +81,7 @@ class MadeFor:
                 rescale=None if rescale is None else _whole(rescale, low=1),
                 inputs=inputs,
                 stages=tuple(str(s) for s in value.get("stages", ())),
-                level=None if level is None else _whole(level, low=-(2**31)),
+                level=None if level is None else _whole(level, low=-INT_MAX - 1),
                 dtype=_choice(value["dtype"], ("float32", "float16", "float64")),
                 device=_choice(value["device"], ("gpu", "cpu")),
                 engine=None if value.get("engine") is None else _choice(value["engine"], ("caffe", "cudnn")),
@@ -100,9 +102,11 @@ class MadeFor:
         return ", ".join(part for part in parts if part)
 
 
-def _whole(value: object, low: int = 0) -> int:
-    if type(value) is not int or value < low:
-        raise ValueError(f"expected a whole number, not {excerpt(json.dumps(value), 40)}")
+def _whole(value: object, low: int = 0, high: int = INT_MAX) -> int:
+    """A whole number in [low, high]: every figure of the record is one of Caffe's int32
+    (issue 31: a level of 2**31 passed here and failed later as a bug, exit 3)."""
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"expected a whole number from {low} to {high}, not {excerpt(json.dumps(value), 40)}")
     return value
 
 

@@ -15,14 +15,17 @@ from caffemem.schema import caffe_pb2
 TARGETS = ("caffemem", "fork")
 
 
-def mem_param(phases, exclude: tuple[str, ...], target: str, previous: caffe_pb2.MemoryOptimizationParameter | None = None) -> caffe_pb2.MemoryOptimizationParameter:
+def mem_param(phases, exclude: tuple[str, ...], target: str, previous: caffe_pb2.MemoryOptimizationParameter | None = None, fork_off: frozenset[str] = frozenset()) -> caffe_pb2.MemoryOptimizationParameter:
     """The block for the phases planned; the slot table only for caffemem's own target.
     ``previous``: the file's block, whose tables of the phases not planned now are kept
-    (replanning TRAIN with --force leaves the TEST table as it was)."""
+    (replanning TRAIN with --force leaves the TEST table as it was).  ``fork_off``: with
+    the fork's target, the phases where its optimizer would hold more than stock Caffe:
+    left off (``optimize_test: false``)."""
     planned = {phase.phase for phase in phases}
     kept = [slot for slot in (previous.slot if previous is not None else ()) if caffe_pb2.Phase.Name(slot.phase) not in planned]
     kept_phases = {caffe_pb2.Phase.Name(slot.phase) for slot in kept}
-    block = caffe_pb2.MemoryOptimizationParameter(optimize_train="TRAIN" in planned | kept_phases, optimize_test="TEST" in planned | kept_phases)
+    on = (planned | kept_phases) - (fork_off if target == "fork" else set())
+    block = caffe_pb2.MemoryOptimizationParameter(optimize_train="TRAIN" in on, optimize_test="TEST" in on)
     block.exclude_blob.extend(exclude)
     if target == "caffemem":
         block.slot.extend(kept)

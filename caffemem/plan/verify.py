@@ -342,7 +342,7 @@ def _names_a_workspace(schedule: Schedule, buffer: str) -> bool:
     """Is ``buffer`` the cuDNN workspace of one of the net's layers ("<index>:<layer>/cudnn_workspace")?"""
     index, _, rest = buffer.partition(":")
     layers = schedule.shaped.graph.layers
-    return index.isdigit() and int(index) < len(layers) and rest == f"{layers[int(index)].name}/{WORKSPACE_BUFFER}"
+    return index.isascii() and index.isdigit() and int(index) < len(layers) and rest == f"{layers[int(index)].name}/{WORKSPACE_BUFFER}"
 
 
 def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "ShadowMemory | None" = None) -> list[Violation]:

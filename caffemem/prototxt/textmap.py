@@ -216,8 +216,9 @@ def _block_name(tokens: list[Token], start: int, end: int) -> str | None:
 
 
 def blank_out(text: str, start: int, end: int) -> str:
-    """Replace text[start:end] by spaces, keeping newlines so line numbers stay true."""
-    return text[:start] + "".join(c if c == "\n" else " " for c in text[start:end]) + text[end:]
+    """Replace text[start:end] by spaces, keeping line ends (LF and CR: a CRLF stays a
+    CRLF, issue 31) so line numbers stay true."""
+    return text[:start] + "".join(c if c in "\r\n" else " " for c in text[start:end]) + text[end:]
 
 
 def token_at(tokens: list[Token], line: int, column: int) -> int | None:

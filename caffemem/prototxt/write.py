@@ -71,8 +71,21 @@ def rewrite_text(original: str, block: caffe_pb2.MemoryOptimizationParameter, co
     comment_eol = eol if "\n" in eol else eol + "\n"
     head = "".join(f"  {line}{comment_eol}" for line in comments)
     body = (text_format.MessageToString(block, indent=2) + "}\n").replace("\n", eol)
-    separator = "" if text.endswith(("\n", "\r")) or not text else eol
-    return text + separator + "mem_param {" + eol + head + body
+    return text + _separator(text, eol) + "mem_param {" + eol + head + body
+
+
+def _separator(text: str, eol: str) -> str:
+    """What ends the file's last line before our block: nothing after a line end, else
+    the file's own.  Only an LF ends a comment in protobuf's text format, so a last line
+    holding a ``#`` and ended by a lone CR, or by nothing in a CR-only file, gets an LF
+    too: ``# end\\r`` would otherwise swallow ``mem_param {`` (issue 31)."""
+    if not text or text.endswith("\n"):
+        return ""
+    last = text.rstrip("\r")
+    last = last[max(last.rfind("\n"), last.rfind("\r")) + 1 :]
+    if "#" not in last:
+        return "" if text.endswith("\r") else eol
+    return "\n" if text.endswith("\r") else eol if "\n" in eol else eol + "\n"
 
 
 def write_output(path: str, data: bytes, *, inputs: Iterable[str] = (), may_replace: str | None = None, flag: str = "-o", now: bool = False) -> None:
@@ -146,7 +159,7 @@ def staged_outputs() -> Iterator[Callable[[], None]]:
                 sync_folder(os.path.dirname(target) or ".")
         finally:
             if held:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
         while actions:
             actions.pop(0)()
 
@@ -159,11 +172,14 @@ def staged_outputs() -> Iterator[Callable[[], None]]:
                 os.unlink(temporary)
 
 
+_HELD = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+
+
 def _hold_interrupts() -> bool:
-    """Block SIGINT in this thread (it is delivered when unblocked); False where the
-    platform cannot."""
+    """Block SIGINT, SIGTERM and SIGHUP in this thread (each is delivered when unblocked);
+    False where the platform cannot."""
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
         return True
     except (AttributeError, OSError, ValueError):
         return False

@@ -259,7 +259,7 @@ def _found_version(root: Path) -> int | None:
     i = text.find(_MARKER)
     if i < 0:
         return None
-    digits = "".join(c for c in text[i + len(_MARKER) : i + len(_MARKER) + 6] if c.isdigit())
+    digits = "".join(c for c in text[i + len(_MARKER) : i + len(_MARKER) + 6] if c in "0123456789")
     return int(digits) if digits else None
 
 

@@ -476,7 +476,7 @@ def _repeated(field: Any) -> bool:
 
 # ----------------------------------------------------------------------------- registered types
 
-_REGISTER = re.compile(r"[ \t]*REGISTER_LAYER_(?:CLASS|CREATOR)[ \t]*\([ \t]*(\w+)[ \t]*[,)]")
+_REGISTER = re.compile(r"[ \t]*REGISTER_LAYER_(?:CLASS|CREATOR)[ \t]*\([ \t]*(\w+)[ \t]*[,)]", re.ASCII)
 SOURCE_LINE_BYTES = 1 << 16  # a source line is read up to this; the rest of it is another "line"
 _SOURCE_SUFFIXES = (".cpp", ".cu", ".cc", ".hpp", ".h", ".cuh")
 

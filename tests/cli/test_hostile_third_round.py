@@ -291,3 +291,153 @@ def test_check_with_jobs_knows_what_its_workers_read(tmp_path):
     result = run("check", tmp_path / "solver.prototxt", tmp_path / "b.prototxt", "--jobs", "2", "--report", f"json:{tmp_path / 'a.prototxt'}")
     assert result.exit_code == 2 and "--report names a file this run read" in one_error_line(result)
     assert (tmp_path / "a.prototxt").read_bytes() == LENET.read_bytes()
+
+
+# ----------------------------------------------------------------------------- 13, 14: the block after a comment ended by CR
+
+
+def lenet_without_its_comments(eol: bytes) -> bytes:
+    return eol.join(line for line in LENET.read_bytes().split(b"\n") if not line.startswith(b"#"))
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        pytest.param(b"\n# end\r", id="an LF file whose last line is a comment ended by CR"),
+        pytest.param(b"\r# end\r", id="a CR-only file ending in a comment and CR"),
+        pytest.param(b"\r# end", id="a CR-only file ending in a comment without a line end"),
+        pytest.param(b"\r\n# end\r", id="a CRLF file whose last line is a comment ended by CR"),
+    ],
+)
+@pytest.mark.parametrize("extra", [(), ("--inplace",)], ids=["plain", "inplace"])
+def test_a_comment_ended_by_cr_never_swallows_the_block(tmp_path, ending, extra):
+    # Issue 31, item 13: the block began right after the comment's lone CR, and protobuf's
+    # text format ends a comment at LF only: the mem_param was part of the comment (Caffe
+    # and verify: "no field named optimize_train").
+    eol = ending[:-len(b"# end\r")] if ending.endswith(b"\r") else ending[:-len(b"# end")]
+    net, out = tmp_path / "net.prototxt", tmp_path / "out.prototxt"
+    net.write_bytes(lenet_without_its_comments(eol) + ending)
+    assert run("optimize", net, *extra, "-o", out).exit_code == 0
+    written = out.read_bytes()
+    if not extra:
+        assert written.startswith(net.read_bytes())
+    assert run("verify", out).exit_code == 0  # the table and its record read back
+
+
+def test_force_keeps_the_crlf_of_the_old_block(tmp_path):
+    # Issue 31, item 14: the old block is blanked out with spaces, and the CR of its CRLF
+    # lines became spaces too; line ends are kept now (a CRLF file stays one).
+    net, once, twice = tmp_path / "net.prototxt", tmp_path / "once.prototxt", tmp_path / "twice.prototxt"
+    net.write_bytes(LENET.read_bytes().replace(b"\n", b"\r\n"))
+    assert run("optimize", net, "-o", once).exit_code == 0
+    assert run("optimize", once, "--force", "-o", twice).exit_code == 0
+    old_block = once.read_bytes()[len(net.read_bytes()):]
+    blanked = twice.read_bytes()[len(net.read_bytes()) : len(once.read_bytes())]
+    assert old_block.count(b"\r\n") > 10 and blanked.count(b"\r\n") == old_block.count(b"\r\n")
+    assert blanked.replace(b"\r\n", b"").strip(b" ") == b""
+
+
+def test_a_batch_rewrite_that_would_not_read_back_names_the_users_net_not_the_unwritten_output():
+    # Issue 31, item 13: `--batch` caught the swallowed block but named the output file
+    # (never written) as the place of the error.
+    from caffemem.api.analyze import Options
+    from caffemem.cli.optimize import check_written
+    from caffemem.errors import CaffememError
+
+    with pytest.raises(CaffememError) as refused:
+        check_written('name: "x"\nlayer {\n', "net.prototxt", "out.prototxt", Options(batch=8))
+    assert refused.value.where.file == "net.prototxt"
+    assert str(refused.value).startswith("net.prototxt: --batch 8: the file rewritten at that batch would not read back (")
+    assert str(refused.value).endswith("; nothing written to out.prototxt")
+
+
+# ----------------------------------------------------------------------------- 14: SIGTERM as a run ends
+
+TERMINATED_BEFORE_LANDING = """
+import os, signal, sys
+import caffemem.__main__ as entry  # the script's entry: its handlers as a user's run has them
+import caffemem.cli.common as common
+
+staged = common._land
+def land_after_sigterm(commit):  # the outputs wait, staged, in their temporary files
+    os.kill(os.getpid(), signal.{signal})
+    staged(commit)
+common._land = land_after_sigterm
+sys.argv = ["caffemem", "check", "net.prototxt", "--report", "json:r.json", "--report", "markdown:r.md"]
+entry.run()
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_sigterm_before_the_outputs_land_leaves_no_temporary_file(tmp_path, signal_name):
+    # Issue 31, item 14: SIGTERM at the end of `check` left `.r.json.XXXXXXXX.tmp` beside
+    # the output (2 runs of 14): the default action ended the process before its cleanup.
+    shutil.copy(LENET, tmp_path / "net.prototxt")
+    env = dict(os.environ, PYTHONPATH=str(REPO), CAFFEMEM_DEVICE="cpu")
+    done = subprocess.run([sys.executable, "-c", TERMINATED_BEFORE_LANDING.format(signal=signal_name)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 128 + getattr(__import__("signal"), signal_name)
+    assert done.stderr == "caffemem: terminated\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.prototxt"]
+
+
+# ----------------------------------------------------------------------------- 16: a damaged record
+
+
+def made_for_edited(tmp_path, edit) -> Path:
+    out = tmp_path / "out.prototxt"
+    assert run("optimize", LENET, "-o", out).exit_code == 0
+    text = out.read_text()
+    out.write_text(edit(text))
+    return out
+
+
+@pytest.mark.parametrize("level", ["2147483648", "-2147483649", "1e3", "true"])
+def test_a_made_for_record_with_a_level_beyond_int32_is_a_damaged_record(tmp_path, level):
+    # Issue 31, item 16: "level": 2147483648 was read, then failed as a bug (exit 3).
+    out = made_for_edited(tmp_path, lambda text: text.replace('"level": null', f'"level": {level}'))
+    result = run("verify", out)
+    assert result.exit_code == 2
+    assert "the plan's 'caffemem made-for' record is damaged (expected a whole number from -2147483648 to 2147483647, not" in one_error_line(result)
+
+
+def test_a_record_made_with_an_axis_kept_from_the_file_reads_back(tmp_path):
+    # `--input data=_,1,28,28` is recorded as [-1, 1, 28, 28]: verify refused its own record.
+    out = tmp_path / "out.prototxt"
+    net = FIXTURES / "docs" / "deploy.prototxt"  # its Input states 10 x 3 x 224 x 224
+    assert run("optimize", net, "--input", "data=_,3,_,_", "-o", out).exit_code == 0
+    assert '"inputs": {"data": [-1, 3, -1, -1]}' in out.read_text()
+    assert run("verify", out).exit_code == 0
+
+
+# ----------------------------------------------------------------------------- 18: digits are ASCII digits
+
+
+@pytest.mark.parametrize("size", ["\u0661GiB", "\u0661\u0662MiB", "1\u00a0GiB".replace("1", "\u06f1")])
+def test_a_size_in_arabic_indic_digits_is_refused(size):
+    # Issue 31, item 18: `\d` and Decimal read every script's digits; Caffe and a shell do not.
+    result = run("check", LENET, "--budget", size)
+    assert result.exit_code == 2 and "expected a size such as 11GiB" in one_error_line(result)
+
+
+def test_a_layers_rule_in_arabic_indic_digits_is_refused():
+    from caffemem.layers.declarative import _AXIS, _LIKE
+
+    assert _LIKE.match("like bottom \u0660") is None and _AXIS.match("axis \u0661 = 3") is None
+    assert _LIKE.match("like bottom 0") and _AXIS.match("axis 1 = 3")
+
+
+# ----------------------------------------------------------------------------- 18: --target fork never above stock
+
+FORK_DEFECT_NET = FIXTURES / "plan" / "fork_defect.prototxt"  # docs/fork-memopt.md §10
+
+
+def test_target_fork_leaves_the_forks_optimizer_off_where_it_holds_more_than_stock(tmp_path):
+    # Issue 31, item 18: --target fork enabled the fork's optimizer in TEST, where its plan
+    # holds 448 B against stock's 440 (its slot is as large as its largest member, 8 B
+    # more than the blobs it replaces).
+    out = tmp_path / "fork.prototxt"
+    result = run("optimize", FORK_DEFECT_NET, "--target", "fork", "--device", "cpu", "-o", out)
+    assert result.exit_code == 0
+    assert "caffemem: the fork's own optimizer would hold 448 B in TEST, more than stock Caffe's 440 B: left off there (optimize_test: false)" in result.stderr
+    block = out.read_text()[len(FORK_DEFECT_NET.read_text()) :]
+    assert "optimize_train: true" in block and "optimize_test: false" in block
