@@ -32,7 +32,10 @@ from caffemem.schema import caffe_pb2, is_repeated
 from caffemem.schema.caffe_root import ForkSchema
 from caffemem.schema.forks import fork_defining
 
-MAX_LAYERS = 200_000  # a few GiB of memory for the whole pipeline (README: Benchmarks)
+# The most layers a net may have: real ones have at most a few thousand, the scale tests
+# 20,000.  The pipeline takes about 12 KiB a layer (benchmarks/memory.py), so this bounds a
+# run near 0.6 GiB and a minute; 200,000 took 2.3 GB and minutes (issue 31).
+MAX_LAYERS = 50_000
 _LAYER_OPENING = re.compile(r"\blayers?\s*:?\s*[{<]")
 MAX_NAME_CHARS = 4096  # a layer, blob or parameter name (real ones: under 200)
 
@@ -117,7 +120,10 @@ def load(
     layers = len(_LAYER_OPENING.findall(text))
     if layers > MAX_LAYERS:  # before the parse: its memory grows with every layer
         raise CaffememError(f"{layers} layer blocks; caffemem plans nets of up to {MAX_LAYERS:,} layers (real ones have at most a few thousand)", Location(file=file))
-    fast = None if lenient else parse_net(text)  # a plain net file, read at once (textparse.py)
+    # A plain net file, read at once (prototxt/parse.py) with caffemem's schema: not where
+    # a fork's caffe.proto types a field otherwise (issue 31: `num_output: 2` under a fork
+    # that makes it a float went through unrefused); a fork's own fields leave it anyway.
+    fast = None if lenient or (schema is not None and schema.conflicts) else parse_net(text)
     if fast is not None:
         return _check_names(NetSource(fast[0], file, _with_input_line(text, fast[1])))
     message, notes, tokens = _parse_net_or_solver(text, file, lenient, schema)

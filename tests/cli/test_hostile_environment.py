@@ -271,9 +271,9 @@ def test_exit_codes_are_in_every_help():
 
 
 def test_more_layers_than_any_net_are_refused_before_the_parse(tmp_path):
-    # 200,001 one-line layers (11 MB): under the size limit, but past what the pipeline
+    # 50,001 one-line layers (3 MB): under the size limit, but past what the pipeline
     # plans in bounded memory; refused by a scan, not after parsing them all.
     net = tmp_path / "net.prototxt"
-    net.write_text('input: "x" input_shape { dim: 1 }\n' + 'layer { name: "r" type: "ReLU" bottom: "x" top: "x" }\n' * 200_001)
+    net.write_text('input: "x" input_shape { dim: 1 }\n' + 'layer { name: "r" type: "ReLU" bottom: "x" top: "x" }\n' * 50_001)
     result = run("analyze", net)
-    assert result.exit_code == 2 and "200001 layer blocks; caffemem plans nets of up to 200,000 layers" in one_error_line(result)
+    assert result.exit_code == 2 and "50001 layer blocks; caffemem plans nets of up to 50,000 layers" in one_error_line(result)

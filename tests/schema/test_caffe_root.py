@@ -303,6 +303,30 @@ def test_a_field_the_fork_types_otherwise_refuses_a_net_that_sets_it_naming_file
     )
 
 
+PLAIN_NET = """name: "plain"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 2 kernel_size: 1 } }
+"""
+
+
+@needs_protoc
+@pytest.mark.parametrize(
+    ("old", "new", "refused"),
+    [
+        ("optional uint32 num_output = 1; // The number of outputs for the layer", "optional float num_output = 1;", ": sets ConvolutionParameter.num_output, which the fork's caffe.proto declares otherwise than caffemem's ("),
+        ("optional string name = 1; // the layer name", "optional int32 name = 1;", ":2:15: name: Couldn't parse integer: \"data\""),  # the fork's own parse refuses it
+    ],
+)
+def test_a_field_the_fork_retypes_is_refused_in_a_net_of_caffemems_fields_only(tmp_path, cache, old, new, refused):
+    # Issue 31, item 18: a net using none of the fork's own fields took the fast reader,
+    # which reads caffemem's schema only: `num_output: 2` under a fork that makes it a
+    # float, or a layer name under a fork that makes it an int32, went through unrefused.
+    root = fork_retyping(tmp_path / "fork", old, new)
+    net = tmp_path / "plain.prototxt"
+    net.write_text(PLAIN_NET)
+    assert refusal("analyze", net, "--caffe-root", root).startswith(f"caffemem: error: {net}{refused}")
+
+
 @needs_protoc
 def test_a_field_the_fork_types_otherwise_is_no_matter_to_a_net_that_does_not_set_it(tmp_path, cache, net, rule):
     # senlinuc/caffe_ocr (src/caffe/proto/caffe.proto) makes Datum.label repeated, for its
