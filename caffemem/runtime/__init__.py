@@ -384,14 +384,15 @@ def _check_writable(root: Path, paths: list[str]) -> None:
 
 def _link_on(root: Path, rel: str) -> str | None:
     """The first part of ``rel`` below ``root`` that is a symbolic link (tree-relative;
-    None: none; the walk ends at a part that does not exist)."""
+    None: none; the walk ends at a part that does not exist, or under a file: _plan names
+    what is missing)."""
     part = root
     for name in Path(rel).parts:
         part = part / name
         try:
             if stat.S_ISLNK(os.lstat(part).st_mode):
                 return part.relative_to(root).as_posix()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
             raise CaffememError(f"{part}: cannot stat it ({e.strerror}); nothing was changed") from e
