@@ -54,3 +54,16 @@ def test_a_conflict_writes_nothing(tmp_path):
     with pytest.raises(CaffememError, match=r"sub/b.hpp: .* occurs 2 times"):
         apply_edits_file(root, root / "fix.edits")
     assert (root / "a.cpp").read_text() == "void f() {\n  int x = old();\n}\n"
+
+
+def test_a_linked_file_is_refused_and_nothing_written(tmp_path):
+    """Issue 31: never write through a link, nor in place of one."""
+    (tmp_path / "tree").mkdir()
+    root = _tree(tmp_path / "tree")
+    outside = tmp_path / "outside.hpp"
+    (root / "sub" / "b.hpp").rename(outside)
+    (root / "sub" / "b.hpp").symlink_to(outside)
+    with pytest.raises(CaffememError, match=r"sub/b.hpp: a symbolic link; caffemem patch never writes through a link"):
+        apply_edits_file(root, root / "fix.edits")
+    assert outside.read_text() == "#define B 1\n"
+    assert (root / "a.cpp").read_text() == "void f() {\n  int x = old();\n}\n"

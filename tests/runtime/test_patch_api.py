@@ -166,3 +166,108 @@ def test_a_tree_patched_by_an_older_caffemem_is_named_and_left_alone(bvlc, prist
     with pytest.raises(CaffememError):
         runtime.apply_patch(bvlc)
     assert _snapshot(bvlc) == before
+
+
+# ----------------------------------------------------------------------------- links (issue 31)
+# Nothing is written through a link or in place of one: a tree where a file `patch` or
+# `--revert` writes, or a folder on its path, is a symbolic link is refused before anything
+# is written, naming the link.  The tree's root may be a link (the user's choice).
+
+
+def _link_out(tree: Path, rel: str, outside: Path) -> Path:
+    """Move ``rel`` out of the tree to ``outside`` and leave a symbolic link to it in its place."""
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    (tree / rel).rename(outside)
+    (tree / rel).symlink_to(outside)
+    return outside
+
+
+def _refused_link(tree: Path, rel: str, kind: str = "file") -> str:
+    return (
+        f"caffemem: error: {tree / rel}: a symbolic link; caffemem patch never writes through a link or in place of one: "
+        f"replace it by a copy of the {kind} it points to, then run it again (nothing was written)\n"
+    )
+
+
+def test_patch_refuses_a_linked_file_and_writes_nothing(bvlc, tmp_path):
+    outside = _link_out(bvlc, "src/caffe/net.cpp", tmp_path / "elsewhere" / "net.cpp")
+    kept, before = outside.read_bytes(), _snapshot(bvlc)
+    result = patch(str(bvlc))
+    assert (result.exit_code, result.output) == (2, _refused_link(bvlc, "src/caffe/net.cpp"))
+    assert (bvlc / "src/caffe/net.cpp").is_symlink() and outside.read_bytes() == kept
+    assert _snapshot(bvlc) == before
+
+
+def test_revert_refuses_a_linked_file_rather_than_turning_it_into_a_regular_file(bvlc, tmp_path):
+    """Issue 31, item 14: `--revert` replaced the link by a regular file."""
+    runtime.apply_patch(bvlc)
+    outside = _link_out(bvlc, "src/caffe/net.cpp", tmp_path / "elsewhere" / "net.cpp")
+    kept, before = outside.read_bytes(), _snapshot(bvlc)
+    result = patch(str(bvlc), "--revert")
+    assert (result.exit_code, result.output) == (2, _refused_link(bvlc, "src/caffe/net.cpp"))
+    assert (bvlc / "src/caffe/net.cpp").is_symlink() and outside.read_bytes() == kept
+    assert _snapshot(bvlc) == before
+
+
+def test_patch_refuses_a_linked_folder_where_it_adds_a_file_and_writes_nothing_there(bvlc, tmp_path):
+    """src/caffe/util -> a folder outside: mem_slots.cpp was created in that folder."""
+    outside = _link_out(bvlc, "src/caffe/util", tmp_path / "elsewhere" / "util")
+    listing, before = sorted(p.name for p in outside.iterdir()), _snapshot(bvlc)
+    result = patch(str(bvlc))
+    assert (result.exit_code, result.output) == (2, _refused_link(bvlc, "src/caffe/util", "folder"))
+    assert sorted(p.name for p in outside.iterdir()) == listing
+    assert _snapshot(bvlc) == before
+
+
+def test_patch_refuses_a_dangling_link_where_it_adds_a_file(bvlc, tmp_path):
+    (bvlc / "include/caffe/util/mem_slots.hpp").symlink_to(tmp_path / "nowhere.hpp")
+    result = patch(str(bvlc))
+    assert (result.exit_code, result.output) == (2, _refused_link(bvlc, "include/caffe/util/mem_slots.hpp"))
+    assert (bvlc / "include/caffe/util/mem_slots.hpp").is_symlink() and not (tmp_path / "nowhere.hpp").exists()
+
+
+def test_a_tree_whose_root_is_a_link_is_patched_and_reverted(bvlc, tmp_path):
+    original = _snapshot(bvlc)
+    (tmp_path / "caffe-link").symlink_to(bvlc)
+    assert patch(str(tmp_path / "caffe-link")).exit_code == 0
+    assert runtime.patch_status(bvlc).applied
+    assert patch(str(tmp_path / "caffe-link"), "--revert").exit_code == 0
+    assert _snapshot(bvlc) == original
+
+
+def test_a_file_hard_linked_outside_the_tree_is_replaced_never_written_in_place(bvlc, tmp_path):
+    outside = tmp_path / "net.cpp.hardlink"
+    outside.hardlink_to(bvlc / "src/caffe/net.cpp")
+    kept = outside.read_bytes()
+    assert patch(str(bvlc)).exit_code == 0
+    assert outside.read_bytes() == kept and (bvlc / "src/caffe/net.cpp").read_bytes() != kept
+    assert patch(str(bvlc), "--revert").exit_code == 0
+    assert outside.read_bytes() == kept == (bvlc / "src/caffe/net.cpp").read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["hard link", "symbolic link"])
+def test_a_temporary_file_planted_in_the_tree_is_removed_never_written_into(bvlc, tmp_path, kind):
+    """The temporary file that becomes net.cpp has a fixed name (a killed run's is found and
+    removed): one planted there as a hard link to a file outside was truncated and
+    written; as a symbolic link it made the run fail."""
+    victim = tmp_path / "precious.txt"
+    victim.write_bytes(b"keep me\n")
+    planted = bvlc / "src/caffe/.net.cpp.caffemem-tmp"
+    planted.hardlink_to(victim) if kind == "hard link" else planted.symlink_to(victim)
+    result = patch(str(bvlc))
+    assert result.exit_code == 0, result.output
+    assert victim.read_bytes() == b"keep me\n"
+    assert not planted.exists() and not planted.is_symlink()
+    assert runtime.patch_status(bvlc).applied
+
+
+def test_a_link_swapped_in_after_the_check_is_not_written_through(bvlc, tmp_path, monkeypatch):
+    """The check (lstat) and the writing are two moments: a folder turned into a link in
+    between is met by the writing's own walk (O_NOFOLLOW), which fails; the tree is put back."""
+    monkeypatch.setattr(runtime, "_refuse_links", lambda root, paths: None)  # the link comes after the check
+    outside = _link_out(bvlc, "src/caffe/util", tmp_path / "elsewhere" / "util")
+    listing, before = sorted(p.name for p in outside.iterdir()), _snapshot(bvlc)
+    with pytest.raises(CaffememError, match=rf"^{bvlc}/src/caffe/util: a symbolic link \(caffemem patch never writes through one\); the tree was restored, nothing changed$"):
+        runtime.apply_patch(bvlc)
+    assert sorted(p.name for p in outside.iterdir()) == listing
+    assert _snapshot(bvlc) == before and not (bvlc / ".caffemem-patch.journal").exists()

@@ -9,6 +9,9 @@ master, so that each of the ~100 runs copies and hashes a few hundred KiB."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -109,11 +112,11 @@ def test_a_run_makes_one_put_per_file_and_one_for_the_journal(small, states, tmp
     tree = _copy(small, tmp_path, "count")
     calls = []
     put = runtime._put
-    monkeypatch.setattr(runtime, "_put", lambda *args: (calls.append(args[0]), put(*args)))
+    monkeypatch.setattr(runtime, "_put", lambda *args: (calls.append(args[:2]), put(*args)))
     runtime.apply_patch(tree)
-    # the journal, then each edited file and each new one (BVLC, patch v2: 1 + 20 + 3)
-    assert len(calls) == puts and calls[0] == tree / JOURNAL
-    assert sorted(str(c.relative_to(tree)) for c in calls[1:]) == sorted({e.path for e in runtime._read_edits(runtime.Flavour.BVLC)} | set(runtime._new_files(runtime.Flavour.BVLC)))
+    # the journal, then each edited file and each new one, all below the tree
+    assert len(calls) == puts and calls[0] == (tree, JOURNAL) and {root for root, _ in calls} == {tree}
+    assert sorted(rel for _, rel in calls[1:]) == sorted({e.path for e in runtime._read_edits(runtime.Flavour.BVLC)} | set(runtime._new_files(runtime.Flavour.BVLC)))
 
 
 def test_ctrl_c_at_any_step_of_patch_leaves_the_original_bytes(small, states, tmp_path, monkeypatch):
@@ -253,3 +256,150 @@ def test_ctrl_c_from_outside_while_the_journal_exists_leaves_the_tree_whole(smal
     _, stderr = proc.communicate(timeout=120)
     assert (proc.returncode, snapshot(tree)) in ((130, original), (0, patched), (130, patched)), stderr
     assert "Traceback" not in stderr
+
+
+# ----------------------------------------------------------------------------- crafted journals (issue 31)
+# A journal is untrusted input (the tree may come from anyone: a pull request a CI job
+# checks out): one that names a file the patch does not write, goes through a link, gives
+# a mode with special bits, or bytes the patch's own files or edits do not match, is
+# refused by `patch`, `--revert` and `--check` alike: exit 2, one line naming the journal,
+# nothing written, and no advice to run `patch` or `--revert` on it.
+
+COMMANDS = [("--revert",), (), ("--check",)]
+
+
+def _refused(tree: Path, problem: str) -> str:
+    return f"caffemem: error: {tree / JOURNAL}: {problem}; nothing was written: restore the tree from its source, then delete the journal\n"
+
+
+def _write_journal(tree: Path, *files: dict) -> None:
+    (tree / JOURNAL).write_text(json.dumps({"caffemem patch journal": 1, "files": list(files)}))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=["revert", "patch", "check"])
+def test_a_crafted_journal_writing_through_a_link_outside_the_tree_is_refused(small, tmp_path, args):
+    """Issue 31, item 2: the entry was written through evil_link, setuid, with exit 0."""
+    tree = _copy(small, tmp_path, "evil")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tree / "evil_link").symlink_to(outside)
+    _write_journal(tree, {"path": "evil_link/pwned.sh", "before": _b64(b"#!/bin/sh\necho pwned\n"), "after": None, "mode": 2541})
+    before = snapshot(tree)
+    result = patch(str(tree), *args)
+    assert (result.exit_code, result.output) == (2, _refused(tree, "names 'evil_link/pwned.sh', a file caffemem patch never writes"))
+    assert list(outside.iterdir()) == [] and snapshot(tree) == before
+
+
+def test_a_journal_naming_a_file_of_the_patch_through_a_linked_folder_is_refused(small, tmp_path):
+    """A genuine-looking entry of a revert (caffemem's own mem_slots.cpp put back) whose
+    folder is a link to a folder outside."""
+    tree = _copy(small, tmp_path, "linked-folder")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tree / "src/caffe/util").rmdir()
+    (tree / "src/caffe/util").symlink_to(outside)
+    ours = runtime._new_files(runtime.Flavour.BVLC)["src/caffe/util/mem_slots.cpp"]
+    _write_journal(tree, {"path": "src/caffe/util/mem_slots.cpp", "before": _b64(ours), "after": None, "mode": 0o644})
+    for args in COMMANDS:
+        result = patch(str(tree), *args)
+        assert (result.exit_code, result.output) == (2, _refused(tree, "names src/caffe/util/mem_slots.cpp, but src/caffe/util is a symbolic link (caffemem patch never writes through one)")), args
+    assert list(outside.iterdir()) == []
+
+
+def _genuine(small: Path, tmp_path: Path, name: str) -> tuple[Path, dict]:
+    """A tree whose patch run was killed after the journal and 2 files: its journal, read."""
+    tree = _copy(small, tmp_path, name)
+    _killed_at(tree, 3, "after", runtime.apply_patch)
+    return tree, json.loads((tree / JOURNAL).read_text())
+
+
+def _entry(document: dict, path: str) -> dict:
+    return next(f for f in document["files"] if f["path"] == path)
+
+
+def _setuid(document: dict) -> str:
+    _entry(document, "src/caffe/net.cpp")["mode"] = 0o4755
+    return "gives src/caffe/net.cpp mode 0o4755, not a plain file mode (caffemem patch writes permission bits only)"
+
+
+def _new_file_with_other_bytes(document: dict) -> str:
+    entry = _entry(document, "include/caffe/util/mem_slots.hpp")
+    entry["before"], entry["after"] = _b64(b"#error not caffemem's\n"), None
+    return "gives include/caffe/util/mem_slots.hpp bytes that are not caffemem's own file"
+
+
+def _new_file_said_to_be_other_bytes(document: dict) -> str:
+    _entry(document, "include/caffe/util/mem_slots.hpp")["after"] = hashlib.sha256(b"other").hexdigest()
+    return "gives include/caffe/util/mem_slots.hpp bytes that are not caffemem's own file"
+
+
+def _edited_file_with_other_bytes(document: dict) -> str:
+    _entry(document, "src/caffe/net.cpp")["before"] = _b64(b'int main() { return system("id"); }\n')
+    return "gives src/caffe/net.cpp bytes that the patch's edits do not turn into what it says was written there"
+
+
+def _edited_file_removed(document: dict) -> str:
+    _entry(document, "src/caffe/net.cpp")["after"] = None
+    return "gives src/caffe/net.cpp bytes that the patch's edits do not turn into what it says was written there"
+
+
+def _twice(document: dict) -> str:
+    document["files"].append(dict(_entry(document, "src/caffe/net.cpp")))
+    return "names src/caffe/net.cpp twice"
+
+
+def _mode_as_text(document: dict) -> str:
+    _entry(document, "src/caffe/net.cpp")["mode"] = "0644"
+    return "the journal of an interrupted caffemem patch run, but unreadable (an entry's mode is not an integer)"
+
+
+def _not_a_journal(document: dict) -> str:
+    document.pop("caffemem patch journal")
+    return "the journal of an interrupted caffemem patch run, but unreadable (not a caffemem patch journal)"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [_setuid, _new_file_with_other_bytes, _new_file_said_to_be_other_bytes, _edited_file_with_other_bytes, _edited_file_removed, _twice, _mode_as_text, _not_a_journal],
+)
+def test_a_tampered_journal_is_refused_by_every_command_and_nothing_written(small, tmp_path, tamper):
+    tree, document = _genuine(small, tmp_path, tamper.__name__)
+    problem = tamper(document)
+    (tree / JOURNAL).write_text(json.dumps(document))
+    before = snapshot(tree)
+    for args in COMMANDS:
+        result = patch(str(tree), *args)
+        assert (result.exit_code, result.output) == (2, _refused(tree, problem)), args
+    assert snapshot(tree) == before
+
+
+def test_a_journal_that_is_a_symbolic_link_is_refused(small, tmp_path):
+    tree, _ = _genuine(small, tmp_path, "journal-link")
+    (tree / JOURNAL).rename(tmp_path / "elsewhere.journal")
+    (tree / JOURNAL).symlink_to(tmp_path / "elsewhere.journal")
+    before = snapshot(tree)
+    for args in COMMANDS:
+        result = patch(str(tree), *args)
+        assert (result.exit_code, result.output) == (2, _refused(tree, "a symbolic link, not a journal caffemem wrote")), args
+    assert snapshot(tree) == before and (tree / JOURNAL).is_symlink()
+
+
+def test_a_dangling_link_in_place_of_the_journal_is_refused_not_replaced(small, tmp_path):
+    tree = _copy(small, tmp_path, "journal-dangling")
+    (tree / JOURNAL).symlink_to(tmp_path / "nowhere")
+    before = snapshot(tree)
+    result = patch(str(tree))
+    assert (result.exit_code, result.output) == (2, _refused(tree, "a symbolic link, not a journal caffemem wrote"))
+    assert snapshot(tree) == before and (tree / JOURNAL).is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_a_journal_that_is_a_fifo_is_refused_without_waiting(small, tmp_path):
+    tree = _copy(small, tmp_path, "journal-fifo")
+    os.mkfifo(tree / JOURNAL)
+    proc = subprocess.run([sys.executable, "-m", "caffemem", "patch", str(tree), "--check"], capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"caffemem: error: {tree / JOURNAL}: is a FIFO (named pipe), not a journal of caffemem patch: save it to a regular file first\n"
