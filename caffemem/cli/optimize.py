@@ -63,7 +63,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     """
     from caffemem.api.optimize import OptimizeSettings, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
-    from caffemem.errors import CaffememError, Location
+    from caffemem.errors import CaffememError, Location, one_line
     from caffemem.prototxt.write import STDOUT, encode_exact, read_exact, write_output
     from caffemem.report.document import optimize_json
     from caffemem.report.terminal import print_optimize
@@ -88,7 +88,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
             totals = phase.totals()
             click.echo(
                 f"caffemem: the {phase.strategy} plan of {phase.phase} holds {mib(totals['planned'])} {where}, more than stock Caffe's "
-                f"{mib(totals['stock'])}: nothing written ({net}). --strategy auto never plans above stock Caffe.",
+                f"{mib(totals['stock'])}: nothing written ({one_line(net)}). --strategy auto never plans above stock Caffe.",
                 err=True,
             )
         sys.exit(EXIT_FINDING)
@@ -102,20 +102,20 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
                 unsafe = [p.phase for p in result.phases if not p.fork_safe]
                 click.echo(
                     f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(unsafe)} "
-                    f"(its plan fails caffemem's verifier: {net}), and keeping blobs private does not make it safe; nothing written. "
+                    f"(its plan fails caffemem's verifier: {one_line(net)}), and keeping blobs private does not make it safe; nothing written. "
                     "Write caffemem's verified slot table instead (--target caffemem, run by `caffemem patch`).",
                     err=True,
                 )
                 sys.exit(EXIT_FINDING)
             if added:
                 exclude_written = result.exclude + added
-                click.echo(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
+                click.echo(one_line(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)"), err=True)
         original = result.inplace.text if result.inplace is not None else read_exact(net)
         text = written_text(result, options, original, exclude_written, target)
         if batch is not None and target == "caffemem":
             check_written(text, output, options)
         for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
-            click.echo(f"caffemem: note: {note}", err=True)
+            click.echo(one_line(f"caffemem: note: {note}"), err=True)
         write_output(output, encode_exact(text), inputs=inputs_read, may_replace=net if in_place_file else None)
     if plan_json is not None:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
@@ -127,7 +127,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     report_to_stderr = STDOUT in (output, plan_json, html_file)  # standard output carries the file
     print_optimize(result, console(stderr=report_to_stderr))
     if output and output != STDOUT:
-        click.echo(f"wrote {output}")
+        click.echo(one_line(f"wrote {output}"))
 
 
 def check_written(text: str, output: str, options) -> None:
