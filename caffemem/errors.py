@@ -51,8 +51,14 @@ def excerpt(text: str, limit: int = 80) -> str:
 
 
 def one_line(text: str) -> str:
-    """Control characters (a newline in a layer name, a terminal escape) written as escapes,
-    so a message stays one line on the terminal it is printed to."""
+    """User text as a terminal shows it: every character Python does not call printable
+    (C0 and C1 controls, DEL, the bidi overrides and every other format character,
+    separators other than the space, lone surrogates) written as its escape, ``\\x1b``,
+    ``\\r``, ``\\u202e``.  A name then cannot move the cursor, overprint a line, set a
+    hyperlink or the clipboard, or reorder what follows it, and a message stays one line.
+    The one way every report and message shows a name from the user's files."""
+    if text.isprintable():
+        return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 

@@ -143,7 +143,7 @@ def say(line: str) -> None:
     stderr only loses the line, the exit code stays.  A Ctrl-C now cannot add a line."""
     ignore_late_interrupts()
     with contextlib.suppress(OSError, ValueError):
-        click.echo(line, err=True)
+        click.echo(one_line(line), err=True)  # a path or a name in it cannot add a line or an escape
 
 
 def interrupted() -> None:
@@ -213,14 +213,15 @@ def _quiet_stdout() -> None:
 
 def console(stderr: bool = False):
     """A rich Console whose closed pipe ends the run with 0, like any other write
-    (rich's own handler exits with 1)."""
+    (rich's own handler exits with 1), and that prints a name like ``:smile:`` as written
+    (no emoji codes; markup in names is escaped by report.terminal.markup)."""
     from rich.console import Console
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
             raise BrokenPipeError
 
-    return _Console(stderr=stderr)
+    return _Console(stderr=stderr, emoji=False)
 
 
 def _remember_max_input(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -375,7 +376,9 @@ def progress(message: str) -> Iterator[None]:
     if not sys.stderr.isatty():
         yield
         return
-    with console(stderr=True).status(message):
+    from rich.text import Text
+
+    with console(stderr=True).status(Text(one_line(message))):  # a path's "[/]" is text, not markup
         yield
 
 

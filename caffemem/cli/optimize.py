@@ -63,7 +63,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     """
     from caffemem.api.optimize import RECOMPUTE_NOT_WITH_FORK, OptimizeSettings, fork_losing_phases, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
-    from caffemem.errors import CaffememError, Location
+    from caffemem.errors import CaffememError, Location, one_line
     from caffemem.prototxt.write import STDOUT, encode_exact, read_exact, write_output
     from caffemem.report.document import optimize_json
     from caffemem.report.terminal import print_optimize
@@ -88,7 +88,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
             totals = phase.totals()
             click.echo(
                 f"caffemem: the {phase.strategy} plan of {phase.phase} holds {mib(totals['planned'])} {where}, more than stock Caffe's "
-                f"{mib(totals['stock'])}: nothing written ({net}). --strategy auto never plans above stock Caffe.",
+                f"{mib(totals['stock'])}: nothing written ({one_line(net)}). --strategy auto never plans above stock Caffe.",
                 err=True,
             )
         sys.exit(EXIT_FINDING)
@@ -102,17 +102,17 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
                 unsafe = [p.phase for p in result.phases if not p.fork_safe]
                 click.echo(
                     f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(unsafe)} "
-                    f"(its plan fails caffemem's verifier: {net}), and keeping blobs private does not make it safe; nothing written. "
+                    f"(its plan fails caffemem's verifier: {one_line(net)}), and keeping blobs private does not make it safe; nothing written. "
                     "Write caffemem's verified slot table instead (--target caffemem, run by `caffemem patch`).",
                     err=True,
                 )
                 sys.exit(EXIT_FINDING)
             if added:
                 exclude_written = result.exclude + added
-                click.echo(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
+                click.echo(one_line(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)"), err=True)
             fork_off = fork_losing_phases(result, options, exclude_written)
             if len(fork_off) == len(result.phases):
-                click.echo(f"caffemem: the fork's own optimizer would hold more than stock Caffe in {' and '.join(fork_off)} ({net}); nothing written", err=True)
+                click.echo(one_line(f"caffemem: the fork's own optimizer would hold more than stock Caffe in {' and '.join(fork_off)} ({net}); nothing written"), err=True)
                 sys.exit(EXIT_FINDING)
             for losing, (figure, stock) in fork_off.items():
                 click.echo(f"caffemem: the fork's own optimizer would hold {mib(figure)} in {losing}, more than stock Caffe's {mib(stock)}: left off there (optimize_{losing.lower()}: false)", err=True)
@@ -121,7 +121,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         if batch is not None and target == "caffemem":
             check_written(text, net, output, options)
         for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
-            click.echo(f"caffemem: note: {note}", err=True)
+            click.echo(one_line(f"caffemem: note: {note}"), err=True)
         write_output(output, encode_exact(text), inputs=inputs_read, may_replace=net if in_place_file else None)
     if plan_json is not None:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")
@@ -133,7 +133,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     report_to_stderr = STDOUT in (output, plan_json, html_file)  # standard output carries the file
     print_optimize(result, console(stderr=report_to_stderr))
     if output and output != STDOUT:
-        click.echo(f"wrote {output}")
+        click.echo(one_line(f"wrote {output}"))
 
 
 def check_written(text: str, net: str, output: str, options) -> None:

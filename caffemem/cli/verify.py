@@ -12,6 +12,7 @@ import sys
 import click
 
 from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, reports_errors
+from caffemem.errors import one_line
 from caffemem.units import plural
 
 # The flags that override what the plan records it was made for (api/verify.py RECORDED),
@@ -49,17 +50,17 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
     options = options_from(phase, stages, level, inputs, layers_file, lenient, dtype, batch, engine)
     label = plan or net
     verdicts = verify(net, plan, options, explicit=given)
-    for verdict in verdicts:  # the answer first: one verdict per phase, with its batch
-        click.echo(f"{label}: {verdict_line(verdict)}")
+    lines = [f"{label}: {verdict_line(verdict)}" for verdict in verdicts]  # the answer first: one verdict per phase, with its batch
     for verdict in verdicts:
         if verdict.made_for is not None:
-            click.echo(f"{label}: {verdict.phase}: planned for {verdict.made_for.describe()}")
-        click.echo(f"{label}: {verdict.phase}: checked at {verdict.checked_at}")
-        for note in verdict.notes:
-            click.echo(f"{label}: {verdict.phase}: note: {note}")
+            lines.append(f"{label}: {verdict.phase}: planned for {verdict.made_for.describe()}")
+        lines.append(f"{label}: {verdict.phase}: checked at {verdict.checked_at}")
+        lines += [f"{label}: {verdict.phase}: note: {note}" for note in verdict.notes]
         for violation in verdict.violations:
             said = f"the patched Caffe stops at Net::Init: {violation.message}" if violation.step_name == "Net::Init" else str(violation)
-            click.echo(f"{label}: {verdict.phase}: {said}")
+            lines.append(f"{label}: {verdict.phase}: {said}")
+    for line in lines:  # names from the net and the record, shown as one_line shows them: a CR in one cannot overprint a verdict
+        click.echo(one_line(line))
     if not all(verdict.safe for verdict in verdicts):
         sys.exit(EXIT_FINDING)
 

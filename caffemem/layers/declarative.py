@@ -29,7 +29,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (a dependency there)
     import tomli as tomllib  # type: ignore[no-redef]
 
-from caffemem.errors import CaffememError, Location, NeedsInput, excerpt
+from caffemem.errors import CaffememError, Location, NeedsInput, excerpt, one_line
 from caffemem.graph import LayerShapes, Shape
 from caffemem.layers.registry import Arity, LayerSpec, ShapeQuery
 from caffemem.prototxt.read import read_input
@@ -312,7 +312,7 @@ def layer_skeleton(type_name: str, layers: list, root: Any) -> str:
         lines.append("data = true  # its tops' shapes come from --input NAME=d0,d1,...")
     else:
         lines.append("top = [" + ", ".join('"like bottom 0"' for _ in range(tops[-1])) + "]  # a placeholder: replace with each top's real shape")
-    return "\n".join(lines) + "\n"
+    return "".join(one_line(line) + "\n" for line in lines)  # a newline in a path of the tree cannot end a comment
 
 
 def _given(message: Any, name: str) -> str:

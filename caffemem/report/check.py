@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from caffemem._version import __version__
 from caffemem.api.check import Report, Row, change_percent, signed
+from caffemem.errors import one_line
 from caffemem.report.schemas import schema_version
 from caffemem.units import mib
 
@@ -31,10 +32,12 @@ def render_text(report: Report, width: int = 160, color: bool = False) -> str:
     from rich.console import Console
     from rich.table import Table
 
+    from caffemem.report.terminal import markup
+
     out = io.StringIO()
-    console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False)
+    console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False, emoji=False)
     compared = report.gate.baseline is not None
-    console.print(report.summary())
+    console.print(markup(report.summary()))
     table = Table(title="caffemem check", header_style="bold")
     for column in ("file", "phase", "batch", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
         table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
@@ -42,9 +45,9 @@ def render_text(report: Report, width: int = 160, color: bool = False) -> str:
     style = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
     for row in report.rows:
         baseline = (_cell(row.baseline_bytes), _change(row)) if compared else ()
-        table.add_row(row.file, row.label, "" if row.batch is None else str(row.batch), _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", row.message)
+        table.add_row(markup(row.file), row.label, "" if row.batch is None else str(row.batch), _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", markup(row.message))
     console.print(table)
-    console.print(report.summary())
+    console.print(markup(report.summary()))
     return out.getvalue()
 
 
@@ -81,22 +84,34 @@ def render_json(report: Report) -> str:
     return json.dumps(document, indent=1) + "\n"
 
 
-def _markdown_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+# GitHub Markdown (GFM) reads these inside a table cell: a backslash escape, a code span,
+# emphasis, strikethrough, a link or an image, a cell's end, math.  Each is written
+# backslash-escaped (CommonMark: any ASCII punctuation may be), which shows it as itself.
+_MARKDOWN_SPECIAL = frozenset("\\`*_~[]|$")
+_MARKDOWN_REPLACED = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "@": "@\u200d"}
+
+
+def markdown_text(text: str) -> str:
+    """User text (a file, a message quoting a layer) as Markdown that shows it as written,
+    for a pull-request comment or a job summary: one line (errors.one_line), no raw HTML
+    (``<`` as ``&lt;``), no link, image or emphasis, no ``|`` ending a table cell, and no
+    ``@mention`` (a zero-width joiner after each ``@``: GitHub links and notifies
+    ``@name`` only when a letter or digit follows the ``@``)."""
+    return "".join(_MARKDOWN_REPLACED.get(ch) or (f"\\{ch}" if ch in _MARKDOWN_SPECIAL else ch) for ch in one_line(text))
 
 
 def render_markdown(report: Report) -> str:
     """A pull-request comment: the summary line, then a table with ✅/❌ per row."""
     icon = "✅" if report.exit_code == 0 else "❌"
     lines = [
-        f"{icon} **{report.summary()}**",
+        f"{icon} **{markdown_text(report.summary())}**",
         "",
         "| | file | phase | bytes | budget | baseline | change | note |",
         "|---|---|---|--:|--:|--:|--:|---|",
     ]
     for row in report.rows:
-        cells = ["✅" if row.ok else "❌", f"`{row.file}`", row.label, _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), row.message]
-        lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
+        cells = ["✅" if row.ok else "❌", markdown_text(row.file), row.label, _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), markdown_text(row.message)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -111,7 +126,10 @@ GITHUB_TITLES = {
 
 
 def _github_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message: one line (errors.one_line: no CR or LF, so no name
+    can start a line, and with it a command of its own; no terminal escape in the log),
+    and ``%`` escaped as the runner decodes it (%25)."""
+    return one_line(text).replace("%", "%25")
 
 
 def _github_property(text: str) -> str:
@@ -128,13 +146,14 @@ def render_github(report: Report) -> str:
         level = "error" if not row.ok else "notice"
         title = f"caffemem: {row.label} {GITHUB_TITLES[row.status]}" if row.phase else f"caffemem: {GITHUB_TITLES[row.status]}"
         lines.append(f"::{level} file={_github_property(row.at_file)},line={row.line},title={_github_property(title)}::{_github_data(row.message)}")
-    lines.append(report.summary())
+    lines.append(one_line(report.summary()))
     return "\n".join(lines) + "\n"
 
 
 def render_junit(report: Report) -> str:
     """A JUnit XML report: one testcase per net and phase (a failure when it is over the
-    budget or grew, an error for bad input)."""
+    budget or grew, an error for bad input).  Names are written as errors.one_line shows
+    them: XML 1.0 has no way to write most control characters, escaped or not."""
     suite = ElementTree.Element(
         "testsuite",
         name="caffemem check",
@@ -145,13 +164,14 @@ def render_junit(report: Report) -> str:
         time="0",
     )
     for row in report.rows:
-        case = ElementTree.SubElement(suite, "testcase", classname=row.file, name=row.label, file=row.at_file, line=str(row.line), time="0")
+        message = one_line(row.message)
+        case = ElementTree.SubElement(suite, "testcase", classname=one_line(row.file), name=row.label, file=one_line(row.at_file), line=str(row.line), time="0")
         if row.status == "error":
-            ElementTree.SubElement(case, "error", message=row.message, type="bad-input").text = row.message
+            ElementTree.SubElement(case, "error", message=message, type="bad-input").text = message
         elif not row.ok:
-            ElementTree.SubElement(case, "failure", message=row.message, type=row.status).text = row.message
-        elif row.message:
-            ElementTree.SubElement(case, "system-out").text = f"{row.status}: {row.message}"
+            ElementTree.SubElement(case, "failure", message=message, type=row.status).text = message
+        elif message:
+            ElementTree.SubElement(case, "system-out").text = f"{row.status}: {message}"
     root = ElementTree.Element("testsuites", name="caffemem", tests=suite.get("tests", "0"), failures=suite.get("failures", "0"), errors=suite.get("errors", "0"))
     root.append(suite)
     ElementTree.indent(root)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from caffemem.api.fit import FitResult
+from caffemem.errors import one_line
 from caffemem.report.schemas import schema_version
 from caffemem.units import format_size, mib_gib
 
@@ -53,7 +54,8 @@ def _figure(n: int) -> str:
 def fit_lines(result: FitResult) -> list[str]:
     """The answer for a person, first: the batch per GPU and what it needs (then the
     effective batch's schedule when asked); then the budget, the next batch's bytes, the
-    per-sample figures and how the batch was found."""
+    per-sample figures and how the batch was found.  Each line as errors.one_line shows
+    it (the net's path, a batch's error and the notes quote the user's files)."""
     request, search, subject = result.request, result.search, result.subject
     counted = "caffemem optimize's plan" if request.optimized else "stock Caffe"
     what = "training process (solver)" if subject.kind == "solver" else f"{subject.phase} net"
@@ -64,7 +66,7 @@ def fit_lines(result: FitResult) -> list[str]:
     head = f"{result.path}: {what}, {counted}"
     if not result.fits:
         needed = result.at(1).bytes or 0
-        return [f"{head}: nothing fits: batch 1 needs {_figure(needed)}, {format_size(needed - request.budget)} more than the budget", budget] + [f"note: {note}" for note in result.notes]
+        return [one_line(line) for line in [f"{head}: nothing fits: batch 1 needs {_figure(needed)}, {format_size(needed - request.budget)} more than the budget", budget] + [f"note: {note}" for note in result.notes]]
     lines = [f"{head}: largest batch per GPU {search.batch}, needs {_figure(result.bytes or 0)}"]
     schedule = result.schedule
     if schedule is not None and (request.effective_batch is not None or schedule.gpus > 1):  # else it is the batch itself
@@ -83,7 +85,7 @@ def fit_lines(result: FitResult) -> list[str]:
     found = "confirmed" if search.guess == search.batch else "searched"
     guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
     lines.append(f"  found by: {guess}{found} with {len(result.evaluations)} exact evaluations, at {search.batch} and {search.batch + 1} among them")
-    return lines + [f"note: {note}" for note in result.notes]
+    return [one_line(line) for line in lines + [f"note: {note}" for note in result.notes]]
 
 
 def nothing_fits_message(result: FitResult) -> str:

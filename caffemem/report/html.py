@@ -575,9 +575,17 @@ def chart_data(section: Section) -> dict[str, Any]:
     }
 
 
+# Inside <script>, "</script" ends the element and "<!--" changes how the rest is parsed
+# (HTML's script data escape states); U+2028/U+2029 end a line of JavaScript.  JSON's
+# \u escapes write them with no "<" at all and parse back to the same string.
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _json_for_script(document: dict[str, Any]) -> str:
-    """JSON that cannot end its <script> element early."""
-    return json.dumps(document, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    """JSON that cannot end its <script> element early and parses back to ``document``
+    (the page's script reads it with JSON.parse): outside strings JSON has none of these
+    characters, so each is escaped where it stands."""
+    return json.dumps(document, separators=(",", ":")).translate(_SCRIPT_SAFE)
 
 
 def _section_html(section: Section) -> str:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.console import Console
+from rich.markup import escape as escape_markup
 from rich.table import Table
 from rich.text import Span, Text
 
 from caffemem.api.analyze import Analysis, NetAnalysis
+from caffemem.errors import one_line
 from caffemem.graph import Shape
 from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
 from caffemem.passes.memory import MemoryReport
@@ -36,7 +38,7 @@ def print_tables(analysis: Analysis, console: Console, layers_table: bool | None
     if analysis.process is not None:
         _print_process(analysis, console)
     for note in analysis.notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(f"[dim]{markup(note)}[/dim]")
     for net in analysis.nets:
         _print_net(net, console, layers_table, top)
     devices = [net.device for net in analysis.nets if net.device is not None]
@@ -68,10 +70,24 @@ def elide(text: str, width: int) -> str:
     return head + "…" + tail
 
 
+def shown(text: str, width: int | None = None) -> str:
+    """A name (or a note quoting one) from the user's files as the terminal shows it: its
+    control characters escaped (errors.one_line), then elided to ``width`` cells."""
+    text = one_line(text)
+    return text if width is None else elide(text, width)
+
+
+def markup(text: str, width: int | None = None) -> str:
+    """:func:`shown`, to go inside rich markup (console.print's strings, a Table's cells
+    and title): rich reads ``[bold]`` in any string it prints, and an unbalanced ``[/]``
+    made it raise, so the name's tags are escaped and it prints as written."""
+    return escape_markup(shown(text, width))
+
+
 def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, top: int) -> None:
     graph, memory = net.shaped.graph, net.memory
-    title = f"{elide(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
-    console.print(f"[bold]{title}[/bold]")
+    title = f"{shown(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
+    console.print(f"[bold]{escape_markup(title)}[/bold]")
     if net.device is not None:
         _print_device(net.device, console)
     else:
@@ -88,7 +104,7 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
         console.print(f"[dim]every layer's shapes and bytes: --layers-table ({widest} columns wide), or --json[/dim]")
     _print_log_line(net, console)
     for note in net.notes + net.shaped.notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(f"[dim]{markup(note)}[/dim]")
 
 
 def _print_answer(memory: MemoryReport, console: Console) -> None:
@@ -100,7 +116,7 @@ def _print_answer(memory: MemoryReport, console: Console) -> None:
     if memory.peak_layer is not None:
         index, peak = next((i, b) for i, b in enumerate(memory.layers) if b.name == memory.peak_layer)
         step, allocated = ("Forward", peak.fwd_alloc) if peak.fwd_alloc >= peak.bwd_alloc else ("Backward", peak.bwd_alloc)
-        console.print(f"largest step: the {step} of layer {index} '{elide(peak.name, MAX_NAME_CELLS)}' ({elide(peak.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
+        console.print(f"largest step: the {step} of layer {index} '{markup(peak.name, MAX_NAME_CELLS)}' ({markup(peak.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
 
 
 def _print_device(device: DeviceReport, console: Console) -> None:
@@ -117,7 +133,7 @@ def _print_device(device: DeviceReport, console: Console) -> None:
     if largest is not None:
         index, stage, allocated = largest
         layer = device.layers[index]
-        console.print(f"largest step on the card: the {stage} of layer {index} '{elide(layer.name, MAX_NAME_CELLS)}' ({elide(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
+        console.print(f"largest step on the card: the {stage} of layer {index} '{markup(layer.name, MAX_NAME_CELLS)}' ({markup(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
     table = Table(title="where the memory goes", header_style="bold")
     table.add_column("cause")
     table.add_column("device", justify="right")
@@ -132,7 +148,7 @@ def _print_device(device: DeviceReport, console: Console) -> None:
     handles = device.handles
     console.print(f"[dim]library handles: {handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (sized as measured, see 'library handles')[/dim]")
     for note in device.notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(f"[dim]{markup(note)}[/dim]")
 
 
 def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
@@ -148,7 +164,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
     table.add_column("bytes", justify="right", no_wrap=True)
     table.add_column("share", justify="right", no_wrap=True)
     for index, layer in layers:
-        table.add_row(str(index), elide(layer.name, TOP_NAME_CELLS), elide(layer.type, TOP_TYPE_CELLS), mib_column(layer.total), f"{percent_of(layer.total, whole):.1f}%")
+        table.add_row(str(index), markup(layer.name, TOP_NAME_CELLS), markup(layer.type, TOP_TYPE_CELLS), mib_column(layer.total), f"{percent_of(layer.total, whole):.1f}%")
     console.print(table)
 
 
@@ -161,16 +177,16 @@ def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], li
     blobs = net.shaped.blob_shapes
     rows: list[list[Cell]] = []
     for layer, bytes_ in zip(graph.layers, memory.layers):
-        bottoms = ", ".join(layer.bottoms) or "∅"
-        tops = ", ".join(f"{t} [{_dims(blobs[t])}]" for t in layer.tops) or "∅"
+        bottoms = ", ".join(shown(b) for b in layer.bottoms) or "∅"
+        tops = ", ".join(f"{shown(t)} [{_dims(blobs[t])}]" for t in layer.tops) or "∅"
         params = ", ".join(_dims(p) for p in net.shaped.layer_shapes[layer.index].params)
         c = bytes_.by_category
         numbers = (c["activations"], c["activation_gradients"], c["layer_buffers"], c["parameters"] + c["parameter_gradients"], bytes_.total)
         rows.append(
             [
                 [(str(layer.index), None)],
-                [(elide(layer.name, MAX_NAME_CELLS), None)] + ([(" ◀ peak", "bold red")] if layer.name == memory.peak_layer else []),
-                [(elide(layer.type, MAX_TYPE_CELLS), None)] + ([] if bytes_.verified else [(" ?", "yellow")]),
+                [(shown(layer.name, MAX_NAME_CELLS), None)] + ([(" ◀ peak", "bold red")] if layer.name == memory.peak_layer else []),
+                [(shown(layer.type, MAX_TYPE_CELLS), None)] + ([] if bytes_.verified else [(" ?", "yellow")]),
                 [(elide(f"{bottoms} → {tops}", MAX_BLOBS_CELLS), None)],
                 [(elide(params, MAX_PARAMS_CELLS), None)],
             ]
@@ -243,7 +259,7 @@ def _print_summary(memory: MemoryReport, console: Console) -> None:
     summary.add_row("[bold]total[/bold]", f"[bold]{mib(memory.total_bytes)}[/bold]")
     console.print(summary)
     if memory.unverified_types:
-        console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {', '.join(memory.unverified_types)}[/yellow]")
+        console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {markup(', '.join(memory.unverified_types))}[/yellow]")
 
 
 def _print_log_line(net: NetAnalysis, console: Console) -> None:
@@ -267,19 +283,19 @@ def _print_process(analysis: Analysis, console: Console) -> None:
     batches = [f"train batch {train.batch}"] if train.batch is not None else []
     batches += [f"test{f' #{net.index}' if len(tests) > 1 else ''} batch {net.batch}" for net in tests if net.batch is not None]
     console.print(f"[bold]Training{' on one card' if where else ''}: {mib_gib(process.total_bytes)}[/bold]" + (f" — {', '.join(batches)}" if batches else ""))
-    table = Table(title=f"training process ({process.solver_type} solver{where})", show_header=False)
+    table = Table(title=f"training process ({markup(process.solver_type)} solver{where})", show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")
     table.add_row("train net (with every parameter gradient cleared)", mib(process.train_bytes))
-    table.add_row(f"solver history ({process.solver_type})", mib(process.history_bytes))
+    table.add_row(f"solver history ({markup(process.solver_type)})", mib(process.history_bytes))
     for test in process.tests:
         table.add_row(f"test net #{test.index}", mib(test.bytes))
     table.add_row("[bold]total while all are alive[/bold]", f"[bold]{mib(process.total_bytes)}[/bold]")
     console.print(table)
     for test in process.tests:
-        console.print(f"[dim]test net #{test.index}: {test.note}[/dim]")
+        console.print(f"[dim]test net #{test.index}: {markup(test.note)}[/dim]")
     for note in process.notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(f"[dim]{markup(note)}[/dim]")
 
 
 # ----------------------------------------------------------------------------- optimize
@@ -292,14 +308,14 @@ def _print_inplace(inplace, console: Console) -> None:
         for column in ("layer", "type", "top was", "now"):
             table.add_column(column, style="cyan" if column == "type" else None)
         for rewrite in inplace.rewrites:
-            table.add_row(rewrite.layer, rewrite.type, rewrite.top_was, rewrite.now)
+            table.add_row(markup(rewrite.layer), markup(rewrite.type), markup(rewrite.top_was), markup(rewrite.now))
         console.print(table)
     else:
         console.print("in place: no layer rewritten")
     for kept in inplace.kept:
-        console.print(f"[dim]kept {kept.layer} ({kept.type}) as written: {kept.reason}[/dim]")
+        console.print(f"[dim]kept {markup(kept.layer)} ({markup(kept.type)}) as written: {markup(kept.reason)}[/dim]")
     for note in inplace.notes:
-        console.print(f"[yellow]{note}[/yellow]")
+        console.print(f"[yellow]{markup(note)}[/yellow]")
 
 
 def recompute_line(phase) -> str:
@@ -330,7 +346,7 @@ def print_optimize(result, console: Console) -> None:
             f"[bold]{phase.phase}{_batch(phase.batch)}{', on one card' if phase.devices is not None else ''}: caffemem's plan {mib_gib(totals['planned'])}[/bold]"
             f" against stock Caffe's {mib_gib(stock)} and the fork's {mib_gib(totals['fork'])}"
         )
-        table = Table(title=f"{result.path} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", show_header=True, header_style="bold")
+        table = Table(title=f"{markup(str(result.path))} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")
@@ -351,12 +367,12 @@ def print_optimize(result, console: Console) -> None:
         schedule, liveness = phase.schedule, phase.liveness
         if schedule.steps:
             alive = [schedule.classes[c].label for c in liveness.alive_at_peak]
-            shown = ", ".join(alive[:12]) + (f" and {len(alive) - 12} more" if len(alive) > 12 else "")
-            console.print(f"peak of shared storage at step {liveness.peak_step} ({schedule.step_name(schedule.steps[liveness.peak_step])}): {shown or 'nothing'}")
+            named = ", ".join(alive[:12]) + (f" and {len(alive) - 12} more" if len(alive) > 12 else "")
+            console.print(f"peak of shared storage at step {liveness.peak_step} ({markup(schedule.step_name(schedule.steps[liveness.peak_step]))}): {markup(named) or 'nothing'}")
         if not phase.fork_safe:
             console.print("[yellow]the fork's own plan fails caffemem's verifier on this net (see `caffemem verify`)[/yellow]")
         for name, why in phase.rejected.items():
-            console.print(f"[yellow]strategy {name} rejected by the verifier: {why}[/yellow]")
+            console.print(f"[yellow]strategy {name} rejected by the verifier: {markup(why)}[/yellow]")
     if result.inplace is not None:
         _print_inplace(result.inplace, console)
     devices = [phase.devices.stock for phase in result.phases if phase.devices is not None]

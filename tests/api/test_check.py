@@ -418,17 +418,17 @@ def test_markdown_is_a_summary_line_and_a_table(repo):
         "\n"
         "| | file | phase | bytes | budget | baseline | change | note |\n"
         "|---|---|---|--:|--:|--:|--:|---|\n"
-        "| ❌ | `models/lenet.prototxt` | TRAIN | 13.99 MiB | 64.00 MiB | 13.35 MiB | +0.64 MiB (+4.8%) | 22% of the budget; grew by 0.64 MiB (+4.8%) against the baseline, more than the 2% tolerance |\n"
-        "| ✅ | `models/lenet.prototxt` | TEST | 7.54 MiB | 64.00 MiB | 7.54 MiB | 0 B | 12% of the budget; unchanged against the baseline |\n"
-        "| ❌ | `models/resnet18.prototxt` | TRAIN | 106.77 MiB | 64.00 MiB | 106.77 MiB | 0 B | 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB; unchanged against the baseline |\n"
-        "| ✅ | `models/resnet18.prototxt` | TEST | 56.86 MiB | 64.00 MiB | 56.86 MiB | 0 B | 89% of the budget; unchanged against the baseline |\n"
+        "| ❌ | models/lenet.prototxt | TRAIN | 13.99 MiB | 64.00 MiB | 13.35 MiB | +0.64 MiB (+4.8%) | 22% of the budget; grew by 0.64 MiB (+4.8%) against the baseline, more than the 2% tolerance |\n"
+        "| ✅ | models/lenet.prototxt | TEST | 7.54 MiB | 64.00 MiB | 7.54 MiB | 0 B | 12% of the budget; unchanged against the baseline |\n"
+        "| ❌ | models/resnet18.prototxt | TRAIN | 106.77 MiB | 64.00 MiB | 106.77 MiB | 0 B | 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB; unchanged against the baseline |\n"
+        "| ✅ | models/resnet18.prototxt | TEST | 56.86 MiB | 64.00 MiB | 56.86 MiB | 0 B | 89% of the budget; unchanged against the baseline |\n"
     )
 
 
 def test_markdown_of_a_passing_run_has_a_green_summary(repo):
     result = run("models/deploy", "--budget", "2MiB", "--format", "markdown")
     assert result.stdout.splitlines()[0] == "✅ **caffemem check passed: 0 failed, 0 bad input, 1 passed (budget 2.00 MiB, stock Caffe)**"
-    assert result.stdout.splitlines()[-1] == "| ✅ | `models/deploy/lenet_deploy.prototxt` | TEST | 1.91 MiB | 2.00 MiB |  |  | 96% of the budget |"
+    assert result.stdout.splitlines()[-1] == "| ✅ | models/deploy/lenet\\_deploy.prototxt | TEST | 1.91 MiB | 2.00 MiB |  |  | 96% of the budget |"
 
 
 def test_junit_is_valid_xml_with_one_testcase_per_net_and_phase(repo):

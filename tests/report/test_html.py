@@ -40,13 +40,15 @@ GOOGLENET = SHARED / "models" / "bvlc_googlenet" / "train_val.prototxt"
 GOOGLENET_INPUT = "data=32,3,224,224"
 
 # Five 1×1×4×4 float32 blobs (64 bytes of data, 16 of shape each): x → r1 → r2 → r3 → r4.
-# r2's layer name tries to end the page's <script> early; the page must still draw.
+# r2's layer name tries to end the page's <script> early, r4's to change how the rest of
+# it is parsed (<!--, and a U+2028 line separator); the page must still draw.
+R4 = "r4<!--<script>\u2028"
 CHAIN = """name: "chain"
 layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 1 dim: 1 dim: 4 dim: 4 } } }
 layer { name: "r1" type: "ReLU" bottom: "x" top: "r1" }
 layer { name: "r2</script><script>document.title='hijacked'</script>" type: "ReLU" bottom: "r1" top: "r2" }
 layer { name: "r3" type: "ReLU" bottom: "r2" top: "r3" }
-layer { name: "r4" type: "ReLU" bottom: "r3" top: "r4" }
+layer { name: "r4<!--<script>\\342\\200\\250" type: "ReLU" bottom: "r3" top: "r4" }
 """
 
 
@@ -217,6 +219,12 @@ def test_names_are_escaped_in_the_table_and_the_chart_data(chain):
     text = html_report(analyze(chain, Options(phase="TEST")), Options(phase="TEST"))
     assert "r2&lt;/script&gt;&lt;script&gt;" in text
     assert text.count("</script>") == 2  # the chart data's and the drawing script's
+
+
+def test_the_chart_data_parses_back_to_the_names_exactly(chain):
+    text = html_report(analyze(chain, Options(phase="TEST")), Options(phase="TEST"))
+    (data,) = re.findall(r'<script type="application/json" class="data">(.*?)</script>', text, re.S)
+    assert json.loads(data)["steps"][-2:] == ["forward r3", f"forward {R4}"]  # "<\!--" was no JSON: JSON.parse threw, no charts
 
 
 # ----------------------------------------------------------------------------- in a browser
