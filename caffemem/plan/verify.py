@@ -125,6 +125,10 @@ def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, Pla
     phases = document["phases"]
     if not isinstance(phases, list) or not all(isinstance(entry, dict) and entry.get("phase") in ("TRAIN", "TEST") for entry in phases):
         raise CaffememError("not a caffemem plan: 'phases' must be a list of objects with 'phase' TRAIN or TEST", where)
+    named = [entry["phase"] for entry in phases]
+    twice = next((name for i, name in enumerate(named) if name in named[:i]), None)
+    if twice is not None:  # each table is checked for its own phase: two would be two plans for one run
+        raise CaffememError(f"not a caffemem plan: phase {twice} is given twice in 'phases'", where)
     chosen = [entry for entry in phases if not phase or entry["phase"] == phase.upper()]
     if not chosen:
         raise CaffememError(f"the plan has no phase {phase}" if phase else "the plan's 'phases' list is empty", where)
