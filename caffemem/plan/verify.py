@@ -24,7 +24,7 @@ from caffemem.layers.access import BlobId
 from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.layers.registry import SpecTable, recompute_of
 from caffemem.layers.vision import WORKSPACE_BUFFER
-from caffemem.passes.recompute import Recomputation
+from caffemem.passes.recompute import Recomputation, names_given_twice
 from caffemem.passes.schedule import Schedule
 from caffemem.prototxt.read import read_input
 from caffemem.units import DTYPE_BYTES
@@ -199,13 +199,15 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
 
 def recompute_entries(schedule: Schedule, plan: PlanData, specs: SpecTable, net_name: str) -> tuple[tuple[Recomputation, ...], list[Violation]]:
     """The table's recompute entries as the run takes them, and what stops it: Net::Init's
-    checks (each layer and ``before`` a layer of the net, the layer not after ``before``, no
-    entry twice, ``restore_params`` only on a layer with parameters: the runtime's
+    checks (each layer and ``before`` a layer of the net, and the only one of its name, the
+    layer not after ``before``, no entry twice, ``restore_params`` only on a layer with
+    parameters: the runtime's
     LOG(FATAL)s), then what only the layer specs know (LayerSpec.recompute: a Forward that
     draws random numbers, advances a cursor or keeps state may not run twice; BatchNorm in
     TRAIN only with its parameters restored)."""
     graph = schedule.shaped.graph
     index = {layer.name: layer.index for layer in graph.layers}
+    shared = names_given_twice(graph)
     where = f"net {net_name} (phase {graph.phase})"
     entries: list[Recomputation] = []
     seen: set[tuple[str, str]] = set()
@@ -215,6 +217,9 @@ def recompute_entries(schedule: Schedule, plan: PlanData, specs: SpecTable, net_
         for name in (layer, before):
             if name not in index:
                 return fail(f"mem_param recompute: {name} is not a layer of {where}")
+        for name in (layer, before):
+            if name in shared:
+                return fail(f"mem_param recompute: {name} names {shared[name]} layers of {where}: Caffe lets layers share a name, but a recompute entry must name one layer; give each its own name")
         if index[layer] > index[before]:
             return fail(f"mem_param recompute: {layer} runs again before the Backward of {before}, an earlier layer of {where}")
         if (layer, before) in seen:
