@@ -25,7 +25,7 @@ from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.layers.registry import SpecTable, recompute_of
 from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.recompute import Recomputation, names_given_twice
-from caffemem.passes.schedule import Schedule
+from caffemem.passes.schedule import Schedule, names_two_storages
 from caffemem.prototxt.read import read_input
 from caffemem.units import DTYPE_BYTES
 
@@ -177,6 +177,8 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
             if (blob, kind) in seen:
                 return fail(f"mem_param slot {slot}: {name} is listed twice in the slot table")
             seen.add((blob, kind))
+            if names_two_storages(shaped, blob):
+                return fail(f"mem_param slot {slot}: {blob} names both a blob and a layer buffer or parameter of {where}, so the slot table cannot tell which it means: rename the blob")
             storage, size = storage_of(blob, kind)
             if size is None:
                 buffer = " or layer buffer this Caffe can bind" if ":" in blob else ""

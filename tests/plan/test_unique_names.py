@@ -8,13 +8,19 @@ refuse an entry that names one, in the same words."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
+import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES
 
 from caffemem.api.analyze import Options
-from caffemem.api.optimize import OptimizeSettings, optimize
+from caffemem.api.optimize import OptimizeSettings, optimize, read_back
 from caffemem.cli import main
+from caffemem.errors import UnsafePlan
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.recompute import Recomputation
+from caffemem.plan.recompute import units_of
 
 NET = FIXTURES / "plan" / "recompute_resnet.prototxt"
 RERUN = "; rerun `caffemem optimize` on this net (with the input shapes and phase you run it with) to write a new table"
@@ -61,9 +67,6 @@ def test_recompute_never_runs_again_a_batchnorm_whose_name_is_shared(tmp_path):
 
 
 def test_a_unit_with_a_shared_name_says_why_it_is_not_recomputed(tmp_path):
-    from caffemem.layers.registry import SpecTable
-    from caffemem.plan.recompute import units_of
-
     phase = optimize(str(two_relus_named_dup(tmp_path)), Options(device="cpu", phase="TRAIN"), OptimizeSettings(recompute="sqrt")).phases[0]
     layers = phase.shaped.graph.layers
     why = {layers[unit.layers[0]].name: unit.why_not for unit in units_of(phase.schedule, SpecTable(), phase.liveness)}
@@ -102,3 +105,42 @@ def test_verify_refuses_an_entry_before_a_shared_layer_name(tmp_path):
     result = run("verify", out)
     said = "mem_param recompute: dup names 2 layers of net recompute_resnet (phase TRAIN): Caffe lets layers share a name, but a recompute entry must name one layer; give each its own name"
     assert result.exit_code == 1 and f"{out}: TRAIN: the patched Caffe stops at Net::Init: {said}{RERUN}" in result.output.splitlines()
+
+
+# A blob may take the name the patched Caffe gives a layer's parameter ("<i>:<layer>#<j>")
+# or buffer ("<i>:<layer>/<name>"): the slot table could not tell them apart.
+CLASH = """name: "clash"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }
+layer { name: "c" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "r" type: "ReLU" bottom: "conv" top: "NAME" }
+layer { name: "s" type: "Sigmoid" bottom: "NAME" top: "sig" }
+layer { name: "ip" type: "InnerProduct" bottom: "sig" top: "ip" inner_product_param { num_output: 2 } }
+"""
+
+
+def test_a_blob_named_like_a_parameter_or_buffer_keeps_its_own_storage(tmp_path):
+    for name in ("1:c#0", "1:c/col_buffer"):
+        path = tmp_path / "clash.prototxt"
+        path.write_text(CLASH.replace("NAME", name))
+        phase = optimize(str(path), Options(device="cpu", phase="TEST"), OptimizeSettings(share_buffers=True)).phases[0]
+        kept = {phase.schedule.classes[c].label: why for c, why in phase.liveness.kept.items()}
+        assert kept[f"{name}:data"] == "its name is both a net blob's and a layer buffer's or parameter's, and the slot table finds storage by name: rename the blob to plan it"
+        assert all(blob != name for blob, *_ in phase.plan_data.assign)
+
+
+def test_verify_refuses_a_slot_member_that_names_a_blob_and_a_parameter(tmp_path):
+    path = tmp_path / "clash.prototxt"
+    path.write_text(CLASH.replace("NAME", "1:c#0") + 'mem_param { slot { id: 0 bytes: 1536 phase: TEST member { blob: "1:c#0" kind: "data" offset: 0 } } }\n')
+    result = run("verify", path, "--device", "cpu")
+    said = "mem_param slot 0: 1:c#0 names both a blob and a layer buffer or parameter of net clash (phase TEST), so the slot table cannot tell which it means: rename the blob"
+    assert result.exit_code == 1 and f"{path}: TEST: the patched Caffe stops at Net::Init: {said}{RERUN}" in result.output.splitlines()
+
+
+def test_optimize_reads_its_recompute_table_back_before_writing_it(tmp_path):
+    # Were a planner to choose the second "dup" ReLU, the written name would run the first.
+    phase = optimize(str(two_relus_named_dup(tmp_path)), Options(device="cpu", phase="TRAIN"), OptimizeSettings(recompute="sqrt")).phases[0]
+    index = {layer.name: layer.index for layer in reversed(phase.shaped.graph.layers)}  # the first of each name
+    second_dup = max(layer.index for layer in phase.shaped.graph.layers if layer.name == "dup")
+    choice = replace(phase.recompute, recomputed=(Recomputation(second_dup, index["res1"]),))
+    with pytest.raises(UnsafePlan, match=r"the recompute table would not run what was planned \(mem_param recompute: dup names 2 layers of net recompute_resnet \(phase TRAIN\)"):
+        read_back(phase.schedule, SpecTable(), choice)
