@@ -100,3 +100,12 @@ def test_lightened_cnn_b_deploy_plan_verifies_clean_in_test_and_relabelled_train
     assert verify_plan_on(phase.schedules, phase.plan_data) == []
     train = optimize(str(net), Options(phase="TRAIN"), OptimizeSettings()).phases[0]
     assert verify_plan_on(train.schedules, phase.plan_data) == []
+
+
+def test_a_test_net_with_force_backward_may_recompute_and_its_plan_verifies():
+    net = FIXTURES / "plan" / "recompute_resnet.prototxt"  # force_backward: true
+    phase = optimize(str(net), Options(device="cpu", phase="TEST"), OptimizeSettings(recompute="sqrt")).phases[0]
+    layers = phase.shaped.graph.layers
+    assert [layers[entry.layer].name for entry in phase.recomputed] == ["pool", "conv3", "bn3", "scale3", "relu3", "conv1", "bn1", "scale1", "relu1", "conv2", "bn2", "scale2", "relu2"]
+    assert not any(entry.restore_params for entry in phase.recomputed)  # BatchNorm in TEST uses its stored statistics
+    assert verify_plan_on(phase.schedules, phase.plan_data) == []
