@@ -256,8 +256,9 @@ class Placement:
 
 def verify_plan_on(schedules: Iterable[Schedule], plan: PlanData) -> list[Violation]:
     """The verifier on every run the plan must be right in (in GPU mode: the planning run
-    and the CPU run of the same net)."""
-    return [violation for schedule in schedules for violation in verify_plan(schedule, plan)]
+    and the CPU run of the same net); a violation both runs meet (the same step, storage
+    and words) is one."""
+    return list(dict.fromkeys(violation for schedule in schedules for violation in verify_plan(schedule, plan)))
 
 
 def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES
 
@@ -117,3 +118,17 @@ def test_a_plan_json_that_gives_one_phase_twice_is_refused(tmp_path):
     plan.write_text(json.dumps(document))
     result = run("verify", NET, plan)
     assert (result.exit_code, result.output.strip()) == (2, f"caffemem: error: {plan}: not a caffemem plan: phase TRAIN is given twice in 'phases'")
+
+
+@pytest.mark.gpu_default
+def test_a_violation_both_runs_of_a_gpu_plan_meet_is_reported_once(tmp_path):
+    # A GPU plan is checked on the card's run and on the CPU run of the same net: the
+    # same step over the same bytes is one violation, not two.
+    out = tmp_path / "out.prototxt"
+    assert run("optimize", NET, "--phase", "TRAIN", "-o", out).exit_code == 0
+    out.write_text(unsafe(out.read_text()))
+    result = run("verify", out)
+    assert f"{out}: TRAIN: planned for batch 4, float32, gpu mode, cudnn engine" in result.output.splitlines()
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == f"{out}: TRAIN, batch 4: the table is not safe: 2 violations in the replay of its 1 slot"
+    assert len([line for line in result.output.splitlines() if ": step " in line]) == 2
