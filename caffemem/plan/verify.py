@@ -107,8 +107,9 @@ def plan_from_json(document: dict, file: str | None = None) -> PlanData:
 
 def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, PlanData, object]]:
     """(phase, plan, record) for each plan in a plan file: the phases of `optimize --json`
-    or `--plan-json` output (only ``phase`` when given), or one bare plan (phase None);
-    ``record``: the phase's ``made_for`` object as read (None when it has none)."""
+    or `--plan-json` output (only ``phase`` when given), or one bare plan (the ``phase`` it
+    names, else the one given, else None); ``record``: the phase's ``made_for`` object as
+    read (None when it has none).  A plan's phase is its own, never a record's."""
     where = Location(file=file)
     try:
         document = json.loads(read_input(file, what="plan file").decode("utf-8"), parse_constant=_no_constant)
@@ -120,8 +121,13 @@ def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, Pla
         raise CaffememError("cannot read the plan as JSON: it nests too deeply", where) from None
     if not isinstance(document, dict):
         raise CaffememError(f"not a caffemem plan: the JSON is {type(document).__name__}, not an object", where)
-    if "phases" not in document:
-        return [(phase.upper() if phase else None, plan_from_json(document, file), None)]
+    if "phases" not in document:  # one bare plan: the phase it names, if any, is its own
+        named = document.get("phase")
+        if named is not None and named not in ("TRAIN", "TEST"):
+            raise CaffememError(f"not a caffemem plan: 'phase' must be TRAIN or TEST, not {excerpt(json.dumps(named), 40)}", where)
+        if named is not None and phase and named != phase.upper():
+            raise CaffememError(f"the plan has no phase {phase.upper()} (it is {named}'s)", where)
+        return [(named or (phase.upper() if phase else None), plan_from_json(document, file), None)]
     phases = document["phases"]
     if not isinstance(phases, list) or not all(isinstance(entry, dict) and entry.get("phase") in ("TRAIN", "TEST") for entry in phases):
         raise CaffememError("not a caffemem plan: 'phases' must be a list of objects with 'phase' TRAIN or TEST", where)

@@ -132,3 +132,19 @@ def test_a_violation_both_runs_of_a_gpu_plan_meet_is_reported_once(tmp_path):
     assert result.exit_code == 1
     assert result.output.splitlines()[0] == f"{out}: TRAIN, batch 4: the table is not safe: 2 violations in the replay of its 1 slot"
     assert len([line for line in result.output.splitlines() if ": step " in line]) == 2
+
+
+def test_a_bare_plan_is_checked_for_the_phase_it_names(tmp_path):
+    net = tmp_path / "net.prototxt"  # without force_backward: its TEST run has no Backward
+    net.write_text(NET.read_text().replace("force_backward: true\n", ""))
+    plan = tmp_path / "plan.json"
+    assert run("optimize", net, "--device", "cpu", "--phase", "TRAIN", "--plan-json", plan).exit_code == 0
+    document = json.loads(plan.read_text())
+    bare = {"phase": document["phase"], "plan": document["plan"]}  # a one-phase document's own top-level copy
+    assign = {(a["blob"], a["kind"]): a for a in bare["plan"]["assign"]}
+    assign[("norm", "diff")]["offset"] = assign[("res2", "diff")]["offset"]
+    plan.write_text(json.dumps(bare))
+    result = run("verify", net, plan)
+    assert result.exit_code == 1 and result.output.splitlines()[0] == f"{plan}: TRAIN, batch 4: the table is not safe: 2 violations in the replay of its 1 slot"
+    result = run("verify", net, plan, "--phase", "TEST")
+    assert (result.exit_code, result.output.strip()) == (2, f"caffemem: error: {plan}: the plan has no phase TEST (it is TRAIN's)")
