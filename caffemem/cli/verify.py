@@ -30,9 +30,9 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
     Each table is checked for the phase its own entries name (--phase picks one),
     at what the plan records it was made for (inputs, batch, dtype, device, engine);
     a flag given here overrides that field, e.g. --batch 8 asks whether the table runs
-    at batch 8.  A record naming another phase than its table is refused.  First comes what the patched Caffe's
-    Net::Init would say (the first slot or blob that does not match the net), then the
-    replay of every step.
+    at batch 8.  A record naming another phase than its table is refused.  First comes
+    what the patched Caffe's Net::Init would say (the first slot or blob that does not
+    match the net), then the replay of every step.
 
     \b
     Examples:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from caffemem.errors import CaffememError, Location
-from caffemem.graph import Layer, Shape, ShapedGraph, count
+from caffemem.graph import Graph, Layer, Shape, ShapedGraph, count
 from caffemem.layers.access import (
     Action,
     Alloc,
@@ -431,7 +431,7 @@ def data_tops(shaped: ShapedGraph, specs: SpecTable) -> list[str]:
 Group = tuple[Bucket, tuple[Action, ...]]  # consecutive events charged to one bucket
 
 
-def runs_backward(graph) -> bool:
+def runs_backward(graph: Graph) -> bool:
     """Does the run of this net include a Backward?  In TRAIN, always (the solver's step).
     In TEST, only with ``force_backward``: Net::Init computes need_backward the same in
     either phase (the phase only filters layers, BVLC net.cpp), and force_backward then
