@@ -38,7 +38,7 @@ from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, STRATEGY_NAMES, Plan, make_plan, packed_onto
-from caffemem.plan.verify import PlanData, verify_plan_on
+from caffemem.plan.verify import PlanData, recompute_entries, verify_plan_on
 from caffemem.prototxt.write import read_exact, rewrite_text
 from caffemem.schema import caffe_pb2
 from caffemem.units import DTYPE_BYTES
@@ -265,6 +265,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     recompute = None
     if settings.recompute is not None:
         recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), stock_figure)
+        read_back(schedule, specs, recompute)
         if recompute.recomputed:
             schedule, liveness = recompute.schedule, recompute.liveness
             schedules = tuple(with_recomputation(run_schedule, recompute.recomputed) for run_schedule in schedules)
@@ -344,6 +345,19 @@ def recompute_names(shaped: ShapedGraph, choice: Choice) -> tuple[tuple[str, str
     """The chosen recomputations as the table names them: (layer, before layer, restore_params)."""
     layers = shaped.graph.layers
     return tuple((layers[entry.layer].name, layers[entry.before].name, entry.restore_params) for entry in choice.recomputed)
+
+
+def read_back(schedule: Schedule, specs: SpecTable, choice: Choice) -> None:
+    """The chosen recomputations, named as the table names them, read back as the patched
+    Caffe's Net::Init reads them (plan/verify.py ``recompute_entries``): they must be the
+    very layers chosen, or the table would run other Forwards than the verified ones (a
+    name two layers share, issue 31).  The planner never names such a layer; this is the
+    proof, and an UnsafePlan (nothing written) where it would fail."""
+    shaped = schedule.shaped
+    read, stops = recompute_entries(schedule, PlanData({}, (), recompute_names(shaped, choice)), specs, shaped.graph.name)
+    if stops or read != choice.recomputed:
+        why = stops[0].message if stops else "its entries name other layers than those chosen"
+        raise UnsafePlan(f"the recompute table would not run what was planned ({why}); nothing written", Location(file=shaped.graph.source))
 
 
 RECOMPUTE_COPIES = "recompute_copies"  # the cause of the runtime's copies of restored parameters

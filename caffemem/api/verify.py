@@ -1,8 +1,10 @@
 """`caffemem verify` as an API: judge a slot table against the net's own run — the table a
 prototxt carries (``optimize -o``) or a plan JSON (``optimize --json``/``--plan-json``).
 
-Each phase is built as the plan records it was made for (plan/record.py: phase, inputs,
-batch, dtype, device, engine), unless the caller overrides a field.  Then, in order:
+Each table is checked for the phase its own entries name (a slot's ``phase``, a plan
+entry's ``phase``), built as the plan records it was made for (plan/record.py: inputs,
+batch, dtype, device, engine), unless the caller overrides a field; a record naming
+another phase than its table is refused (record.py ``for_table``).  Then, in order:
 
 1. what the patched Caffe's Net::Init would say of the table (plan/verify.py
    ``bind_violations``: every member a storage of this net, fitting its slot, every slot
@@ -21,7 +23,7 @@ from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, NetText
 from caffemem.passes.schedule import build_schedule
-from caffemem.plan.record import MadeFor, fingerprint, read_records
+from caffemem.plan.record import MadeFor, fingerprint, for_table, read_records
 from caffemem.passes.recompute import with_recomputation
 from caffemem.plan.verify import PlanData, Violation, bind_violations, read_plan, recompute_entries, verify_plan_on
 from caffemem.prototxt.write import read_exact
@@ -68,15 +70,16 @@ def verify(
         raise CaffememError("verify takes a net definition, not a solver: pass the net file the table is for", Location(file=str(path)))
     wanted = options.phase if "phase" in explicit else None
     if plan_file is None:
-        tables, records = _tables_in(source, path, wanted)
+        tables = _tables_in(source, path, wanted)
     else:
-        entries = read_plan(plan_file, wanted)
-        tables = [(plan_phase, plan) for plan_phase, plan, _ in entries]
-        records = {plan_phase: MadeFor.from_json(record, Location(file=plan_file)) for plan_phase, _, record in entries if plan_phase and record is not None}
+        where = Location(file=plan_file)
+        tables = [
+            (plan_phase, plan, None if record is None or plan_phase is None else for_table(MadeFor.from_json(record, where), plan_phase, f"the made_for record of the {plan_phase} entry", where))
+            for plan_phase, plan, record in read_plan(plan_file, wanted)
+        ]
     current = fingerprint(source.proto)
     verdicts = []
-    for plan_phase, plan in tables:
-        record = records.get(plan_phase) if plan_phase else None
+    for plan_phase, plan, record in tables:
         at = _options_at(options, record, plan_phase, explicit)
         built = analyze(path, at).nets[0]
         specs = spec_table(at)
@@ -94,8 +97,9 @@ def verify(
     return tuple(verdicts)
 
 
-def _tables_in(source: NetSource, path, phase: str | None) -> tuple[list[tuple[str, PlanData]], dict[str, MadeFor]]:
-    """Each phase's slot table from the file's mem_param, in the order Caffe reads it."""
+def _tables_in(source: NetSource, path, phase: str | None) -> list[tuple[str, PlanData, MadeFor | None]]:
+    """Each phase's slot table from the file's mem_param, in the order Caffe reads it, with
+    the record of that phase (plan/record.py: refused where it names another phase)."""
     where = Location(file=source.file)
     block = source.proto.mem_param
     if not source.proto.HasField("mem_param") or not len(block.slot):
@@ -114,20 +118,21 @@ def _tables_in(source: NetSource, path, phase: str | None) -> tuple[list[tuple[s
         tables[name] = replace(table, recompute=table.recompute + ((entry.layer, entry.before, entry.restore_params),))
     if phase is not None and phase not in tables:
         raise CaffememError(f"the file's slot table has no {phase} phase (it has {', '.join(tables)})", where)
-    chosen = [(name, table) for name, table in tables.items() if phase is None or name == phase]
-    if source.binary:  # a binary NetParameter has no comments, so no record
-        return chosen, {}
-    return chosen, read_records(path.text if isinstance(path, NetText) else read_exact(path), source.file)
+    # a binary NetParameter has no comments, so no record
+    records = {} if source.binary else read_records(path.text if isinstance(path, NetText) else read_exact(path), source.file)
+    return [(name, table, records.get(name)) for name, table in tables.items() if phase is None or name == phase]
 
 
 def _options_at(options: Options, record: MadeFor | None, phase: str | None, explicit: Collection[str]) -> Options:
-    """The options of one phase's check: the caller's where chosen, else the record's."""
+    """The options of one phase's check: the caller's where chosen, else the record's; the
+    phase is always the table's own (``phase``; None: a bare plan, the caller's), never
+    the record's: the record must not decide which run a table is checked against."""
+    phase = phase or options.phase
     if record is None:
-        return replace(options, phase=phase or options.phase)
-    chosen = {name: getattr(options, name) for name in RECORDED if name in explicit}
+        return replace(options, phase=phase)
+    chosen = {name: getattr(options, name) for name in RECORDED if name in explicit and name != "phase"}
     inputs = dict(record.inputs) | dict(chosen.pop("inputs", {}))
-    at = replace(options, phase=record.phase, inputs=inputs, batch=record.rescale, stages=record.stages, level=record.level, dtype=record.dtype, device=record.device, engine=record.engine)
-    chosen.pop("phase", None)
+    at = replace(options, phase=phase, inputs=inputs, batch=record.rescale, stages=record.stages, level=record.level, dtype=record.dtype, device=record.device, engine=record.engine)
     return replace(at, **chosen)
 
 

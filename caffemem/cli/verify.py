@@ -28,11 +28,12 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
     """Check the slot table NET carries (written by `optimize -o`), or a PLAN (JSON from
     `optimize --json`/`--plan-json`), against the net's run.
 
-    Each phase is checked at what the plan records it was made for (phase, inputs,
-    batch, dtype, device, engine); a flag given here overrides that field, e.g. --batch 8
-    asks whether the table runs at batch 8.  First comes what the patched Caffe's
-    Net::Init would say (the first slot or blob that does not match the net), then the
-    replay of every step.
+    Each table is checked for the phase its own entries name (--phase picks one),
+    at what the plan records it was made for (inputs, batch, dtype, device, engine);
+    a flag given here overrides that field, e.g. --batch 8 asks whether the table runs
+    at batch 8.  A record naming another phase than its table is refused.  First comes
+    what the patched Caffe's Net::Init would say (the first slot or blob that does not
+    match the net), then the replay of every step.
 
     \b
     Examples:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from caffemem.graph import Graph
 from caffemem.layers.access import BlobId
 from caffemem.layers.bound_buffers import runtime_binds
-from caffemem.passes.schedule import Schedule, StorageClass
+from caffemem.passes.schedule import Schedule, StorageClass, names_two_storages
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,8 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
         reason = _kept_reason(storage, _values(storage, uses, recompute_steps), recompute_steps, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
         if not reason and not runtime_binds(schedule.shaped.graph, BlobId(storage.kind, storage.owner)):
             reason = UNBOUND
+        if not reason and names_two_storages(schedule.shaped, storage.owner):
+            reason = TWO_STORAGES
         if not reason and storage.bytes == 0:
             reason = "empty (a zero-sized blob allocates nothing, so there is nothing to share)"
         if not reason and keep:
@@ -114,6 +116,9 @@ def kept_members(liveness: Liveness) -> dict[tuple[BlobId, str], str]:
 
 # A slot-table member is its class's owner (plan_data), which MemorySlots::Bind looks up by name.
 UNBOUND = "a layer buffer the patched Caffe cannot bind by name (its layer's NamedBuffers does not list it; a recurrent layer's unrolled net is a Net of its own)"
+
+
+TWO_STORAGES = "its name is both a net blob's and a layer buffer's or parameter's, and the slot table finds storage by name: rename the blob to plan it"
 
 
 def _values(storage: StorageClass, uses, recompute_steps: frozenset[int]) -> list[list[tuple[int, bool, bool]]]:

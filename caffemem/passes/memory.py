@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from caffemem.errors import CaffememError, Location
-from caffemem.graph import Layer, Shape, ShapedGraph, count
+from caffemem.graph import Graph, Layer, Shape, ShapedGraph, count
 from caffemem.layers.access import (
     Action,
     Alloc,
@@ -431,9 +431,20 @@ def data_tops(shaped: ShapedGraph, specs: SpecTable) -> list[str]:
 Group = tuple[Bucket, tuple[Action, ...]]  # consecutive events charged to one bucket
 
 
+def runs_backward(graph: Graph) -> bool:
+    """Does the run of this net include a Backward?  In TRAIN, always (the solver's step).
+    In TEST, only with ``force_backward``: Net::Init computes need_backward the same in
+    either phase (the phase only filters layers, BVLC net.cpp), and force_backward then
+    gives every layer a Backward (layer_need_backward_, bottom_need_backward_ where
+    AllowForceBackward, every param_propagate_down): a net kept for back-propagating to
+    its input, whose Backward pycaffe's ``net.backward()`` runs.  Without it a TEST net is
+    run Forward only (`caffe test`, the solver's test nets, ../shared/groundtruth)."""
+    return graph.phase == "TRAIN" or graph.force_backward
+
+
 def run_groups(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, ...], rules: tuple[LayerMemory, ...]) -> list[Group]:
-    """Every memory event of Net::Init, the inputs' fill, one Forward and (TRAIN) one
-    Backward, in order, grouped by the bucket their bytes are charged to.  A Forward or
+    """Every memory event of Net::Init, the inputs' fill, one Forward and (:func:`runs_backward`)
+    one Backward, in order, grouped by the bucket their bytes are charged to.  A Forward or
     Backward group is the layer rule's own tuple, not a copy: a deep net's run is mostly
     these, and the rules are kept anyway."""
     groups: list[Group] = []
@@ -457,7 +468,7 @@ def run_groups(shaped: ShapedGraph, specs: SpecTable, flags: tuple[LayerFlags, .
         # with gpu_data/gpu_diff in a GPU run whatever the layer's own code (layer.hpp).
         loss_reads = tuple(Touch(BlobId("blob", top), part, False, "device") for top, w in zip(layer.tops, flag.loss_weights) if w for part in ("data", "diff"))
         groups.append((Bucket("forward", layer.index), rule.forward + loss_reads if loss_reads else rule.forward))
-    if shaped.graph.phase == "TRAIN":
+    if runs_backward(shaped.graph):
         groups.extend((Bucket("backward", layer.index), rule.backward) for layer, flag, rule in zip(reversed(layers), reversed(flags), reversed(rules)) if flag.need_backward)
     return [group for group in groups if group[1]]
 

@@ -20,9 +20,11 @@ in the plain run is not assumed here: the verifier checks it (plan/verify.py,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from caffemem.graph import Graph
 from caffemem.layers.access import param_id
 from caffemem.passes.schedule import Schedule, Step
 
@@ -35,6 +37,15 @@ class Recomputation:
     layer: int
     before: int
     restore_params: bool = False  # the runtime saves its parameter blobs and restores them after
+
+
+def names_given_twice(graph: Graph) -> dict[str, int]:
+    """Layer names the net gives more than one layer, with how many.  Caffe allows them
+    (Net::Init keys layers by position), but a recompute entry names its ``layer`` and
+    ``before`` by name, and the patched Caffe's lookup (mem_recompute.cpp) would take one
+    of them: such a name is never written into an entry, and an entry naming one is refused."""
+    counted = Counter(layer.name for layer in graph.layers)
+    return {name: n for name, n in counted.items() if n > 1}
 
 
 def with_recomputation(schedule: Schedule, recomputed: Sequence[Recomputation]) -> Schedule:
@@ -75,7 +86,10 @@ def placed(schedule: Schedule, units: Iterable[Sequence[int]], restores: Iterabl
     layers together, in Forward order (an in-place chain is one unit: its layers write one
     storage, which only the whole chain, run again from its head, gives back its last
     value).  Units no Backward needs are not recomputed.  ``restores``: the layers whose
-    parameters the runtime saves and restores (Recomputation.restore_params)."""
+    parameters the runtime saves and restores (Recomputation.restore_params).  A place is
+    the Backward of a layer whose name is the net's alone (:func:`names_given_twice`): a
+    unit due before another runs before the nearest such Backward on the way back (earlier,
+    so what it writes is only alive longer), or, where there is none, is not recomputed."""
     groups = [tuple(sorted(unit)) for unit in units]
     restore = set(restores)
     forward = {step.layer: step for step in schedule.steps if step.kind == "forward"}
@@ -100,5 +114,11 @@ def placed(schedule: Schedule, units: Iterable[Sequence[int]], restores: Iterabl
                 producer = writer.get(access.storage)
                 if not access.write and producer is not None and groups[producer][0] < groups[unit][0]:
                     need[producer] = min(need.get(producer, need[unit]), need[unit])
-    ordered = sorted(need, key=lambda unit: (need[unit], groups[unit][0]))
-    return tuple(Recomputation(layer, backward_order[need[unit]].layer, layer in restore) for unit in ordered for layer in groups[unit])
+    shared = names_given_twice(schedule.shaped.graph)
+    layers = schedule.shaped.graph.layers
+    place, last = [], None  # place[i]: the nearest nameable Backward at or before backward_order[i]
+    for step in backward_order:
+        last = step.layer if layers[step.layer].name not in shared else last
+        place.append(last)
+    ordered = sorted((unit for unit in need if place[need[unit]] is not None), key=lambda unit: (need[unit], groups[unit][0]))
+    return tuple(Recomputation(layer, place[need[unit]], layer in restore) for unit in ordered for layer in groups[unit])

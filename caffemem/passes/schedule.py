@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from caffemem.graph import ShapedGraph, count
 from caffemem.layers.access import Alloc, BlobId, Bucket, Reshape, Share, Touch
+from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.memory import Run, prepare
 from caffemem.units import DTYPE_BYTES, INT_BYTES
@@ -176,6 +177,24 @@ def build_schedule(shaped: ShapedGraph, specs: SpecTable, dtype: str = "float32"
         dtype=dtype,
         init_touched=frozenset(class_of[member] for member in init_members),
     )
+
+
+def names_two_storages(shaped: ShapedGraph, name: str) -> bool:
+    """Is ``name`` a net blob's and also the name the patched Caffe gives a layer's buffer
+    or parameter ("<i>:<layer>/<buffer>" where NamedBuffers lists it, "<i>:<layer>#<j>",
+    mem_slots.cpp)?  Caffe lets a blob take any name, and a slot-table member is found by
+    name in one map of all three: such a name could bind the other storage, so it is
+    never planned (passes/liveness.py) and a table naming it is refused (plan/verify.py)."""
+    if name not in shaped.blob_shapes:
+        return False
+    if runtime_binds(shaped.graph, BlobId("buffer", name)):
+        return True
+    index, _, rest = name.partition(":")
+    if not (index.isascii() and index.isdigit()) or int(index) >= len(shaped.graph.layers):
+        return False
+    prefix = f"{shaped.graph.layers[int(index)].name}#"
+    j = rest[len(prefix) :]
+    return rest.startswith(prefix) and j.isascii() and j.isdigit() and str(int(j)) == j and int(j) < len(shaped.layer_shapes[int(index)].params)
 
 
 def _step_key(bucket: Bucket) -> Bucket:

@@ -36,7 +36,7 @@ from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
 from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
 from caffemem.passes.liveness import Liveness
-from caffemem.passes.recompute import Recomputation, placed, with_recomputation
+from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.units import DTYPE_BYTES, format_size, mib_gib, parse_size
 
@@ -130,12 +130,16 @@ def units_of(schedule: Schedule, specs: SpecTable, liveness: Liveness) -> list[U
     for layer, written in writes.items():
         if written:
             grouped.setdefault(find(layer), []).append(layer)
+    shared = names_given_twice(shaped.graph)
     units = []
     for members in sorted(grouped.values(), key=min):
         members.sort()
         written = frozenset(storage for layer in members for storage in writes[layer])
         facts = [(layer, recompute_of(specs.get(layers[layer].type), layers[layer].proto, phase)) for layer in members]
         why_not = next((f"{layers[layer].name} ({layers[layer].type}): {fact.why}" for layer, fact in facts if not fact.safe), None)
+        named = next((layers[layer] for layer in members if layers[layer].name in shared), None)
+        if why_not is None and named is not None:
+            why_not = f"{named.name} ({named.type}): the net gives {shared[named.name]} layers the name '{named.name}', and the patched Caffe finds a recomputed layer by name"
         kept = sorted((schedule.classes[storage].owner, liveness.kept[storage]) for storage in written if storage in liveness.kept)
         if why_not is None and kept:
             why_not = f"writes '{kept[0][0]}', which keeps its own storage ({kept[0][1]})"

@@ -131,17 +131,34 @@ def comment_lines(records: list[MadeFor]) -> list[str]:
 
 
 def read_records(text: str, file: str | None = None) -> dict[str, MadeFor]:
-    """Phase -> record, from the comments of the file's top-level mem_param block(s)."""
+    """Phase -> record, from the comments of the file's top-level mem_param block(s): one
+    record a phase, each naming the phase of its line (:func:`for_table`)."""
     found: dict[str, MadeFor] = {}
     for block in top_level_blocks(text):
         if block.field != "mem_param":
             continue
         for match in _LINE.finditer(text, block.start, block.end):
             where = Location(file=file, line=text.count("\n", 0, match.start()) + 1)
+            phase = match.group(1)
+            if phase in found:
+                raise CaffememError(f"the file gives a '{TAG} {phase}' record twice: rerun `caffemem optimize`", where)
             try:
                 value = json.loads(match.group(2))
             except ValueError:
                 value = None
-            record = MadeFor.from_json(value, where)
-            found[match.group(1)] = record
+            found[phase] = for_table(MadeFor.from_json(value, where), phase, f"the '{TAG} {phase}' record", where)
     return found
+
+
+def for_table(record: MadeFor, phase: str, what: str, where: Location) -> MadeFor:
+    """``record``, refused unless it names ``phase``, the phase of the table it stands for.
+    A table is checked for the phase its own entries name (a slot's ``phase``, a plan
+    entry's ``phase``: what the patched Caffe binds it by, mem_slots.cpp); a record that
+    says otherwise was edited, and trusting it would check the table against another run
+    (a TRAIN table that is unsafe in Backward passes as TEST's, issue 31)."""
+    if record.phase != phase:
+        raise CaffememError(
+            f"{what} says phase {record.phase}, but it stands for the {phase} table: a table is checked for the phase its own entries name; rerun `caffemem optimize`",
+            where,
+        )
+    return record

@@ -24,8 +24,8 @@ from caffemem.layers.access import BlobId
 from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.layers.registry import SpecTable, recompute_of
 from caffemem.layers.vision import WORKSPACE_BUFFER
-from caffemem.passes.recompute import Recomputation
-from caffemem.passes.schedule import Schedule
+from caffemem.passes.recompute import Recomputation, names_given_twice
+from caffemem.passes.schedule import Schedule, names_two_storages
 from caffemem.prototxt.read import read_input
 from caffemem.units import DTYPE_BYTES
 
@@ -107,8 +107,9 @@ def plan_from_json(document: dict, file: str | None = None) -> PlanData:
 
 def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, PlanData, object]]:
     """(phase, plan, record) for each plan in a plan file: the phases of `optimize --json`
-    or `--plan-json` output (only ``phase`` when given), or one bare plan (phase None);
-    ``record``: the phase's ``made_for`` object as read (None when it has none)."""
+    or `--plan-json` output (only ``phase`` when given), or one bare plan (the ``phase`` it
+    names, else the one given, else None); ``record``: the phase's ``made_for`` object as
+    read (None when it has none).  A plan's phase is its own, never a record's."""
     where = Location(file=file)
     try:
         document = json.loads(read_input(file, what="plan file").decode("utf-8"), parse_constant=_no_constant)
@@ -120,11 +121,20 @@ def read_plan(file: str, phase: str | None = None) -> list[tuple[str | None, Pla
         raise CaffememError("cannot read the plan as JSON: it nests too deeply", where) from None
     if not isinstance(document, dict):
         raise CaffememError(f"not a caffemem plan: the JSON is {type(document).__name__}, not an object", where)
-    if "phases" not in document:
-        return [(phase.upper() if phase else None, plan_from_json(document, file), None)]
+    if "phases" not in document:  # one bare plan: the phase it names, if any, is its own
+        named = document.get("phase")
+        if named is not None and named not in ("TRAIN", "TEST"):
+            raise CaffememError(f"not a caffemem plan: 'phase' must be TRAIN or TEST, not {excerpt(json.dumps(named), 40)}", where)
+        if named is not None and phase and named != phase.upper():
+            raise CaffememError(f"the plan has no phase {phase.upper()} (it is {named}'s)", where)
+        return [(named or (phase.upper() if phase else None), plan_from_json(document, file), None)]
     phases = document["phases"]
     if not isinstance(phases, list) or not all(isinstance(entry, dict) and entry.get("phase") in ("TRAIN", "TEST") for entry in phases):
         raise CaffememError("not a caffemem plan: 'phases' must be a list of objects with 'phase' TRAIN or TEST", where)
+    named = [entry["phase"] for entry in phases]
+    twice = next((name for i, name in enumerate(named) if name in named[:i]), None)
+    if twice is not None:  # each table is checked for its own phase: two would be two plans for one run
+        raise CaffememError(f"not a caffemem plan: phase {twice} is given twice in 'phases'", where)
     chosen = [entry for entry in phases if not phase or entry["phase"] == phase.upper()]
     if not chosen:
         raise CaffememError(f"the plan has no phase {phase}" if phase else "the plan's 'phases' list is empty", where)
@@ -173,6 +183,8 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
             if (blob, kind) in seen:
                 return fail(f"mem_param slot {slot}: {name} is listed twice in the slot table")
             seen.add((blob, kind))
+            if names_two_storages(shaped, blob):
+                return fail(f"mem_param slot {slot}: {blob} names both a blob and a layer buffer or parameter of {where}, so the slot table cannot tell which it means: rename the blob")
             storage, size = storage_of(blob, kind)
             if size is None:
                 buffer = " or layer buffer this Caffe can bind" if ":" in blob else ""
@@ -195,13 +207,15 @@ def bind_violations(schedule: Schedule, plan: PlanData, net_name: str) -> list[V
 
 def recompute_entries(schedule: Schedule, plan: PlanData, specs: SpecTable, net_name: str) -> tuple[tuple[Recomputation, ...], list[Violation]]:
     """The table's recompute entries as the run takes them, and what stops it: Net::Init's
-    checks (each layer and ``before`` a layer of the net, the layer not after ``before``, no
-    entry twice, ``restore_params`` only on a layer with parameters: the runtime's
+    checks (each layer and ``before`` a layer of the net, and the only one of its name, the
+    layer not after ``before``, no entry twice, ``restore_params`` only on a layer with
+    parameters: the runtime's
     LOG(FATAL)s), then what only the layer specs know (LayerSpec.recompute: a Forward that
     draws random numbers, advances a cursor or keeps state may not run twice; BatchNorm in
     TRAIN only with its parameters restored)."""
     graph = schedule.shaped.graph
     index = {layer.name: layer.index for layer in graph.layers}
+    shared = names_given_twice(graph)
     where = f"net {net_name} (phase {graph.phase})"
     entries: list[Recomputation] = []
     seen: set[tuple[str, str]] = set()
@@ -211,6 +225,9 @@ def recompute_entries(schedule: Schedule, plan: PlanData, specs: SpecTable, net_
         for name in (layer, before):
             if name not in index:
                 return fail(f"mem_param recompute: {name} is not a layer of {where}")
+        for name in (layer, before):
+            if name in shared:
+                return fail(f"mem_param recompute: {name} names {shared[name]} layers of {where}: Caffe lets layers share a name, but a recompute entry must name one layer; give each its own name")
         if index[layer] > index[before]:
             return fail(f"mem_param recompute: {layer} runs again before the Backward of {before}, an earlier layer of {where}")
         if (layer, before) in seen:
@@ -245,8 +262,9 @@ class Placement:
 
 def verify_plan_on(schedules: Iterable[Schedule], plan: PlanData) -> list[Violation]:
     """The verifier on every run the plan must be right in (in GPU mode: the planning run
-    and the CPU run of the same net)."""
-    return [violation for schedule in schedules for violation in verify_plan(schedule, plan)]
+    and the CPU run of the same net); a violation both runs meet (the same step, storage
+    and words) is one."""
+    return list(dict.fromkeys(violation for schedule in schedules for violation in verify_plan(schedule, plan)))
 
 
 def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:

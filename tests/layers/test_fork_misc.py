@@ -159,8 +159,8 @@ def test_dense_block_memory_test_leaks_the_inference_statistics(memory_of):
     # TEST: shapes 240 as in TRAIN; merged_conv[0] 48; transition 0: BN_inf_Fwd's two new
     # (1,3,1,1) Blobs 2 * (16 + 12), postBN 48, postReLU 48, postConv 32, merged_conv[1] 80;
     # transition 1: 2 * (16 + 20), 80, 80, 32, merged_conv[2] 112; the top 112.  No x-hat,
-    # no batch statistics, no Backward.
-    got = memory_of(DENSE_LAYER.format(text=DENSE.format(extra="")), {"x": (1, 3, 2, 2)}, phase="TEST")["db"]
+    # no batch statistics, no Backward (without force_backward, a TEST net runs Forward only).
+    got = memory_of(DENSE_LAYER.format(text=DENSE.format(extra="")), {"x": (1, 3, 2, 2)}, phase="TEST", force_backward=False)["db"]
     assert got.fwd_alloc == 240 + 48 + (56 + 48 + 48 + 32 + 80) + (72 + 80 + 80 + 32 + 112) + 112
     assert got.bwd_alloc == 0
 

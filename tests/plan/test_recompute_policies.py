@@ -101,8 +101,10 @@ def test_cheap_runs_no_convolution_or_inner_product_again():
     assert not recomputed_types(phase) & {"Convolution", "InnerProduct", "Dropout"}
 
 
-def test_a_test_net_has_no_backward_so_nothing_is_recomputed():
-    phase = optimize(str(FIXTURE), Options(device="cpu", phase="TEST"), OptimizeSettings(recompute=Policy("sqrt"))).phases[0]
+def test_a_test_net_has_no_backward_so_nothing_is_recomputed(tmp_path):
+    net = tmp_path / "forward_only.prototxt"  # with force_backward a TEST net runs Backward (tests/plan/test_force_backward.py)
+    net.write_text(FIXTURE.read_text().replace("force_backward: true\n", ""))
+    phase = optimize(str(net), Options(device="cpu", phase="TEST"), OptimizeSettings(recompute=Policy("sqrt"))).phases[0]
     assert phase.recomputed == ()
     assert phase.recompute.extra_flops == 0
 

@@ -107,6 +107,19 @@ def test_a_table_that_does_not_match_the_net_stops_with_a_message(patched_caffe,
     assert "mem_recompute.cpp" in proc.stderr  # a LOG(FATAL)/CHECK of the runtime, not a crash
 
 
+@pytest.mark.parametrize("table", [_entry("bn1", "conv2", restore=True), _entry("conv1", "bn1")], ids=["layer", "before"])
+def test_an_entry_naming_a_name_two_layers_share_stops_with_a_message(patched_caffe, tmp_path, table):
+    """Caffe lets layers share a name (issue 31): an entry naming one would run whichever
+    layer the lookup kept; Net::Init stops instead, in the words of `caffemem verify`
+    (tests/plan/test_unique_names.py)."""
+    path = tmp_path / "shared_name.prototxt"
+    path.write_text(NET.replace('name: "bn2"', 'name: "bn1"') + "mem_param {\n" + table + "}\n")
+    proc = patched_caffe.run(path, "TRAIN", 1, tmp_path / "bad.dump", check=False)
+    says = "mem_param recompute: bn1 names 2 layers of net bn_chain (phase TRAIN): Caffe lets layers share a name, but a recompute entry must name one layer; give each its own name"
+    assert proc.returncode != 0 and says in proc.stderr and "rerun `caffemem optimize`" in proc.stderr
+    assert "mem_recompute.cpp" in proc.stderr
+
+
 # ----------------------------------------------------------------------------- planned tables
 
 POLICIES = ("cheap", "sqrt", "budget")

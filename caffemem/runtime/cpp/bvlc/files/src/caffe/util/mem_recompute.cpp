@@ -40,9 +40,12 @@ shared_ptr<MemoryRecomputes<Dtype> > MemoryRecomputes<Dtype>::Bind(
   const MemoryOptimizationParameter& mem = param.mem_param();
   const string where = "net " + net->name() + " (phase " +
       (net->phase() == TRAIN ? "TRAIN" : "TEST") + ")";
-  std::map<string, int> index;
+  // Caffe lets layers share a name; an entry names its layers, so a name the
+  // net gives twice is refused (counted here), never looked up as one of them.
+  std::map<string, int> index, named;
   for (int i = 0; i < net->layer_names().size(); ++i) {
     index[net->layer_names()[i]] = i;
+    ++named[net->layer_names()[i]];
   }
   table->before_.resize(net->layers().size());
   std::set<std::pair<int, int> > seen;
@@ -61,6 +64,13 @@ shared_ptr<MemoryRecomputes<Dtype> > MemoryRecomputes<Dtype>::Bind(
         << " is not a layer of " << where << kRerun;
     CHECK(before != index.end()) << "mem_param recompute: " << entry.before()
         << " is not a layer of " << where << kRerun;
+    const string* names[] = { &entry.layer(), &entry.before() };
+    for (int k = 0; k < 2; ++k) {
+      CHECK_EQ(named[*names[k]], 1) << "mem_param recompute: " << *names[k]
+          << " names " << named[*names[k]] << " layers of " << where
+          << ": Caffe lets layers share a name, but a recompute entry must "
+          << "name one layer; give each its own name" << kRerun;
+    }
     CHECK(layer->second <= before->second) << "mem_param recompute: "
         << entry.layer() << " runs again before the Backward of "
         << entry.before() << ", an earlier layer of " << where << kRerun;
