@@ -474,6 +474,10 @@ def _analyze_solver(source: SolverSource, options: Options, specs: SpecTable) ->
 
 def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState, options: Options, specs: SpecTable) -> NetAnalysis:
     upgraded, notes = upgrade_net(net.proto, net.file)
+    if role == "test":
+        # Solver::Test runs a test net's Forward only (solver.cpp): force_backward gives it
+        # a Backward that never runs (a TEST net analysed alone keeps it: pycaffe's backward).
+        upgraded.force_backward = False
     run_state = caffe_pb2.NetState()
     run_state.CopyFrom(state)
     run_state.stage.extend(options.stages)

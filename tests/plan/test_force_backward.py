@@ -109,3 +109,15 @@ def test_a_test_net_with_force_backward_may_recompute_and_its_plan_verifies():
     assert [layers[entry.layer].name for entry in phase.recomputed] == ["pool", "conv3", "bn3", "scale3", "relu3", "conv1", "bn1", "scale1", "relu1", "conv2", "bn2", "scale2", "relu2"]
     assert not any(entry.restore_params for entry in phase.recomputed)  # BatchNorm in TEST uses its stored statistics
     assert verify_plan_on(phase.schedules, phase.plan_data) == []
+
+
+def test_a_solvers_test_net_runs_forward_only_even_with_force_backward(tmp_path):
+    # Solver::Test runs each test net's Forward only (BVLC solver.cpp): force_backward gives
+    # it a Backward that never runs, so the solver's TEST net is counted as without it.
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text(f'net: "{NET}"\ntest_iter: 1\ntest_interval: 10\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 10\n')
+    from_solver = analyze(str(solver), Options(device="cpu", phase="TEST")).nets[0]
+    assert from_solver.role == "test"
+    assert (from_solver.memory.heap_backward, from_solver.memory.total_bytes) == (0, 7868)
+    on_card, alone = (analyze(str(net), Options(device="gpu", phase="TEST")).nets[0] for net in (solver, without_force_backward(tmp_path)))
+    assert on_card.figures == alone.figures
