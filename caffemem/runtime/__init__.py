@@ -77,8 +77,9 @@ __all__ = [
 # v2: device slots with actionable CHECKs, host values copied straight into slots;
 # v3: the cuDNN (de)convolutions' workspaces as planned buffers (util/planned_workspace.hpp);
 # v4 (BVLC): Forwards run again in Net::Backward, mem_param's recompute entries
-# (util/mem_recompute.hpp, issue 23).
-PATCH_VERSION = 4
+# (util/mem_recompute.hpp, issue 23);
+# v5 (BVLC): a recompute entry naming a name two layers share stops Net::Init (issue 31).
+PATCH_VERSION = 5
 _MARKER = "caffemem runtime patch v"
 _CPP = Path(__file__).resolve().parent / "cpp"
 

@@ -143,10 +143,11 @@ def test_patch_files_are_package_data():
     assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp", "planned_workspace.hpp", "mem_recompute.hpp", "mem_recompute.cpp"}
 
 
-@pytest.mark.parametrize("older", [1, 2, 3])
+@pytest.mark.parametrize("older", [1, 2, 3, 4])
 def test_a_tree_patched_by_an_older_caffemem_is_named_and_left_alone(bvlc, pristine, older):
-    """The patch's C++ changed in v2 (device slots), v3 (planned cuDNN workspaces) and v4
-    (recompute in Backward): an older tree is reported as such, and applying over it
+    """The patch's C++ changed in v2 (device slots), v3 (planned cuDNN workspaces), v4
+    (recompute in Backward) and v5 (a recompute entry naming a name two layers share is
+    refused at Net::Init): an older tree is reported as such, and applying over it
     refuses rather than mixing two versions' files."""
     runtime.apply_patch(bvlc)
     if older <= 3:  # before v4 there was no util/mem_recompute.*
