@@ -113,8 +113,8 @@ class Options:
         _whole("max_input_bytes", self.max_input_bytes, 1, 2**63 - 1)
         _whole("context_bytes", self.context_bytes, 0, 2**63 - 1, optional=True)
         fix("inputs", _input_shapes(self.inputs))
-        if not isinstance(self.overrides, (set, frozenset, Sequence)) or isinstance(self.overrides, str) or not set(self.overrides) <= set(self.inputs):
-            raise CaffememError(f"overrides {excerpt(repr(self.overrides))}: expected names of inputs given in inputs")
+        if not isinstance(self.overrides, (set, frozenset, Sequence)) or isinstance(self.overrides, str) or not all(isinstance(name, str) for name in self.overrides):
+            raise CaffememError(f"overrides {excerpt(repr(self.overrides))}: expected a set of input names")
         fix("overrides", frozenset(self.overrides))
 
     @property
@@ -353,8 +353,8 @@ def with_overrides(options: Options, phase: str | None, inputs: Mapping[str, Seq
     changes: dict = {}
     if phase is not None:
         changes["phase"] = phase.upper()
-    if inputs is not None:
-        changes["inputs"] = {name: tuple(int(d) for d in shape) for name, shape in inputs.items()}
+    if inputs is not None:  # read as Options reads its own (text as --input writes it)
+        changes["inputs"] = inputs
     if batch is not None:
         changes["batch"] = batch
     return replace(options, **changes) if changes else options

@@ -75,7 +75,7 @@ class FitRequest:
             value = getattr(self, name)
             if value is None and optional:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**63:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:  # upper bounds: fit's own checks name them
                 raise CaffememError(f"{name} {excerpt(repr(value))}: expected a whole number of at least {low}" + (", or None" if optional else ""))
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", parse_policy(self.recompute, "recompute="))

@@ -33,7 +33,7 @@ from caffemem.passes.memory import (
 from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
-from caffemem.plan.fork import fork_assignment, fork_run
+from caffemem.plan.fork import fork_assignment, fork_plan_data, fork_run
 from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
@@ -180,10 +180,6 @@ def assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:
         for member in schedule.classes[storage].members:
             slot_of[member] = slot
     return SlotAssignment(slot_of, dict(data.slot_bytes))
-
-
-def fork_plan_data(assignment: SlotAssignment) -> PlanData:
-    return PlanData(dict(assignment.slot_bytes), tuple((blob.name, part, slot, 0) for (blob, part), slot in assignment.slot_of.items()))
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,13 @@ from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.load import NetSource, NetText
 from caffemem.passes.schedule import build_schedule
+from caffemem.plan.fork import fork_assignment, fork_plan_data
 from caffemem.plan.record import MadeFor, fingerprint, for_table, read_records
 from caffemem.passes.recompute import with_recomputation
 from caffemem.plan.verify import PlanData, Violation, bind_violations, read_plan, recompute_entries, verify_plan_on
 from caffemem.prototxt.write import read_exact
 from caffemem.schema import caffe_pb2
+from caffemem.units import DTYPE_BYTES
 
 # The Options fields a plan's record supplies when the caller does not set them.
 RECORDED = ("phase", "inputs", "batch", "stages", "level", "dtype", "device", "engine")
@@ -74,17 +76,20 @@ def verify(
     else:
         where = Location(file=plan_file)
         tables = [
-            (plan_phase, plan, None if record is None or plan_phase is None else for_table(MadeFor.from_json(record, where), plan_phase, f"the made_for record of the {plan_phase} entry", where))
+            _Table(plan_phase, plan, None if record is None or plan_phase is None else for_table(MadeFor.from_json(record, where), plan_phase, f"the made_for record of the {plan_phase} entry", where))
             for plan_phase, plan, record in read_plan(plan_file, wanted)
         ]
     current = fingerprint(source.proto)
     verdicts = []
-    for plan_phase, plan, record in tables:
+    for table in tables:
+        plan_phase, plan, record = table.phase, table.plan, table.record
         at = _options_at(options, record, plan_phase, explicit)
         built = analyze(path, at).nets[0]
         specs = spec_table(at)
         runs = [run for run in planning_runs(built.shaped, specs, at) if run is not None]  # GPU mode: the CPU run too
         schedules = [build_schedule(built.shaped, specs, at.dtype, run=run) for run in runs]
+        if table.fork:  # the fork's optimizer plans this phase at run time: its plan, reproduced
+            plan = fork_plan_data(fork_assignment(built.shaped, specs, tuple(source.proto.mem_param.exclude_blob), DTYPE_BYTES[at.dtype], runs[0].flags))
         recomputed, violations = recompute_entries(schedules[0], plan, specs, built.shaped.graph.name)
         schedules = [with_recomputation(schedule, recomputed) for schedule in schedules]
         violations = violations or bind_violations(schedules[0], plan, built.shaped.graph.name) or verify_plan_on(schedules, plan)
@@ -93,34 +98,62 @@ def verify(
             notes = (f"the net is not the one the table was planned for (fingerprint {current}, planned for {record.net}): checked against the net as it is now",)
         if record is None:
             notes = ("the plan records no run it was made for: checked at the file's own shapes and the flags given",)
+        if table.fork:
+            private = ", ".join(source.proto.mem_param.exclude_blob) or "none"
+            notes = (f"no slot table for {plan_phase}: optimize_{plan_phase.lower()} hands it to the memory-multiloading fork's own optimizer (yjxiong/caffe), whose plan caffemem reproduces and checks here (exclude_blob: {private})", *notes)
         verdicts.append(Verdict(built.phase, len(plan.slot_bytes), tuple(violations), record, _describe(at, built.shaped), notes, net_batch(built.shaped, specs)))
     return tuple(verdicts)
 
 
-def _tables_in(source: NetSource, path, phase: str | None) -> list[tuple[str, PlanData, MadeFor | None]]:
-    """Each phase's slot table from the file's mem_param, in the order Caffe reads it, with
-    the record of that phase (plan/record.py: refused where it names another phase)."""
+@dataclass(frozen=True)
+class _Table:
+    """One phase's table as the file gives it: caffemem's slots (and recompute entries), or
+    none at all where the phase's ``optimize_*`` flag hands it to the fork's own optimizer
+    (``fork``: then the plan is the one that optimizer makes, reproduced by plan/fork.py)."""
+
+    phase: str
+    plan: PlanData
+    record: MadeFor | None
+    fork: bool = False
+
+
+def _tables_in(source: NetSource, path, phase: str | None) -> list[_Table]:
+    """Each phase's table from the file's mem_param, in the order Caffe reads it, with the
+    record of that phase (plan/record.py: refused where it names another phase).
+
+    A phase is caffemem's when the block has slots or recompute entries for it, or a
+    ``caffemem made-for`` record (a net with nothing to share: a table of no slot); a
+    phase whose ``optimize_*`` flag is on with none of these is the fork's (``--target
+    fork``, or a file written for the memory-multiloading fork), checked as its optimizer
+    would plan it (issue 31: both were "the file carries no slot table")."""
     where = Location(file=source.file)
     block = source.proto.mem_param
-    if not source.proto.HasField("mem_param") or not len(block.slot):
-        raise CaffememError("the file carries no slot table (a mem_param with slot entries): write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net", where)
+    if not source.proto.HasField("mem_param"):
+        raise CaffememError("the file carries no mem_param: write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net", where)
     tables: dict[str, PlanData] = {}
     for slot in block.slot:
         name = caffe_pb2.Phase.Name(slot.phase)
         table = tables.setdefault(name, PlanData({}, ()))
         table.slot_bytes[slot.id] = slot.bytes
         tables[name] = PlanData(table.slot_bytes, table.assign + tuple((m.blob, m.kind, slot.id, m.offset) for m in slot.member))
-    for entry in block.recompute:
+    for entry in block.recompute:  # recompute entries without slots are legal (docs/runtime.md)
         name = caffe_pb2.Phase.Name(entry.phase)
-        if name not in tables:
-            raise CaffememError(f"the file's mem_param recomputes {entry.layer} in {name}, for which it has no slot table: rerun `caffemem optimize`", where)
-        table = tables[name]
+        table = tables.get(name, PlanData({}, ()))
         tables[name] = replace(table, recompute=table.recompute + ((entry.layer, entry.before, entry.restore_params),))
-    if phase is not None and phase not in tables:
-        raise CaffememError(f"the file's slot table has no {phase} phase (it has {', '.join(tables)})", where)
     # a binary NetParameter has no comments, so no record
     records = {} if source.binary else read_records(path.text if isinstance(path, NetText) else read_exact(path), source.file)
-    return [(name, table, records.get(name)) for name, table in tables.items() if phase is None or name == phase]
+    flagged = {"TRAIN": block.optimize_train, "TEST": block.optimize_test}
+    found: list[_Table] = []
+    for name in ("TRAIN", "TEST"):
+        if name in tables or name in records:
+            found.append(_Table(name, tables.get(name, PlanData({}, ())), records.get(name)))
+        elif flagged[name]:
+            found.append(_Table(name, PlanData({}, ()), None, fork=True))
+    if not found:
+        raise CaffememError("the file's mem_param plans no phase (no slot table, and optimize_train and optimize_test are off): write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net", where)
+    if phase is not None and phase not in {table.phase for table in found}:
+        raise CaffememError(f"the file's mem_param has no {phase} phase (it has {', '.join(table.phase for table in found)})", where)
+    return [table for table in found if phase is None or table.phase == phase]
 
 
 def _options_at(options: Options, record: MadeFor | None, phase: str | None, explicit: Collection[str]) -> Options:

@@ -21,6 +21,7 @@ from caffemem.layers.access import BlobId, Bucket, Share
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.liveness import net_outputs_of
 from caffemem.passes.memory import LayerFlags, Run, SlotAssignment, backward_flags
+from caffemem.plan.verify import PlanData
 
 
 def fork_run(run: Run) -> Run:
@@ -157,3 +158,9 @@ def fork_assignment(
         assignment[(BlobId("blob", blob), part)] = slot
         sizes[slot] = max(sizes.get(slot, 0), count(shaped.blob_shapes[blob]) * dtype_bytes)
     return SlotAssignment(assignment, sizes)
+
+
+def fork_plan_data(assignment: SlotAssignment) -> PlanData:
+    """The fork's slots as a table the verifier reads (every member at offset 0: a fork
+    slot is as large as its largest member)."""
+    return PlanData(dict(assignment.slot_bytes), tuple((blob.name, part, slot, 0) for (blob, part), slot in assignment.slot_of.items()))

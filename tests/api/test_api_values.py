@@ -25,7 +25,7 @@ LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
         ({"batch": 0}, "batch 0: expected a whole number from 1 to 2147483647, or None"),
         ({"gpus": 0}, "gpus 0: expected a whole number from 1 to 65536"),
         ({"stages": [1]}, "stages [1]: expected a list of stage names"),
-        ({"inputs": {"data": "64,1,28"}, "overrides": {"label"}}, "overrides {'label'}: expected names of inputs given in inputs"),
+        ({"overrides": "data"}, "overrides 'data': expected a set of input names"),
         ({"inputs": {"data": (64, 1.5)}}, "inputs: data's shape (64, 1.5): expected whole numbers from 0 to 2147483647 (or -1, the file's own value), e.g. (64, 1, 28, 28) or \"64,1,28,28\""),
         ({"inputs": {"data": "64,x"}}, "--input 'data=64,x': expected NAME=d0,d1,... with whole numbers from 0 to 2147483647 or _ (the file's own value), e.g. data=1,3,224,224 or data=_,3,_,_"),
         ({"inputs": ["data"]}, "inputs ['data']: expected a mapping of blob name to shape, e.g. {'data': (64, 1, 28, 28)}"),
@@ -41,6 +41,13 @@ def test_an_input_given_as_text_reads_as_the_flag_does():
     # {"data": "64,1,28,28"} raised TypeError in the shape pass; it is the --input spelling.
     assert Options(inputs={"data": "64,1,28,28", "label": "_"}).inputs == {"data": (64, 1, 28, 28), "label": (-1,)}
     assert caffemem.analyze(LENET, Options(phase="train")).nets[0].phase == "TRAIN"
+
+
+def test_the_keyword_inputs_of_a_library_call_read_as_options_does():
+    with pytest.raises(CaffememError) as refused:
+        caffemem.analyze(LENET, inputs={"data": (64, "x")})
+    assert refused.value.message.startswith("inputs: data's shape (64, 'x'): expected whole numbers")
+    assert caffemem.analyze(LENET, Options(phase="TEST"), inputs={"data": "_,1,28,28"}).nets[0].shaped.blob_shapes["data"] == (64, 1, 28, 28)
 
 
 def test_a_stage_given_as_one_string_is_one_stage():

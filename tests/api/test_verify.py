@@ -81,7 +81,7 @@ def test_an_edited_net_is_noted_and_checked_as_it_is_now(tmp_path):
 
 def test_a_file_without_a_table_asks_for_one(tmp_path):
     result = run("verify", LENET)
-    assert result.exit_code == 2 and "the file carries no slot table" in result.output
+    assert result.exit_code == 2 and "the file carries no mem_param: write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net" in result.output
 
 
 def test_a_plan_json_carries_its_record_and_is_checked_at_its_batch(tmp_path):

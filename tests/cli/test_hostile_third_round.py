@@ -441,3 +441,36 @@ def test_target_fork_leaves_the_forks_optimizer_off_where_it_holds_more_than_sto
     assert "caffemem: the fork's own optimizer would hold 448 B in TEST, more than stock Caffe's 440 B: left off there (optimize_test: false)" in result.stderr
     block = out.read_text()[len(FORK_DEFECT_NET.read_text()) :]
     assert "optimize_train: true" in block and "optimize_test: false" in block
+
+
+# ----------------------------------------------------------------------------- 18: verify of a table with no slot
+
+
+def test_verify_checks_the_forks_own_plan_where_the_file_hands_a_phase_to_it(tmp_path):
+    # Issue 31, item 18: `verify` on a `--target fork` output said "the file carries no slot
+    # table".  The phase is the fork's optimizer's: its plan, reproduced, is what runs.
+    bad, kept = tmp_path / "fork.prototxt", tmp_path / "kept.prototxt"
+    bad.write_text(FORK_DEFECT_NET.read_text() + "mem_param { optimize_train: true }\n")
+    result = run("verify", bad, "--device", "cpu")
+    assert result.exit_code == 1
+    assert f"{bad}: TRAIN: step 8 (backward ip_ip_0_split), blob 'ip_ip_0_split_0': reads bytes that 'score' overwrote (slot 2)" in result.stdout
+    assert "optimize_train hands it to the memory-multiloading fork's own optimizer (yjxiong/caffe)" in result.stdout
+    assert run("optimize", FORK_DEFECT_NET, "--target", "fork", "--device", "cpu", "-o", kept).exit_code == 0
+    result = run("verify", kept, "--device", "cpu")  # with the exclude_blob --target fork adds
+    assert result.exit_code == 0 and result.stdout.startswith(f"{kept}: TRAIN, batch 2: the table is safe (3 slots)\n")
+
+
+def test_optimize_batch_on_a_net_with_nothing_to_share_writes_a_table_verify_reads(tmp_path):
+    # Issue 31, item 18: the --batch check refused its own output, "no slot table".
+    net, out = tmp_path / "tiny.prototxt", tmp_path / "out.prototxt"
+    net.write_text('name: "tiny"\nlayer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 } } }\nlayer { name: "r" type: "ReLU" bottom: "data" top: "data" }\n')
+    assert run("optimize", net, "--batch", "4", "--device", "cpu", "-o", out).exit_code == 0
+    result = run("verify", out)
+    assert result.exit_code == 0 and result.stdout.startswith(f"{out}: TEST, batch 4: the table is safe (0 slots)\n")
+
+
+def test_a_file_whose_mem_param_plans_no_phase_is_refused(tmp_path):
+    net = tmp_path / "off.prototxt"
+    net.write_text(LENET.read_text() + "mem_param { optimize_train: false }\n")
+    result = run("verify", net)
+    assert result.exit_code == 2 and one_error_line(result).endswith("the file's mem_param plans no phase (no slot table, and optimize_train and optimize_test are off): write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net")

@@ -23,14 +23,13 @@ from caffemem.api.optimize import (
     OptimizeSettings,
     PhasePlan,
     assignment_of,
-    fork_plan_data,
     optimize,
     plan_data,
 )
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.memory import prepare, replay
 from caffemem.passes.schedule import Schedule
-from caffemem.plan.fork import fork_assignment
+from caffemem.plan.fork import fork_assignment, fork_plan_data
 from caffemem.plan.strategies import make_plan
 from caffemem.plan.verify import PlanData, Violation, verify_plan
 
