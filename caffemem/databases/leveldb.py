@@ -33,8 +33,9 @@ table/block.cc, db/write_batch.cc, db/filename.cc):
 
 Bounded work and memory: the logs are streamed a 32 KiB block at a time and only keys are
 kept (the smallest ones, :data:`WINDOW_KEYS` at most; should all of those be deleted, the
-logs are read again from there), the chosen value read again at the end; a table's blocks
-are read one at a time, and only one table of each level above 0 is open at once.  The
+logs are read again from there, :data:`MAX_LOG_PASSES` times and :data:`MAX_LOG_ENTRIES`
+entries at most, else a clear refusal), the chosen value read again at the end; a table's
+blocks are read one at a time, and only one table of each level above 0 is open at once.  The
 CRCs of what is used (the MANIFEST, every table block read, the log fragments of the
 chosen record) are checked; a mismatch, as every other inconsistency, is an error saying
 the database is corrupt, where LevelDB with Caffe's options would quietly drop a log
@@ -47,8 +48,8 @@ import heapq
 import itertools
 import os
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from caffemem.databases import MAX_READ_BYTES, U16, U32, U64, DatabaseError, Opener, RegularFile, crc32c, snappy, varint
 
@@ -68,10 +69,11 @@ NO_COMPRESSION, SNAPPY, ZSTD = 0, 1, 2  # format.h CompressionType
 
 MAX_MANIFEST_BYTES = 1 << 27  # a MANIFEST is KBs to a few MB (one record per compaction)
 MAX_TABLES = 1 << 20  # live tables (2 MB each by default: 2 TB of data)
-WINDOW_KEYS = 1 << 16  # log keys kept in one pass over the logs
+WINDOW_KEYS = 1 << 17  # log keys kept in one pass over the logs
 WINDOW_BYTES = 1 << 24  # and their bytes
+MAX_LOG_PASSES = 8  # passes over the logs, each past WINDOW_KEYS more deleted keys
+MAX_LOG_ENTRIES = 1 << 25  # entries parsed in all passes together (a second a few million)
 
-_TABLE_NAME = re.compile(r"([0-9]+)\.(ldb|sst)")
 _NUMBERED = re.compile(r"(?:MANIFEST-([0-9]+))|(?:([0-9]+)\.(?:log|sst|ldb|dbtmp))")
 
 
@@ -331,7 +333,7 @@ class _Record:
     checked: bool = False
     used: int = 0  # bytes of the fragment consumed
     position: int = 0  # bytes of the record consumed
-    fragment_offset: int = field(default=0)
+    fragment_offset: int = 0
 
     def __post_init__(self) -> None:
         self.fragment_offset = self.start
@@ -387,10 +389,10 @@ class _Record:
             parts.append(self.read(len(self.fragment) - self.used))
         return b"".join(parts)
 
-    def varint(self, bits: int, check: bool = False) -> int:
+    def varint(self, bits: int) -> int:
         result, shift = 0, 0
         while shift < bits:
-            byte = self.read(1, check)[0]
+            byte = self.read(1)[0]
             result |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 if result >= 1 << bits:
@@ -403,21 +405,21 @@ class _Record:
 # ---- 3: the write-ahead logs' WriteBatches ----------------------------------------------
 
 
-@dataclass(frozen=True)
-class _LogEntry:
-    """Where a Put's value lies, to read it again: the log, its record, the entry's offset
-    in the record (its tag) and the value's offset and length."""
-
-    log: str
-    record: int
-    entry: int
-    value: int
-    length: int
+# Where a Put's value lies, to read it again: the log, its record's offset, the entry's
+# offset in the record (its tag), the value's offset and length (a plain tuple: one is made
+# for each entry of the logs).
+_LogEntry = tuple[str, int, int, int, int]
+# A log entry as the window takes it: key, sequence, type, where.
+_Pending = tuple[bytes, int, int, _LogEntry]
+PENDING_ENTRIES = 1 << 14  # a record's entries handed to the window this many at a time
 
 
-def _batch(record: _Record, log: str) -> Iterator[tuple[int, int, bytes, _LogEntry | None]]:
-    """(sequence, type, key, where its value is) of each entry of a WriteBatch record
-    (write_batch.cc WriteBatch::Iterate), the count checked at the end."""
+def _batch(record: _Record, log: str, window: _Window, out: list[_Pending], flush: Callable[[], None]) -> tuple[int, int]:
+    """Each entry of a WriteBatch record (write_batch.cc WriteBatch::Iterate) that the
+    window may take appended to ``out`` (``flush`` called whenever it is long), the count
+    checked at the end; returns the batch's last sequence number and its count.  The
+    entries inside the fragment being read are parsed there, in one loop (a log may hold
+    millions); one across fragments, and every value, goes through the record."""
     name = record.reader.name
     head = record.read(BATCH_HEADER)
     if len(head) < BATCH_HEADER:  # DBImpl::RecoverLogFile: "log record too small"
@@ -425,22 +427,80 @@ def _batch(record: _Record, log: str) -> Iterator[tuple[int, int, bytes, _LogEnt
     sequence, count = U64.unpack_from(head)[0], U32.unpack_from(head, 8)[0]
     if sequence + count > MAX_SEQUENCE:
         raise _Corrupt(f"{name}: the WriteBatch at byte {record.start} has sequence numbers past LevelDB's largest")
-    found = 0
+    start, found = record.start, 0
     while not record.at_end():
-        entry = record.position
-        tag = record.read(1)[0]
-        if tag not in (TYPE_VALUE, TYPE_DELETION):
-            raise _Corrupt(f"{name}: the WriteBatch at byte {record.start} has an unknown tag {tag}")
-        key = record.read(record.varint(32))
-        where = None
-        if tag == TYPE_VALUE:
-            length = record.varint(32)
-            where = _LogEntry(log, record.start, entry, record.position, length)
+        data, base = bytes(record.fragment[record.used :]), record.position
+        size, position, crossing = len(data), 0, False
+        floor, horizon = window.floor, window.horizon
+        while position < size:  # the entries that lie whole in this fragment
+            tag = data[position]
+            if tag > TYPE_VALUE:
+                raise _Corrupt(f"{name}: the WriteBatch at byte {start} has an unknown tag {tag}")
+            at = position + 1
+            if at < size and data[at] < 0x80:  # a length of one byte, the usual
+                key_size, at = data[at], at + 1
+            else:
+                key_size, at = _varint32(data, at, name, start)
+            if at < 0 or at + key_size > size:
+                break  # the key runs into the next fragment
+            key = data[at : at + key_size]
+            at += key_size
+            length = 0
+            if tag == TYPE_VALUE:
+                if at < size and data[at] < 0x80:
+                    length, at = data[at], at + 1
+                else:
+                    length, at = _varint32(data, at, name, start)
+                    if at < 0:
+                        break
+            if (floor is None or key >= floor) and (horizon is None or key < horizon):  # what the window takes
+                out.append((key, sequence + found, tag, (log, start, base + position, base + at, length)))
+                if len(out) >= PENDING_ENTRIES:
+                    flush()
+                    horizon = window.horizon
+            found += 1
+            position = at + length
+            if position > size:  # the value runs on into the next fragments
+                record.skip(position)  # the record still stands at data's start
+                crossing = True
+                break
+        if crossing:
+            continue
+        record.skip(position)
+        if not record.at_end() and record.used < len(record.fragment):  # an entry across fragments
+            entry = record.position
+            tag = record.read(1)[0]
+            if tag not in (TYPE_VALUE, TYPE_DELETION):
+                raise _Corrupt(f"{name}: the WriteBatch at byte {start} has an unknown tag {tag}")
+            key = record.read(record.varint(32))
+            length = record.varint(32) if tag == TYPE_VALUE else 0
+            if window.takes(key):
+                out.append((key, sequence + found, tag, (log, start, entry, record.position, length)))
+            found += 1
             record.skip(length)
-        yield sequence + found, tag, key, where
-        found += 1
     if found != count:
-        raise _Corrupt(f"{name}: the WriteBatch at byte {record.start} holds {found} entries, its header says {count}")
+        raise _Corrupt(f"{name}: the WriteBatch at byte {start} holds {found} entries, its header says {count}")
+    return sequence + count - 1, count
+
+
+def _varint32(data: bytes, position: int, name: str, start: int) -> tuple[int, int]:
+    """A varint32 at ``position`` and the position after it; -1 for the position when
+    ``data`` ends first (GetVarint32: at most 5 bytes)."""
+    result, shift, size = 0, 0, len(data)
+    while position < size:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if result >= 1 << 32:
+                break
+            return result, position
+        shift += 7
+        if shift > 28:
+            break
+    else:
+        return 0, -1
+    raise _Corrupt(f"{name}: the WriteBatch at byte {start} holds a length longer than 32 bits")
 
 
 class _Window:
@@ -451,40 +511,41 @@ class _Window:
     def __init__(self, floor: bytes | None):
         self.floor = floor
         self.horizon: bytes | None = None
-        self.entries: dict[bytes, tuple[int, int, _LogEntry | None]] = {}
+        self.entries: dict[bytes, tuple[int, int, _LogEntry]] = {}
         self.bytes = 0
 
-    def offer(self, key: bytes, sequence: int, kind: int, where: _LogEntry | None) -> None:
-        if (self.floor is not None and key < self.floor) or (self.horizon is not None and key >= self.horizon):
-            return
-        old = self.entries.get(key)
-        if old is None:
-            self.bytes += len(key)
-        if old is None or sequence > old[0]:
-            self.entries[key] = (sequence, kind, where)
-        if len(self.entries) > 2 * WINDOW_KEYS or self.bytes > 2 * WINDOW_BYTES:
-            self._shrink()
+    def takes(self, key: bytes) -> bool:
+        """Whether ``key`` lies between the floor and the horizon (which only comes down)."""
+        return (self.floor is None or key >= self.floor) and (self.horizon is None or key < self.horizon)
 
-    def absorb(self, other: _Window) -> None:
-        for key, (sequence, kind, where) in other.entries.items():
-            self.offer(key, sequence, kind, where)
-        if other.horizon is not None:
-            self._lower(other.horizon)
-
-    def _lower(self, horizon: bytes) -> None:
-        if self.horizon is None or horizon < self.horizon:
-            self.horizon = horizon
-            for key in [key for key in self.entries if key >= horizon]:
-                del self.entries[key]
-                self.bytes -= len(key)
+    def add(self, pending: list[_Pending]) -> None:
+        """Take entries (in the order they were written: a later one is newer)."""
+        floor, horizon, entries = self.floor, self.horizon, self.entries
+        for key, sequence, kind, where in pending:
+            if (floor is not None and key < floor) or (horizon is not None and key >= horizon):
+                continue
+            old = entries.get(key)
+            if old is None:
+                entries[key] = (sequence, kind, where)
+                self.bytes += len(key)
+                if len(entries) > 2 * WINDOW_KEYS or self.bytes > 2 * WINDOW_BYTES:
+                    self._shrink()
+                    horizon = self.horizon
+            elif sequence > old[0]:
+                entries[key] = (sequence, kind, where)
 
     def _shrink(self) -> None:
+        """Keep the smallest keys (WINDOW_KEYS and WINDOW_BYTES at most, one at least); the
+        first one dropped is the new horizon."""
         keys = sorted(self.entries)
         keep, total = 0, 0
         while keep < len(keys) and keep < WINDOW_KEYS and (keep == 0 or total + len(keys[keep]) <= WINDOW_BYTES):
             total += len(keys[keep])
             keep += 1
-        self._lower(keys[keep])
+        self.horizon = keys[keep]
+        for key in keys[keep:]:
+            del self.entries[key]
+        self.bytes = total
 
 
 # ---- 4: the tables -----------------------------------------------------------------------
@@ -617,6 +678,9 @@ class _Merge:
     def __init__(self, folder: str, opener: Opener, version: _Version, logs: list[str]):
         self.folder, self.opener, self.version, self.logs = folder, opener, version, logs
         self.last_sequence = version.last_sequence
+        self.passes = 0
+        self.entries = 0  # log entries parsed, all passes together
+        self.log_ends: dict[str, int] = {}  # where a log's last whole record ends, when the next one is cut short
 
     def first_value(self) -> bytes | None:
         sources = [_table_entries(self.folder, self.opener, table) for table in self.version.tables if table.level == 0]
@@ -631,6 +695,10 @@ class _Merge:
             found = self._first_live(table_entries, window)
             if found is not None or window.horizon is None:
                 return found
+            if self.passes >= MAX_LOG_PASSES or self.entries * (self.passes + 1) > MAX_LOG_ENTRIES * self.passes:
+                raise DatabaseError(
+                    f"the logs of the LevelDB {self.folder} delete more keys before its first record than caffemem reads ({self.passes} pass(es) over {self.entries // self.passes} entries); pass --input"
+                )
             floor = window.horizon  # every key below it is settled: read the logs again from there
             window = self._scan_logs(floor)
 
@@ -659,46 +727,64 @@ class _Merge:
                     newest = (sequence << 8 | kind, where)
             if newest is not None and newest[0] & 0xFF == TYPE_VALUE:
                 value = newest[1]
-                return self._log_value(value) if isinstance(value, _LogEntry) else bytes(value)  # type: ignore[arg-type]
+                return self._log_value(value) if isinstance(value, tuple) else bytes(value)  # type: ignore[arg-type]
 
     def _scan_logs(self, floor: bytes | None) -> _Window:
         """The write-ahead logs' keys from ``floor`` up, oldest log first (their records in
-        order, so a later entry is newer); the last sequence raised to the logs' own."""
+        order, so a later entry is newer); the last sequence raised to the logs' own.  A
+        record the writer did not finish is dropped: its entries wait in a list until it
+        ends, and should a long one have been handed over already, the pass is made again
+        stopping before it."""
+        self.passes += 1
+        entries = self.entries
         window = _Window(floor)
+        pending: list[_Pending] = []
+        handed: list[bool] = [False]
+
+        def flush() -> None:
+            window.add(pending)
+            pending.clear()
+            handed[0] = True
+
         for path in self.logs:
             name = os.path.basename(path)
             with _open_log(self.opener, path) as file:
                 reader = _LogReader(file, name)
                 while True:
                     record = reader.start_record(verify=False)
-                    if record is None:
+                    if record is None or record.start >= self.log_ends.get(path, file.size + 1):
                         break
-                    pending = _Window(floor)
+                    handed[0] = False
                     try:
-                        last = None
-                        for sequence, kind, key, where in _batch(record, path):
-                            pending.offer(key, sequence, kind, where)
-                            last = sequence
-                    except _Truncated:
-                        break  # the writer died inside this record: LevelDB drops it
-                    window.absorb(pending)
-                    if last is not None:
-                        self.last_sequence = max(self.last_sequence, last)
+                        last, count = _batch(record, path, window, pending, flush)
+                    except _Truncated:  # the writer died inside this record: LevelDB drops it
+                        pending.clear()
+                        if handed[0]:
+                            self.log_ends[path] = record.start
+                            self.passes -= 1
+                            self.entries = entries
+                            return self._scan_logs(floor)
+                        break
+                    window.add(pending)
+                    pending.clear()
+                    self.last_sequence = max(self.last_sequence, last)
+                    self.entries += count
         return window
 
     def _log_value(self, where: _LogEntry) -> bytes:
         """The value of a Put, read again from its log, the CRCs of the fragments holding
         the batch's header and the entry checked."""
-        name = os.path.basename(where.log)
-        with _open_log(self.opener, where.log) as file:
-            record = _LogReader(file, name, where.record).start_record(verify=False)
-            if record is None or record.start != where.record:
+        log, start, entry, value, length = where
+        name = os.path.basename(log)
+        with _open_log(self.opener, log) as file:
+            record = _LogReader(file, name, start).start_record(verify=False)
+            if record is None or record.start != start:
                 raise _Corrupt(f"{name} changed while it was read")
             try:
                 record.read(BATCH_HEADER, check=True)
-                record.skip(where.entry - BATCH_HEADER)
-                record.read(where.value - where.entry, check=True)
-                return record.read(where.length, check=True)
+                record.skip(entry - BATCH_HEADER)
+                record.read(value - entry, check=True)
+                return record.read(length, check=True)
             except _Truncated:
                 raise _Corrupt(f"{name} changed while it was read") from None
 

@@ -145,16 +145,46 @@ def test_a_deleted_key_hides_its_older_value_in_a_table(tmp_path):
     assert leveldb.first_value(str(tmp_path / "db"), opener) == b"kept"
 
 
+def deleted_leveldb(path: Path, puts: int, deletes: int) -> None:
+    """Keys 0000.. put, then the first ``deletes`` of them deleted."""
+    db = plyvel.DB(str(path), create_if_missing=True)
+    for i in range(puts):
+        db.put(b"%04d" % i, b"v%d" % i)
+    for i in range(deletes):
+        db.delete(b"%04d" % i)
+    db.close()
+
+
 @needs_plyvel
 def test_deletions_past_the_logs_key_window_are_read_in_further_passes(tmp_path, monkeypatch):
     monkeypatch.setattr(leveldb, "WINDOW_KEYS", 3)  # the logs read again after each 3 settled keys
+    deleted_leveldb(tmp_path / "db", 40, 12)
+    assert leveldb.first_value(str(tmp_path / "db"), opener) == b"v12"
+
+
+@needs_plyvel
+@pytest.mark.parametrize(("limit", "value", "passes"), [("MAX_LOG_PASSES", 2, 2), ("MAX_LOG_ENTRIES", 100, 1)], ids=["passes", "entries"])
+def test_deletions_past_the_work_allowed_are_refused_not_read_for_ever(tmp_path, monkeypatch, limit, value, passes):
+    monkeypatch.setattr(leveldb, "WINDOW_KEYS", 3)
+    monkeypatch.setattr(leveldb, limit, value)
+    deleted_leveldb(tmp_path / "db", 40, 25)  # 65 entries
+    with pytest.raises(DatabaseError, match=rf"the logs of the LevelDB .*db delete more keys before its first record than caffemem reads \({passes} pass\(es\) over 65 entries\); pass --input"):
+        leveldb.first_value(str(tmp_path / "db"), opener)
+
+
+@needs_plyvel
+def test_a_long_record_cut_short_after_its_entries_were_taken_is_dropped_all_the_same(tmp_path, monkeypatch):
+    monkeypatch.setattr(leveldb, "PENDING_ENTRIES", 4)  # the window takes a record's entries 4 at a time
     db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
-    for i in range(40):
-        db.put(b"%04d" % i, b"v%d" % i)
-    for i in range(25):
-        db.delete(b"%04d" % i)
+    db.put(b"m", b"kept")
+    with db.write_batch() as batch:  # one record: a, b, ..., then a value over several blocks
+        for key in b"abcdefgh":
+            batch.put(bytes([key]), b"dropped")
+        batch.put(b"z", b"x" * 100000)
     db.close()
-    assert leveldb.first_value(str(tmp_path / "db"), opener) == b"v25"
+    log = next((tmp_path / "db").glob("*.log"))
+    log.write_bytes(log.read_bytes()[:-1000])
+    assert leveldb.first_value(str(tmp_path / "db"), opener) == plyvel_first(tmp_path / "db") == b"kept"
 
 
 @needs_plyvel
