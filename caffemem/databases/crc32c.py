@@ -13,8 +13,6 @@ from zero.
 
 from __future__ import annotations
 
-import numpy as np
-
 _POLY = 0x82F63B78  # reflected Castagnoli polynomial
 _MASK_DELTA = 0xA282EAD8  # util/crc32c.h kMaskDelta
 
@@ -30,7 +28,6 @@ def _table() -> list[int]:
 
 
 _TABLE = _table()
-_NP_TABLE = np.array(_TABLE, dtype=np.uint32)
 _LANES = 4096  # numpy's lanes for a long input; below _LANES * 16 bytes the byte loop is as fast
 _SHORT = _LANES * 16
 
@@ -55,12 +52,15 @@ def _advance(register: int, data: bytes | bytearray | memoryview) -> int:
     """The raw register after ``data``, from ``register`` (no final inversion)."""
     if len(data) < _SHORT:
         return _bytewise(register, data)
+    import numpy as np  # here, not at import: a run under a tight address-space cap never needs it
+
+    table = np.array(_TABLE, dtype=np.uint32)
     lane = len(data) // _LANES
     body = np.frombuffer(data, dtype=np.uint8, count=lane * _LANES).reshape(_LANES, lane)
     registers = np.zeros(_LANES, dtype=np.uint32)
     registers[0] = register
     for column in np.ascontiguousarray(body.T):  # one byte of every lane per step
-        registers = _NP_TABLE[(registers ^ column) & 0xFF] ^ (registers >> 8)
+        registers = table[(registers ^ column) & 0xFF] ^ (registers >> 8)
     joined = 0
     shift = _zeros_operator(lane)
     for lane_register in registers.tolist():  # each lane carried past the next one's bytes

@@ -18,6 +18,7 @@ RANKS = {
     "caffemem.graph": 0,
     "caffemem.schema": 0,
     "caffemem.prototxt": 1,
+    "caffemem.databases": 1,  # LMDB and LevelDB read from their files, as prototxt reads the user's
     "caffemem.layers": 2,
     "caffemem.passes": 3,
     "caffemem.plan": 4,
