@@ -665,7 +665,7 @@ def _open_log(opener: Opener, path: str) -> RegularFile:
     try:
         return RegularFile.open(opener, path, "LevelDB log")
     except FileNotFoundError:
-        raise _Corrupt(f"its log {os.path.basename(path)} disappeared while it was read") from None
+        raise _Corrupt(f"its log {os.path.basename(path)} is listed but does not exist (a dangling link?)") from None
 
 
 # ---- 5: the merge ---------------------------------------------------------------------------

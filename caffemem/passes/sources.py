@@ -288,7 +288,8 @@ def _image_header(stream: Any, what: str) -> tuple[tuple[int, int], int, str]:
         with image_module.open(stream) as image:
             mode, size, kind, info = image.mode, image.size, image.format or "image", image.info
     except (OSError, SyntaxError, ValueError) as error:  # UnidentifiedImageError is an OSError
-        raise _Unreadable(f"{what} cannot be decoded ({error})") from None
+        reason = str(error).replace(f" {stream!r}", "")  # Pillow names an opened file by its object
+        raise _Unreadable(f"{what} cannot be decoded ({reason})") from None
     finally:
         image_module.MAX_IMAGE_PIXELS = limit
     if mode in ("LA", "La", "RGBA", "RGBa", "PA") or (mode in ("RGB", "P") and "transparency" in info):

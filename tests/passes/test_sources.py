@@ -326,7 +326,7 @@ def test_an_image_that_cannot_be_decoded_is_refused(in_tmp):
     image_list("images/a.jpg 0", b"not a jpeg")
     net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": ""})
     result = run("analyze", net)
-    assert result.exit_code == 2 and "the first image images/a.jpg cannot be decoded" in result.output.replace(str(in_tmp) + os.sep, "")
+    assert result.exit_code == 2 and "the first image images/a.jpg cannot be decoded (cannot identify image file)" in result.output.replace(str(in_tmp) + os.sep, "")
 
 
 def test_an_empty_image_list_is_refused_as_caffe_refuses_it(in_tmp):
