@@ -182,9 +182,14 @@ def test_a_long_record_cut_short_after_its_entries_were_taken_is_dropped_all_the
             batch.put(bytes([key]), b"dropped")
         batch.put(b"z", b"x" * 100000)
     db.close()
-    log = next((tmp_path / "db").glob("*.log"))
-    log.write_bytes(log.read_bytes()[:-1000])
+    writer_died(tmp_path / "db")
     assert leveldb.first_value(str(tmp_path / "db"), opener) == plyvel_first(tmp_path / "db") == b"kept"
+
+
+def writer_died(path: Path) -> None:
+    """The log's last 1000 bytes never written: its last record is cut short."""
+    log = next(path.glob("*.log"))
+    log.write_bytes(log.read_bytes()[:-1000])
 
 
 @needs_plyvel
@@ -193,17 +198,21 @@ def test_a_log_record_the_writer_did_not_finish_is_dropped_as_leveldb_drops_it(t
     db.put(b"b", b"first batch")
     db.put(b"a", b"x" * 100000)  # a record over several 32 KiB blocks
     db.close()
-    log = next((tmp_path / "db").glob("*.log"))
-    log.write_bytes(log.read_bytes()[:-1000])
+    writer_died(tmp_path / "db")
     assert leveldb.first_value(str(tmp_path / "db"), opener) == plyvel_first(tmp_path / "db") == b"first batch"
+
+
+def one_table(path: Path, value: bytes) -> None:
+    """A LevelDB whose one record, key a, sits in a table."""
+    db = plyvel.DB(str(path), create_if_missing=True)
+    db.put(b"a", value)
+    db.compact_range()
+    db.close()
 
 
 @needs_plyvel
 def test_tables_named_as_before_leveldb_1_14_are_read(tmp_path):
-    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
-    db.put(b"a", b"in a table")
-    db.compact_range()
-    db.close()
+    one_table(tmp_path / "db", b"in a table")
     for table in (tmp_path / "db").glob("*.ldb"):
         table.rename(table.with_suffix(".sst"))
     assert leveldb.first_value(str(tmp_path / "db"), opener) == b"in a table"
@@ -211,19 +220,16 @@ def test_tables_named_as_before_leveldb_1_14_are_read(tmp_path):
 
 @needs_plyvel
 def test_a_leveldb_made_with_another_comparator_is_refused(tmp_path):
-    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True, comparator=lambda a, b: (a > b) - (a < b), comparator_name=b"reverse")
+    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True, comparator=lambda a, b: (a > b) - (a < b), comparator_name=b"another")
     db.put(b"a", b"1")
     db.close()
-    with pytest.raises(DatabaseError, match=r"the LevelDB .*db is corrupt: MANIFEST-\d+: edit 0: it was written with the comparator b'reverse', not leveldb.BytewiseComparator"):
+    with pytest.raises(DatabaseError, match=r"the LevelDB .*db is corrupt: MANIFEST-\d+: edit 0: it was written with the comparator b'another', not leveldb.BytewiseComparator"):
         leveldb.first_value(str(tmp_path / "db"), opener)
 
 
 @needs_plyvel
 def test_a_missing_table_is_named(tmp_path):
-    db = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
-    db.put(b"a", b"1")
-    db.compact_range()
-    db.close()
+    one_table(tmp_path / "db", b"1")
     table = next((tmp_path / "db").glob("*.ldb"))
     table.unlink()
     with pytest.raises(DatabaseError, match=rf"1 table file\(s\) of its MANIFEST are missing, e.g. {table.name}"):
