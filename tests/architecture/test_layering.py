@@ -19,6 +19,7 @@ RANKS = {
     "caffemem.schema": 0,
     "caffemem.userfiles": 0,
     "caffemem.prototxt": 1,
+    "caffemem.databases": 1,  # LMDB and LevelDB read from their files, as prototxt reads the user's
     "caffemem.layers": 2,
     "caffemem.passes": 3,
     "caffemem.plan": 4,

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -265,12 +266,20 @@ def test_an_lmdb_read_as_the_default_leveldb_backend_says_which_backend_to_set(i
 
 
 def test_without_the_extra_the_request_for_input_names_it_once(in_tmp, monkeypatch):
-    write_lmdb(in_tmp / "examples/imagenet/ilsvrc12_train_lmdb", datum(3, 256, 256))
-    monkeypatch.setitem(sys.modules, "lmdb", None)  # as if not installed: importing it raises ImportError
+    # Databases need no library (caffemem/databases); an encoded image's header needs Pillow.
+    write_lmdb(in_tmp / "examples/imagenet/ilsvrc12_train_lmdb", encoded_datum(Image.new("RGB", (256, 256)), "PNG"))
+    monkeypatch.setitem(sys.modules, "PIL.Image", None)  # as if not installed: importing it raises ImportError
     result = run("analyze", str(ALEXNET))
     assert result.exit_code == 2
     assert "--input data=256,C,227,227" in result.output
-    assert result.output.count("pip install 'caffemem[data]'") == 1 and "(lmdb is not installed)" in result.output
+    assert result.output.count("pip install 'caffemem[data]'") == 1 and "(PIL.Image is not installed)" in result.output
+
+
+def test_a_database_needs_no_library(in_tmp, monkeypatch):
+    write_lmdb(in_tmp / "examples/imagenet/ilsvrc12_train_lmdb", datum(3, 256, 256))
+    for name in ("lmdb", "plyvel"):
+        monkeypatch.setitem(sys.modules, name, None)
+    assert analyze(str(ALEXNET)).blobs["data"] == (256, 3, 227, 227)
 
 
 # ---- ImageData, WindowData ----------------------------------------------------------
@@ -317,7 +326,7 @@ def test_an_image_that_cannot_be_decoded_is_refused(in_tmp):
     image_list("images/a.jpg 0", b"not a jpeg")
     net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": ""})
     result = run("analyze", net)
-    assert result.exit_code == 2 and "the first image images/a.jpg cannot be decoded" in result.output.replace(str(in_tmp) + os.sep, "")
+    assert result.exit_code == 2 and "the first image images/a.jpg cannot be decoded (cannot identify image file)" in result.output.replace(str(in_tmp) + os.sep, "")
 
 
 def test_an_empty_image_list_is_refused_as_caffe_refuses_it(in_tmp):
@@ -487,3 +496,205 @@ def test_a_v0_data_layer_reads_its_leveldb_and_meanfile_from_where_caffe_runs(in
     net = analyze(str(MODELS / "legacy_v0_bvlc_imagenet" / "imagenet_train.prototxt"))
     assert net.blobs["data"] == (256, 3, 227, 227)
     assert "data: [256,3,227,227] from ilvsrc12_train_leveldb (first Datum 3x256x256, crop_size 227; mean_file 3x256x256)" in net.shaped.notes
+
+
+# ---- issue 31: a source is read in place, read-only, in bounded work ---------------------
+#
+# LevelDB and LMDB are read by caffemem/databases (never by the libraries: LevelDB writes on
+# every open, the lmdb binding maps the file); every file a reader opens is a regular file
+# checked from its opened descriptor, and noted as read by the run.
+
+LENET_LEVELDB = {'source: "examples/mnist/mnist_train_lmdb"\n    batch_size: 64\n    backend: LMDB': 'source: "examples/mnist/mnist_train_leveldb"\n    batch_size: 64\n    backend: LEVELDB'}
+HERE = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "CAFFEMEM_DEVICE": "cpu"}
+
+
+def folder_state(path: Path) -> dict:
+    """Each entry of a folder: its link target, or its bytes and mtime."""
+    return {p.name: os.readlink(p) if p.is_symlink() else (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(path.iterdir())}
+
+
+def write_leveldb_tables(path: Path, values: list[bytes], compression: str | None = "snappy") -> None:
+    """A LevelDB whose records sit in tables, as convert_imageset's do (a small write
+    buffer, 64 KiB at least, flushes them out of the log)."""
+    plyvel = pytest.importorskip("plyvel")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = plyvel.DB(str(path), create_if_missing=True, write_buffer_size=1 << 12, compression=compression)
+    for i, value in enumerate(values):
+        db.put(f"{i:08d}".encode(), value)
+    db.close()
+    assert any(p.suffix == ".ldb" for p in path.iterdir())
+
+
+def cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``caffemem ARGS`` in its own process (what a hang or a signal would do to pytest,
+    it does to that process alone)."""
+    try:
+        return subprocess.run([sys.executable, "-m", "caffemem", *args], cwd=cwd, env=HERE, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"caffemem {' '.join(args)} did not end in {timeout} s")
+
+
+def test_reading_a_leveldb_writes_nothing_through_a_link_in_it(in_tmp):
+    # LevelDB's recovery of this log writes the table 000005.ldb and MANIFEST-000004: a link
+    # of that name in the user's folder took the write to the file it points at.
+    path = in_tmp / "examples/mnist/mnist_train_leveldb"
+    write_leveldb(path, datum(1, 28, 28))
+    precious = in_tmp / "precious.txt"
+    precious.write_text("keep me\n")
+    (path / "000005.ldb").symlink_to(precious)
+    before = folder_state(path)
+    assert analyze(net_copy(LENET, **LENET_LEVELDB)).blobs["data"] == (64, 1, 28, 28)
+    assert precious.read_text() == "keep me\n"
+    assert folder_state(path) == before
+
+
+def test_reading_a_leveldb_leaves_files_of_the_names_leveldb_would_write(in_tmp):
+    path = in_tmp / "examples/mnist/mnist_train_leveldb"
+    write_leveldb(path, datum(1, 28, 28))
+    (path / "000005.ldb").write_bytes(b"the user's own file\n")
+    (path / "MANIFEST-000004").write_bytes(b"another one\n")
+    before = folder_state(path)
+    assert analyze(net_copy(LENET, **LENET_LEVELDB)).blobs["data"] == (64, 1, 28, 28)
+    assert folder_state(path) == before
+
+
+@pytest.mark.parametrize("compression", [None, "snappy"])
+def test_a_leveldb_whose_records_sit_in_tables_is_read(in_tmp, compression):
+    path = in_tmp / "examples/mnist/mnist_train_leveldb"
+    write_leveldb_tables(path, [datum(1, 20, 24, data=bytes(480))] + [datum(3, 9, 9, data=bytes(243))] * 1000, compression)
+    before = folder_state(path)
+    assert analyze(net_copy(LENET, **LENET_LEVELDB)).blobs["data"] == (64, 1, 20, 24)
+    assert folder_state(path) == before
+
+
+def test_a_corrupt_leveldb_table_is_one_message_naming_the_users_folder(in_tmp):
+    # A flipped first byte: LevelDB's iterator raised CorruptionError (exit 3), and a
+    # truncated table's IOError named the temporary folder the old reader linked it from.
+    path = in_tmp / "examples/mnist/mnist_train_leveldb"
+    write_leveldb_tables(path, [datum(1, 28, 28, data=bytes(784))] * 200)
+    for table in path.glob("*.ldb"):
+        table.write_bytes(bytes([table.read_bytes()[0] ^ 0xFF]) + table.read_bytes()[1:])
+    result = run("analyze", net_copy(LENET, **LENET_LEVELDB))
+    assert result.exit_code == 2, result.output
+    assert f"cannot read this layer's data source: the LevelDB {path} is corrupt: " in result.output and "fails its checksum" in result.output
+    assert "caffemem-leveldb-" not in result.output and "Traceback" not in result.output
+
+
+def test_a_truncated_leveldb_table_names_the_users_folder(in_tmp):
+    path = in_tmp / "examples/mnist/mnist_train_leveldb"
+    write_leveldb_tables(path, [datum(1, 28, 28, data=bytes(784))] * 200)
+    for table in path.glob("*.ldb"):
+        table.write_bytes(table.read_bytes()[:100])
+    result = run("analyze", net_copy(LENET, **LENET_LEVELDB))
+    assert result.exit_code == 2, result.output
+    assert f"the LevelDB {path} is corrupt: " in result.output and "its MANIFEST says" in result.output
+    assert "caffemem-leveldb-" not in result.output and "tmp" + os.sep + "caffemem" not in result.output
+
+
+def test_a_leveldb_manifest_that_is_a_fifo_is_refused_without_waiting(in_tmp):
+    path = in_tmp / "examples/mnist/mnist_train_leveldb"
+    write_leveldb(path, datum(1, 28, 28))
+    manifest = next(path.glob("MANIFEST-*"))
+    manifest.unlink()
+    os.mkfifo(manifest)
+    done = cli("analyze", net_copy(LENET, **LENET_LEVELDB), cwd=in_tmp)
+    assert done.returncode == 2, done.stderr
+    assert f"{manifest}: is a FIFO (named pipe), not a LevelDB MANIFEST: save it to a regular file first" in done.stderr
+
+
+def test_an_lmdb_data_file_that_is_a_fifo_is_refused_without_waiting(in_tmp):
+    path = in_tmp / "examples/mnist/mnist_train_lmdb"
+    path.mkdir(parents=True)
+    os.mkfifo(path / "data.mdb")
+    done = cli("analyze", str(LENET), cwd=in_tmp)
+    assert done.returncode == 2, done.stderr
+    assert f"{path / 'data.mdb'}: is a FIFO (named pipe), not a database file: save it to a regular file first" in done.stderr
+
+
+def test_an_lmdb_whose_first_size_field_runs_past_the_file_is_refused_not_a_sigbus(in_tmp):
+    # The lmdb binding maps data.mdb: a value size of 0x7fffffff (the node header, 8 bytes
+    # before the key) read past the file's end and killed the process (SIGBUS, rc -7).
+    path = in_tmp / "examples/mnist/mnist_train_lmdb"
+    write_lmdb(path, datum(1, 28, 28))
+    data = bytearray((path / "data.mdb").read_bytes())
+    key = data.index(b"00000000")
+    data[key - 8 : key - 4] = (0x7FFFFFFF).to_bytes(4, "little")
+    (path / "data.mdb").write_bytes(bytes(data))
+    done = cli("analyze", str(LENET), cwd=in_tmp)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert f"the LMDB {path} is corrupt: page 2's first value (2147483647 bytes) runs past the page" in done.stderr
+
+
+def test_an_lmdb_value_on_overflow_pages_is_read(in_tmp):
+    # A 3x256x256 Datum is 196 KB: LMDB puts it on overflow pages (F_BIGDATA).
+    write_lmdb(in_tmp / "examples/imagenet/ilsvrc12_train_lmdb", datum(3, 256, 256, data=bytes(3 * 256 * 256)))
+    assert analyze(str(ALEXNET)).blobs["data"] == (256, 3, 227, 227)
+
+
+def test_a_listed_image_that_is_a_fifo_or_a_folder_says_what_it_is(in_tmp):
+    net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": ""})
+    image_list("images/a.jpg 0")
+    Path("images").mkdir()
+    os.mkfifo("images/a.jpg")
+    result = run("analyze", net)
+    assert result.exit_code == 2 and "the first image images/a.jpg that data/flickr_style/train.txt lists is a FIFO (named pipe), not a regular file" in result.output
+    os.unlink("images/a.jpg")
+    os.mkdir("images/a.jpg")
+    result = run("analyze", net)
+    assert result.exit_code == 2 and "the first image images/a.jpg that data/flickr_style/train.txt lists is a directory, not a regular file" in result.output
+
+
+def test_a_listed_hdf5_file_that_is_a_fifo_says_what_it_is(in_tmp):
+    Path("examples/mnist").mkdir(parents=True)
+    Path("examples/mnist/train_h5.txt").write_text("h5/part0.h5\n")
+    Path("h5").mkdir()
+    os.mkfifo("h5/part0.h5")
+    result = run("analyze", lenet_on_hdf5())
+    assert result.exit_code == 2 and "the first file h5/part0.h5 that examples/mnist/train_h5.txt lists is a FIFO (named pipe), not a regular file" in result.output
+
+
+def test_a_list_that_is_a_folder_is_refused_not_taken_for_missing(in_tmp):
+    Path("data/flickr_style/train.txt").mkdir(parents=True)
+    result = run("analyze", str(FLICKR))
+    assert result.exit_code == 2 and f"the list {in_tmp / 'data/flickr_style/train.txt'} is a directory, not a list file" in result.output
+
+
+def test_an_hdf5_external_link_to_a_fifo_is_refused_without_waiting(in_tmp):
+    # h5py followed the link when the dataset was looked up: opening the FIFO blocked.
+    Path("h5").mkdir()
+    os.mkfifo("h5/elsewhere.h5")
+    with h5py.File("h5/part0.h5", "w") as h5:
+        h5["data"] = h5py.ExternalLink("elsewhere.h5", "/data")  # resolved from the file's folder
+        h5.create_dataset("label", data=np.zeros((10,), dtype=np.float32))
+    Path("examples/mnist").mkdir(parents=True)
+    Path("examples/mnist/train_h5.txt").write_text("h5/part0.h5\n")
+    done = cli("analyze", lenet_on_hdf5(), cwd=in_tmp)
+    assert done.returncode == 2, done.stderr
+    assert f"{in_tmp / 'h5/elsewhere.h5'}, the file of the external link 'data' in {in_tmp / 'h5/part0.h5'}, is a FIFO (named pipe), not a regular file" in done.stderr
+
+
+def test_an_hdf5_external_link_to_a_regular_file_is_followed(in_tmp):
+    write_h5(in_tmp / "h5/elsewhere.h5", data=(10, 1, 28, 28))
+    with h5py.File("h5/part0.h5", "w") as h5:
+        h5["data"] = h5py.ExternalLink("elsewhere.h5", "/data")
+        h5["label"] = h5py.SoftLink("/labels/all")
+        h5.create_dataset("labels/all", data=np.zeros((10,), dtype=np.float32))
+    Path("examples/mnist").mkdir(parents=True)
+    Path("examples/mnist/train_h5.txt").write_text("h5/part0.h5\n")
+    net = analyze(lenet_on_hdf5())
+    assert (net.blobs["data"], net.blobs["label"]) == ((64, 1, 28, 28), (64,))
+
+
+def test_every_file_a_source_reader_reads_is_noted_on_every_run(in_tmp):
+    # The records are cached for the process (fit and optimize build a net many times):
+    # a second command reads none of the files again, yet no output may land on them.
+    from caffemem.prototxt.read import forget_reads, read_by_this_run
+
+    image_list("images/a.png 0", Image.new("RGB", (256, 256)))
+    write_mean(in_tmp / "data/ilsvrc12/imagenet_mean.binaryproto", 3, 256, 256)
+    net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": ""})
+    read = ["data/flickr_style/train.txt", "images/a.png", "data/ilsvrc12/imagenet_mean.binaryproto"]
+    for _ in range(2):
+        forget_reads()
+        analyze(net)
+        assert [read_by_this_run(name) for name in read] == [True, True, True]
