@@ -420,11 +420,20 @@ def _read_window_file(proto: Any, files: _Files) -> SourceRecord | None:
     try:
         if tokens[0] != "#":
             raise ValueError(f"it starts with {tokens[0]!r}, not '#'")
-        image, channels, height, width = tokens[2], int(tokens[3]), int(tokens[4]), int(tokens[5])
+        image, channels, height, width = tokens[2], _whole(tokens[3]), _whole(tokens[4]), _whole(tokens[5])
     except (IndexError, ValueError) as error:
         raise _Unreadable(f"{path} is not a window file (# index, image path, channels, height, width, windows...): {error}") from None
     what = f"first image {image}: {channels}x{height}x{width}" + _crop(proto)
     return SourceRecord(source, what, image=(channels, height, width))
+
+
+def _whole(token: str) -> int:
+    """A count as ``infile >> int`` reads it in the C locale: ASCII digits, a ``+`` allowed
+    (issue 31: int() took Arabic-Indic digits and "3_000", which Caffe's stream does not)."""
+    digits = token[1:] if token.startswith("+") else token
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"{token!r} is not a whole number")
+    return int(digits)
 
 
 # ---- HDF5Data -----------------------------------------------------------------------

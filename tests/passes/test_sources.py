@@ -355,6 +355,17 @@ def test_a_window_file_in_another_format_is_refused(in_tmp):
     assert result.exit_code == 2 and "is not a window file" in result.output
 
 
+@pytest.mark.parametrize("channels", ["\u0663", "3_0", "-3"])
+def test_a_window_files_counts_are_ascii_digits_as_caffes_stream_reads_them(in_tmp, channels):
+    # Issue 31, item 18: int() took Arabic-Indic digits and "3_0"; `infile >> channels`
+    # in the C locale reads neither.
+    folder = in_tmp / "examples/finetune_pascal_detection"
+    folder.mkdir(parents=True)
+    (folder / "window_file_2007_trainval.txt").write_text(f"# 0\n/data/VOC2007/JPEGImages/000005.jpg\n{channels}\n375\n500\n1\n9 1.0 262 210 323 338\n", encoding="utf-8")
+    result = run("analyze", str(PASCAL))
+    assert result.exit_code == 2 and f"is not a window file (# index, image path, channels, height, width, windows...): {channels!r} is not a whole number" in result.output
+
+
 # ---- HDF5Data -----------------------------------------------------------------------
 
 HDF5_LAYER = 'layer {\n  name: "mnist"\n  type: "HDF5Data"\n  top: "data"\n  top: "label"\n  include {\n    phase: TRAIN\n  }\n  hdf5_data_param {\n    source: "examples/mnist/train_h5.txt"\n    batch_size: 64\n  }\n}\n'
