@@ -15,7 +15,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
-import gpu_measured  # noqa: E402
+from gpu import measured as gpu_measured  # noqa: E402
+from gpu.configs import CONFIGS  # noqa: E402
 
 from caffemem.passes.device import CUDA_CONTEXT, CUDNN_HANDLE, LAZY_KERNELS_HIGH, LAZY_KERNELS_LOW  # noqa: E402
 
@@ -164,3 +165,8 @@ def test_with_256_byte_offsets_every_plan_computes_stock_caffes_outputs_openpose
 
 def _ran(summary: dict, config: str) -> set[tuple[str, str]]:
     return {(r["file"][: -len(".json")], r["phase"]) for r in summary["runs"] if r["config"] == config and r["ok"]}
+
+
+def test_the_model_is_asked_for_the_plan_of_each_patched_configuration_measured():
+    """measured.PLAN_OPTIONS spells for the API the plans configs.CONFIGS gives `optimize`."""
+    assert set(gpu_measured.PLAN_OPTIONS) == {c.name for c in CONFIGS if c.plan is not None}

@@ -19,13 +19,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_groundtruth.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
-import gpu_groundtruth as gg
+from gpu.paths import TARBALL  # noqa: E402
+from gpu.toolkit import toolkit_path  # noqa: E402
 
 
 def _need_toolkit() -> None:
-    if not gg.TARBALL.is_file():
-        pytest.skip(f"{gg.TARBALL} missing")
-    if os.environ.get("CAFFEMEM_SKIP_CUDA") == "1" and not gg.toolkit_path()[1]:
+    if not TARBALL.is_file():
+        pytest.skip(f"{TARBALL} missing")
+    if os.environ.get("CAFFEMEM_SKIP_CUDA") == "1" and not toolkit_path()[1]:
         pytest.skip("CAFFEMEM_SKIP_CUDA=1 and the CUDA toolkit is not installed (python benchmarks/gpu_groundtruth.py toolkit)")
 
 
@@ -120,7 +121,7 @@ def test_cudnn_algorithm_choice_keeps_bvlcs_workspace_limit(checked_tree, tmp_pa
     fits the limit, as CUDNN_CONVOLUTION_*_SPECIFY_WORKSPACE_LIMIT did: with 8 MiB it skips
     the 16 MiB one and the failed one and takes the 4 MiB one (5); PREFER_FASTEST takes the
     first (7); NO_WORKSPACE the 0-byte one (1); none fitting gives the fallback (9)."""
-    cuda, _ = gg.toolkit_path()
+    cuda, _ = toolkit_path()
     src = tmp_path / "pick.cpp"
     src.write_text(PICK_TEST)
     exe = tmp_path / "pick"

@@ -1,4 +1,5 @@
-"""The measurement kit for a bare GPU machine (issue 22 item 4; benchmarks/gpu_bundle.py).
+"""The measurement kit for a bare GPU machine (issue 22 item 4; benchmarks/gpu/: bundle.py
+here, kit.py there).
 
 Without a build: how `ldd`'s answers are read and each library sorted (carried in the kit,
 glibc's, CUDA's), where CUDA's libraries are found in a Python's nvidia wheels, the archive's
@@ -27,8 +28,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_groundtruth.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
-import gpu_bundle as kit  # noqa: E402
-import gpu_groundtruth as gg  # noqa: E402
+from gpu.archive import ARCHIVE_LIMIT, MIB, pack, pack_results, unpack  # noqa: E402
+from gpu.bundle import cached_archive, corpus_files, stage  # noqa: E402
+from gpu.configs import CONFIGS  # noqa: E402
+from gpu.kit import Kit, preflight  # noqa: E402
+from gpu.layout import FORMAT, PROBE_NAME, TOOLS, VARIANTS, patch_key  # noqa: E402
+from gpu.libraries import CUDA_NEEDED, cuda_dirs, kind, missing_cuda, parse_ldd  # noqa: E402
+from gpu.measure import measure, tasks  # noqa: E402
+from gpu.nets import convolution_groups  # noqa: E402
+from gpu.paths import SHARED  # noqa: E402
+from gpu.probe import EXIT_NO_GPU, Programs  # noqa: E402
 
 # What `ldd build/tools/caffemem_gpu_probe` printed on this machine (Debian 12), shortened:
 # a library found, the CUDA runtime not on the path, a symbol version the libstdc++ found
@@ -44,7 +53,7 @@ LDD = """\
 
 
 def test_ldd_output_gives_each_library_its_file_or_none():
-    resolved = kit.parse_ldd(LDD)
+    resolved = parse_ldd(LDD)
     assert resolved.libraries == {
         "libcaffe.so.1.0.0": "/tmp/kit/stock/lib/libcaffe.so.1.0.0",
         "libcudart.so.13": None,
@@ -64,7 +73,7 @@ def test_ldd_output_gives_each_library_its_file_or_none():
     ("libboost_system.so.1.74.0", "kit"), ("libstdc++.so.6", "kit"), ("libgcc_s.so.1", "kit"), ("libz.so.1", "kit"),
 ])
 def test_each_library_is_the_machines_cudas_or_carried(soname, where):
-    assert kit.kind(soname) == where
+    assert kind(soname) == where
 
 
 def _touch(path: Path) -> Path:
@@ -79,23 +88,23 @@ def test_cuda_folders_are_found_as_pytorchs_cu13_wheels_lay_them_out(tmp_path):
     _touch(nvidia / "cu13" / "lib" / "libcublas.so.13")
     _touch(nvidia / "cudnn" / "lib" / "libcudnn.so.9")
     _touch(nvidia / "nccl" / "lib" / "libnccl.so.2")  # not one the kit needs
-    assert kit.cuda_dirs([nvidia]) == [nvidia / "cu13" / "lib", nvidia / "cudnn" / "lib"]
+    assert cuda_dirs([nvidia]) == [nvidia / "cu13" / "lib", nvidia / "cudnn" / "lib"]
 
 
 def test_each_cuda_library_not_found_is_named(tmp_path):
     lib = tmp_path / "cu13" / "lib"
     for name in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcurand.so.10"):
         _touch(lib / name)
-    assert kit.missing_cuda([lib]) == [name for name in kit.CUDA_NEEDED if name.startswith("libcudnn")]
+    assert missing_cuda([lib]) == [name for name in CUDA_NEEDED if name.startswith("libcudnn")]
 
 
 def test_the_corpus_is_every_bvlc_ground_truth_file_and_the_net_it_names():
-    files = [str(f) for f in kit.corpus_files()]
+    files = [str(f) for f in corpus_files()]
     # 34 BVLC files of ../shared/groundtruth, each with its prototxt, and the README
     assert len(files) == 1 + 2 * 34
     assert "groundtruth/bvlc_alexnet__deploy.json" in files
     assert "models/bvlc_alexnet/deploy.prototxt" in files
-    assert all((gg.SHARED / f).is_file() for f in files)
+    assert all((SHARED / f).is_file() for f in files)
 
 
 def _fake_tree(tmp_path: Path, name: str) -> Path:
@@ -105,38 +114,38 @@ def _fake_tree(tmp_path: Path, name: str) -> Path:
     (tree / "build" / "lib").mkdir(parents=True)
     (tree / "build" / "tools").mkdir()
     shutil.copy(Path("/usr/lib/x86_64-linux-gnu/libgflags.so.2.2").resolve(), tree / "build" / "lib" / "libcaffe.so.1.0.0")
-    for tool in kit.TOOLS:
+    for tool in TOOLS:
         shutil.copy("/usr/bin/xz", tree / "build" / "tools" / tool)
     return tree
 
 
 @pytest.mark.skipif(not Path("/usr/lib/x86_64-linux-gnu/libgflags.so.2.2").exists(), reason="Debian's libgflags2.2 is not installed")
 def test_stage_carries_every_library_but_glibcs_and_cudas(tmp_path):
-    trees = {v: _fake_tree(tmp_path, v) for v in kit.VARIANTS}
-    probes = {v: Path("/usr/bin/xz") for v in kit.VARIANTS}
-    manifest = kit.stage(trees, probes, tmp_path / "no-cuda", tmp_path / "kit")
+    trees = {v: _fake_tree(tmp_path, v) for v in VARIANTS}
+    probes = {v: Path("/usr/bin/xz") for v in VARIANTS}
+    manifest = stage(trees, probes, tmp_path / "no-cuda", tmp_path / "kit")
     assert sorted(p.name for p in (tmp_path / "kit" / "lib").iterdir()) == ["libgcc_s.so.1", "liblzma.so.5", "libstdc++.so.6"]
     assert sorted(manifest["libraries"]) == ["libgcc_s.so.1", "liblzma.so.5", "libstdc++.so.6"]
     assert manifest["variants"]["stock"]["programs"] == [
-        "stock/bin/caffe", f"stock/bin/{kit.PROBE_NAME}", "stock/bin/upgrade_net_proto_text", "stock/lib/libcaffe.so.1.0.0"]
-    assert manifest["runtime_patch"] == kit.patch_key()
+        "stock/bin/caffe", f"stock/bin/{PROBE_NAME}", "stock/bin/upgrade_net_proto_text", "stock/lib/libcaffe.so.1.0.0"]
+    assert manifest["runtime_patch"] == patch_key()
     assert manifest["glibc_needed"] == "2.36"  # Debian 12's libstdc++ asks for glibc 2.36
-    assert manifest["corpus"] == [str(f) for f in kit.corpus_files()]
+    assert manifest["corpus"] == [str(f) for f in corpus_files()]
     assert (tmp_path / "kit" / "corpus" / "models" / "bvlc_alexnet" / "deploy.prototxt").is_file()
 
 
 def _fake_kit(root: Path, manifest: dict | None = None) -> Path:
     (root / "lib").mkdir(parents=True)
-    (root / "MANIFEST.json").write_text(json.dumps(manifest or {"format": kit.FORMAT}))
+    (root / "MANIFEST.json").write_text(json.dumps(manifest or {"format": FORMAT}))
     return root
 
 
 def test_an_archive_over_its_limit_is_refused_naming_its_largest_files(tmp_path):
     root = _fake_kit(tmp_path / "caffemem-gpu-bundle")
-    (root / "lib" / "libbig.so").write_bytes(os.urandom(2 * kit.MIB))  # random: xz cannot shrink it
+    (root / "lib" / "libbig.so").write_bytes(os.urandom(2 * MIB))  # random: xz cannot shrink it
     archive = tmp_path / "out" / "kit.tar.xz"
     with pytest.raises(RuntimeError, match=r"over its limit of 1 MiB .* lib/libbig.so 2.0 MiB"):
-        kit.pack(root, archive, limit=kit.MIB)
+        pack(root, archive, limit=MIB)
     assert not archive.exists() and list(archive.parent.iterdir()) == []
 
 
@@ -144,9 +153,9 @@ def test_a_packed_kit_unpacks_into_its_folder(tmp_path):
     root = _fake_kit(tmp_path / "caffemem-gpu-bundle")
     (root / "lib" / "libx.so.1").write_bytes(b"\x7fELF" + bytes(1000))
     archive = tmp_path / "kit.tar.xz"
-    size = kit.pack(root, archive)
+    size = pack(root, archive)
     assert size == archive.stat().st_size < 1000
-    unpacked = kit.unpack(archive, tmp_path / "there")
+    unpacked = unpack(archive, tmp_path / "there")
     assert unpacked == tmp_path / "there" / "caffemem-gpu-bundle"
     assert (unpacked / "lib" / "libx.so.1").read_bytes() == b"\x7fELF" + bytes(1000)
 
@@ -163,19 +172,19 @@ def _archive(path: Path, members: dict[str, bytes]) -> Path:
 def test_an_archive_that_is_not_a_kit_is_refused(tmp_path):
     archive = _archive(tmp_path / "other.tar.xz", {"something/README": b"hi"})
     with pytest.raises(RuntimeError, match="no caffemem-gpu-bundle/MANIFEST.json; not a caffemem GPU bundle"):
-        kit.unpack(archive, tmp_path / "there")
+        unpack(archive, tmp_path / "there")
 
 
 def test_an_archive_member_leaving_the_folder_is_refused(tmp_path):
     archive = _archive(tmp_path / "evil.tar.xz", {"caffemem-gpu-bundle/MANIFEST.json": b"{}", "../outside": b"x"})
     with pytest.raises(RuntimeError, match="a member's path leaves the folder"):
-        kit.unpack(archive, tmp_path / "there")
+        unpack(archive, tmp_path / "there")
     assert not (tmp_path / "outside").exists()
 
 
 def test_a_kit_built_from_another_runtime_patch_or_for_a_newer_glibc_does_not_run(tmp_path):
-    manifest = {"format": kit.FORMAT, "runtime_patch": "0123456789abcdef", "glibc_needed": "99.0"}
-    problems = kit.preflight(kit.Kit(_fake_kit(tmp_path / "k", manifest), manifest, ()))
+    manifest = {"format": FORMAT, "runtime_patch": "0123456789abcdef", "glibc_needed": "99.0"}
+    problems = preflight(Kit(_fake_kit(tmp_path / "k", manifest), manifest, ()))
     assert problems[0].startswith("CUDA libraries not found: libcudart.so.13, libcublas.so.13")
     assert problems[1].startswith("this machine's glibc is ") and problems[1].endswith("the kit's programs need 99.0")
     assert problems[2].startswith("the kit's patched Caffe was built from another runtime patch than this checkout's caffemem (kit 0123456789abcdef")
@@ -215,7 +224,7 @@ def fake_programs(tmp_path):
     probe = tmp_path / "probe"
     probe.write_text(FAKE_PROBE)
     probe.chmod(probe.stat().st_mode | stat.S_IEXEC)
-    programs = gg.Programs(probe, tmp_path / "no-upgrade-tool", {**os.environ, "PATH": os.environ.get("PATH", "")})
+    programs = Programs(probe, tmp_path / "no-upgrade-tool", {**os.environ, "PATH": os.environ.get("PATH", "")})
     return {"stock": programs, "patched": programs}
 
 
@@ -225,7 +234,7 @@ def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_progra
     GPU mode, its JSON kept beside the net, and on the net as it is again; in TRAIN also on
     the recompute plan (a TEST net runs no Backward, so it has nothing to recompute)."""
     out = tmp_path / "out"
-    code = gg.measure(gg.CONFIGS, fake_programs, gg.SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, jobs=2)
+    code = measure(CONFIGS, fake_programs, SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, jobs=2)
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert [(r["config"], r["file"], r["phase"], r["ok"]) for r in summary["runs"]] == [
@@ -253,7 +262,7 @@ def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_progra
 
 def test_runs_past_the_time_budget_are_recorded_as_not_measured(tmp_path, fake_programs):
     out = tmp_path / "out"
-    code = gg.measure(gg.CONFIGS[:1], fake_programs, gg.SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, deadline=0.0)
+    code = measure(CONFIGS[:1], fake_programs, SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, deadline=0.0)
     assert code == 1
     doc = json.loads((out / "stock" / "bvlc_examples_mnist__lenet_train_test.json").read_text())
     assert doc["runs"] == [{"phase": p, "ok": False, "error": "not measured: the time budget ran out"} for p in ("TRAIN", "TEST")]
@@ -262,10 +271,10 @@ def test_runs_past_the_time_budget_are_recorded_as_not_measured(tmp_path, fake_p
 def test_the_nets_with_the_most_convolution_groups_are_measured_last():
     """MobileNet v1: 13 depthwise convolutions with 4,960 groups in all, and 15 others of
     1 group (each group is 3 cuDNN handles and streams in BVLC); lenet: 2 convolutions."""
-    assert gg.convolution_groups(gg.SHARED / "models/mobilenet/mobilenet_deploy.prototxt") == 4960 + 15
-    assert gg.convolution_groups(gg.SHARED / "models/bvlc_examples_mnist/lenet.prototxt") == 2
-    assert gg.convolution_groups(gg.SHARED / "models/legacy_v0_bvlc_imagenet/imagenet_deploy.prototxt") == 1 + 2 + 1 + 2 + 2  # V0: conv1..conv5, 2, 4, 5 of group 2
-    order = list(dict.fromkeys(t.gt_file.stem for t in gg.tasks(gg.SHARED, gg.CONFIGS[:1], None)))
+    assert convolution_groups(SHARED / "models/mobilenet/mobilenet_deploy.prototxt") == 4960 + 15
+    assert convolution_groups(SHARED / "models/bvlc_examples_mnist/lenet.prototxt") == 2
+    assert convolution_groups(SHARED / "models/legacy_v0_bvlc_imagenet/imagenet_deploy.prototxt") == 1 + 2 + 1 + 2 + 2  # V0: conv1..conv5, 2, 4, 5 of group 2
+    order = list(dict.fromkeys(t.gt_file.stem for t in tasks(SHARED, CONFIGS[:1], None)))
     assert len(order) == 34
     assert order[0] == "bvlc_examples_mnist__mnist_autoencoder"  # no convolution
     assert order[-2:] == ["mobilenet__mobilenet_deploy", "mobilenet__mobilenet_v2_deploy"]
@@ -275,8 +284,8 @@ def test_results_over_the_limit_are_packed_without_the_probe_logs(tmp_path):
     out = tmp_path / "gpu-groundtruth"
     (out / "stock" / "nets").mkdir(parents=True)
     (out / "stock" / "net.json").write_text("{}")
-    (out / "stock" / "nets" / "net.TEST.probe.log").write_bytes(os.urandom(2 * kit.MIB))  # random: xz cannot shrink it
-    kit.pack_results(out, tmp_path / "results.tar.xz", limit=kit.MIB)
+    (out / "stock" / "nets" / "net.TEST.probe.log").write_bytes(os.urandom(2 * MIB))  # random: xz cannot shrink it
+    pack_results(out, tmp_path / "results.tar.xz", limit=MIB)
     with tarfile.open(tmp_path / "results.tar.xz") as tar:
         assert sorted(tar.getnames()) == ["gpu-groundtruth", "gpu-groundtruth/stock", "gpu-groundtruth/stock/net.json", "gpu-groundtruth/stock/nets"]
 
@@ -286,7 +295,7 @@ def test_results_over_the_limit_are_packed_without_the_probe_logs(tmp_path):
 
 @pytest.fixture(scope="module")
 def archive() -> Path:
-    found = kit.cached_archive()
+    found = cached_archive()
     if found is None:
         pytest.skip("the GPU bundle of these inputs is not built: `python benchmarks/gpu_groundtruth.py bundle` "
                     "(two full CUDA builds, ~85 min each on 2 busy cores from an empty cache; the stock one outlives a patch change)")
@@ -294,18 +303,18 @@ def archive() -> Path:
 
 
 def test_the_kit_fits_its_limit_and_holds_both_variants_programs(archive):
-    assert archive.stat().st_size <= kit.ARCHIVE_LIMIT
+    assert archive.stat().st_size <= ARCHIVE_LIMIT
     with tarfile.open(archive, "r:xz") as tar:
         names = set(tar.getnames())
-    for variant in kit.VARIANTS:
-        for program in ("bin/caffe", "bin/upgrade_net_proto_text", f"bin/{kit.PROBE_NAME}", "lib/libcaffe.so.1.0.0"):
+    for variant in VARIANTS:
+        for program in ("bin/caffe", "bin/upgrade_net_proto_text", f"bin/{PROBE_NAME}", "lib/libcaffe.so.1.0.0"):
             assert f"caffemem-gpu-bundle/{variant}/{program}" in names
     libs = {Path(n).name for n in names if n.startswith("caffemem-gpu-bundle/lib/")}
     assert {"libglog.so.1", "libgflags.so.2.2", "libprotobuf.so.32", "libopenblas.so.0", "libstdc++.so.6"} <= libs
-    assert not {name for name in libs if kit.kind(name) != "kit"}
+    assert not {name for name in libs if kind(name) != "kit"}
 
 
 def test_the_rehearsal_finds_every_library_and_each_probe_exits_3_without_a_gpu(archive):
     proc = subprocess.run([sys.executable, str(SCRIPT), "run-bundle", str(archive), "--rehearse"], capture_output=True, text=True, timeout=900)
     assert "rehearsal passed: every library found, every program starts; probes exit 3" in proc.stderr, proc.stderr[-4000:]
-    assert proc.returncode == gg.EXIT_NO_GPU
+    assert proc.returncode == EXIT_NO_GPU
