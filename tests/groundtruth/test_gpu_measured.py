@@ -168,5 +168,6 @@ def _ran(summary: dict, config: str) -> set[tuple[str, str]]:
 
 
 def test_the_model_is_asked_for_the_plan_of_each_patched_configuration_measured():
-    """measured.PLAN_OPTIONS spells for the API the plans configs.CONFIGS gives `optimize`."""
+    """measured.PLAN_OPTIONS (the API's settings) has one entry per configuration of
+    configs.CONFIGS that runs a plan (the CLI's options), and none other."""
     assert set(gpu_measured.PLAN_OPTIONS) == {c.name for c in CONFIGS if c.plan is not None}
