@@ -12,13 +12,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from caffemem.api.source import NetLike, as_source
+from caffemem.api.timeline import Timeline, run_timeline
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape, ShapedGraph
 from caffemem.layers.registry import SpecTable
 from caffemem.passes.device import DeviceReport, device_footprint
+from caffemem.passes.device import LayerSides as LayerSides  # named for the views: see below
 from caffemem.passes.filter import filter_net, make_state, phase_name
+from caffemem.passes.liveness import lifetimes
 from caffemem.passes.load import NetSource, SolverSource, load
+from caffemem.passes.memory import CATEGORIES as CATEGORIES  # named for the views: see below
 from caffemem.passes.memory import MemoryReport, Run, merged_run, prepare, simulate
+from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.shapes import FROM_FILE, INT_MAX, infer_shapes
 from caffemem.passes.sources import read_sources
 from caffemem.passes.solver import ProcessFootprint, solver_footprint
@@ -28,6 +33,10 @@ from caffemem.prototxt.read import MAX_TEXT_BYTES
 from caffemem.schema import caffe_pb2
 from caffemem.schema.caffe_root import CaffeRoot, caffe_root
 from caffemem.units import DTYPE_BYTES
+
+# The views (report/) name the reports a NetAnalysis carries (MemoryReport and its
+# CATEGORIES, DeviceReport and its LayerSides) and FROM_FILE from here: they format what
+# the API computed and import no pass (tests/architecture/test_layering.py).
 
 
 PHASES = ("TRAIN", "TEST")
@@ -144,6 +153,16 @@ class NetAnalysis:
     notes: tuple[str, ...] = ()
     device: DeviceReport | None = None  # GPU mode: device and host bytes
     batch: int | None = None  # images (sequences) per iteration: see net_batch
+    # What it was built with, for what a view computes only when it asks (``timeline``).
+    specs: SpecTable = field(kw_only=True, repr=False, compare=False)
+    options: Options = field(kw_only=True, repr=False, compare=False)
+
+    @functools.cached_property
+    def timeline(self) -> Timeline:
+        """Its run step by step in the figures' mode (api/timeline.py), computed when a
+        view first asks (``analyze --html``): no other command pays for it."""
+        schedule = run_schedule(self.shaped, self.specs, self.options)
+        return run_timeline(schedule, lifetimes(schedule), self.figures)
 
     @property
     def phase(self) -> str:
@@ -279,7 +298,7 @@ def analyze(
     except CaffememError as error:
         raise error.at(phase=phase) from None
     notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes
-    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device, net_batch(net, specs)),))
+    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device, net_batch(net, specs), specs=specs, options=options),))
 
 
 def prepare_run(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Run:
@@ -288,6 +307,13 @@ def prepare_run(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Run:
     if options.device == "gpu":
         return prepare(shaped, specs, options.dtype, options.build_engine, "gpu")
     return prepare(shaped, specs, options.dtype, options.heap_engine)
+
+
+def run_schedule(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Schedule:
+    """The steps and storage of the run in the mode asked for: in GPU mode the card's run
+    alone (not the merged run a plan must also be right in, whose CPU-only storage, such
+    as im2col buffers a cuDNN build never allocates, the card does not hold)."""
+    return build_schedule(shaped, specs, options.dtype, run=prepare_run(shaped, specs, options))
 
 
 def planning_runs(shaped: ShapedGraph, specs: SpecTable, options: Options, run: Run | None = None) -> tuple[Run, Run | None]:
@@ -486,7 +512,7 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
     shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
     memory, device = measure(shaped, specs, options)
     notes = tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes
-    return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs))
+    return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs), specs=specs, options=options)
 
 
 def parse_inputs(values: Sequence[str], overrides: Sequence[str] = ()) -> dict[str, Shape]:

@@ -12,8 +12,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, run_schedule, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
+from caffemem.api.timeline import Timeline, run_timeline
 from caffemem.errors import CaffememError, Location, UnsafePlan, excerpt
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
@@ -87,6 +88,15 @@ class DeviceFigures:
 
 
 @dataclass(frozen=True)
+class Peak:
+    """The step where the most shareable bytes hold live values (the lower bound's)."""
+
+    step: int
+    at: str | None  # the step's name (None: a run of no steps)
+    alive: tuple[str, ...]  # the storage classes alive there, as owner:part
+
+
+@dataclass(frozen=True)
 class PhasePlan:
     """One phase: the plan chosen, what it saves, and against what."""
 
@@ -111,6 +121,30 @@ class PhasePlan:
     # optimize --recompute: what the policy chose (the Forwards the patched Caffe runs
     # again inside Backward, their FLOPs, the plan without them), None without the flag.
     recompute: Choice | None = None
+    # What it was planned with, for what a view computes only when it asks (``timeline``).
+    specs: SpecTable = field(kw_only=True, repr=False, compare=False)
+    options: Options = field(kw_only=True, repr=False, compare=False)
+
+    @functools.cached_property
+    def timeline(self) -> Timeline:
+        """The planned run step by step in the figures' mode (api/timeline.py), computed
+        when a view first asks (``optimize --html``).  Its slots are placed over the run
+        planned; in GPU mode its live values are the card's run alone."""
+        figures = (self.devices.stock, self.devices.planned) if self.devices is not None else (self.stock, self.planned)
+        live = lifetimes(run_schedule(self.shaped, self.specs, self.options)) if self.devices is not None else None
+        return run_timeline(self.schedule, self.liveness, *figures, self.totals()["lower_bound"], self.plan_data, live)
+
+    @property
+    def peak(self) -> Peak:
+        """The planned run's peak of shareable live values (the terminal's and --json's)."""
+        schedule, liveness = self.schedule, self.liveness
+        at = schedule.step_name(schedule.steps[liveness.peak_step]) if schedule.steps else None
+        return Peak(liveness.peak_step, at, tuple(schedule.classes[storage].label for storage in liveness.alive_at_peak))
+
+    @property
+    def kept_private(self) -> dict[str, str]:
+        """owner:part -> why the plan keeps that storage class private."""
+        return {self.schedule.classes[storage].label: why for storage, why in self.liveness.kept.items()}
 
     @property
     def recomputed(self) -> tuple[Recomputation, ...]:
@@ -176,7 +210,7 @@ def assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:
     """Every member storage of every planned class pointed at its slot."""
     slot_of = {}
     for blob, kind, slot, _ in data.assign:
-        storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
+        storage = schedule.class_named(blob, kind)
         for member in schedule.classes[storage].members:
             slot_of[member] = slot
     return SlotAssignment(slot_of, dict(data.slot_bytes))
@@ -334,6 +368,8 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
         schedules=schedules,
         batch=net_batch(shaped, specs),
         recompute=recompute,
+        specs=specs,
+        options=options,
     )
 
 

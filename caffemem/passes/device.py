@@ -190,6 +190,11 @@ class DeviceReport:
         """(index, layer) of the ``count`` layers that put the most on the card, largest first."""
         return tuple(sorted(enumerate(self.layers), key=lambda item: -item[1].device_total)[:count])
 
+    @property
+    def caveat(self) -> str:
+        """:func:`gpu_caveat` of this run: the line its output carries once."""
+        return gpu_caveat(self)
+
     def largest_step(self) -> tuple[int, str, int] | None:
         """(layer index, "Forward" or "Backward", bytes) of the step that cudaMallocs the
         most (the first of equals), or None when no step allocates on the card."""

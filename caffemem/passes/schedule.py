@@ -73,6 +73,11 @@ class Schedule:
             return "init"
         return f"{step.kind} {self.shaped.graph.layers[step.layer].name}"
 
+    def class_named(self, name: str, part: str) -> int | None:
+        """The storage class a slot table's entry (name, data|diff) stands for: a net blob's,
+        else a layer buffer's of that name (None: the run never touches one)."""
+        return self.class_of.get((BlobId("blob", name), part), self.class_of.get((BlobId("buffer", name), part)))
+
 
 class _UnionFind:
     def __init__(self) -> None:

@@ -272,7 +272,7 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
     violations: list[Violation] = []
     place: dict[int, Placement] = {}
     for blob, kind, slot, offset in plan.assign:
-        storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
+        storage = schedule.class_named(blob, kind)
         if slot not in plan.slot_bytes:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue

@@ -7,10 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from caffemem.api.analyze import Analysis, NetAnalysis
+from caffemem.api.analyze import Analysis, DeviceReport, LayerSides, MemoryReport, NetAnalysis
 from caffemem.graph import Shape
-from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
-from caffemem.passes.memory import MemoryReport
 from caffemem.report.schemas import schema_version
 from caffemem.units import percent_of
 
@@ -107,7 +105,7 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
 def _caveats(devices) -> list[str]:
     """GPU mode: the one caveat line of the output (not one per net)."""
     devices = [device for device in devices if device is not None]
-    return [gpu_caveat(devices[0])] if devices else []
+    return [devices[0].caveat] if devices else []
 
 
 def to_json(analysis: Analysis) -> dict[str, Any]:
@@ -129,9 +127,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 def phase_plan_json(phase) -> dict[str, Any]:
     """One planned phase: the whole-run figures (as analyze's total: prefetch included,
     and on its own line), the plan, and the peak."""
-    schedule, liveness = phase.schedule, phase.liveness
-    peak_step = schedule.steps[liveness.peak_step] if schedule.steps else None
-    totals = phase.totals()
+    totals, peak = phase.totals(), phase.peak
     return {
         "phase": phase.phase,
         "batch": phase.batch,
@@ -144,17 +140,13 @@ def phase_plan_json(phase) -> dict[str, Any]:
         # Each strategy's plan in the figure of bytes.planned (the card's in GPU mode), best first.
         "candidates": dict(phase.candidates),
         "rejected": phase.rejected,
-        "peak": {
-            "step": liveness.peak_step,
-            "at": schedule.step_name(peak_step) if peak_step else None,
-            "alive": [schedule.classes[c].label for c in liveness.alive_at_peak],
-        },
+        "peak": {"step": peak.step, "at": peak.at, "alive": list(peak.alive)},
         "plan": {
             "slots": [{"id": slot, "bytes": size} for slot, size in sorted(phase.plan_data.slot_bytes.items())],
             "assign": [{"blob": blob, "kind": kind, "slot": slot, "offset": offset} for blob, kind, slot, offset in phase.plan_data.assign],
         }
         | ({"recompute": [{"layer": layer, "before": before, "restore_params": restore} for layer, before, restore in phase.plan_data.recompute]} if phase.plan_data.recompute else {}),
-        "kept_private": {schedule.classes[c].label: why for c, why in liveness.kept.items()},
+        "kept_private": phase.kept_private,
     } | ({"recompute": recompute_json(phase)} if phase.recompute is not None else {})
 
 

@@ -12,8 +12,8 @@ opens offline and can be mailed around.  Per net (or per planned phase) it shows
   offsets over the steps they are live; for an analysis, the largest storage classes;
 - the per-layer table (shapes, bytes by category, allocations per step).
 
-Everything the page shows is computed here by pure functions over the schedule, the
-liveness and the replayed memory reports; the script only draws.
+Everything the page shows the API computed (a result's ``timeline``, api/timeline.py, and
+its reports); this module only chooses and lays it out, and the script only draws.
 """
 
 from __future__ import annotations
@@ -25,37 +25,15 @@ from importlib import resources
 from typing import Any
 
 from caffemem._version import __version__
-from caffemem.api.analyze import Analysis, Options, prepare_run, spec_table
+from caffemem.api.analyze import CATEGORIES, FROM_FILE, Analysis, DeviceReport, MemoryReport, Options
+from caffemem.api.optimize import PlanData
+from caffemem.api.timeline import Timeline
 from caffemem.graph import ShapedGraph
-from caffemem.layers.access import BlobId
-from caffemem.layers.blob import FROM_FILE
-from caffemem.passes.device import DeviceReport, gpu_caveat
-from caffemem.passes.liveness import Liveness, lifetimes
-from caffemem.passes.memory import CATEGORIES, MemoryReport
-from caffemem.passes.schedule import Schedule, StorageClass, build_schedule
-from caffemem.plan.verify import PlanData
 from caffemem.report.terminal import recompute_line
 from caffemem.units import MIB, mib, mib_column, mib_gib, plural
 
 MAX_SLOT_ROWS = 60  # a plan's Gantt: the largest slots beyond this are summarised
 MAX_CLASS_ROWS = 40  # an analysis's Gantt: the largest storage classes only
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Bytes after each step of the run (index = step index)."""
-
-    step_names: tuple[str, ...]
-    step_kinds: tuple[str, ...]  # "init", "forward", "backward"
-    allocated: tuple[int, ...]  # stock Caffe's running total (it frees nothing)
-    planned: tuple[int, ...] | None  # the planned run's running total (slots are never freed either)
-    live: tuple[int, ...]  # bytes holding a value a later step reads (private storage counted whole)
-    lower_bound: int | None
-
-    @property
-    def peak_step(self) -> int:
-        """The step where the most bytes hold live values (the first, on a tie)."""
-        return max(range(len(self.live)), key=lambda step: (self.live[step], -step))
 
 
 @dataclass(frozen=True)
@@ -101,124 +79,33 @@ class Section:
     on_card: bool = False  # GPU mode: the timeline and the table's steps are the card's
 
 
-# ----------------------------------------------------------------------------- the series
-
-
-def allocated_by_step(schedule: Schedule, report: MemoryReport) -> tuple[int, ...]:
-    """The running total of the replay's allocations after each step.
-
-    Exact, because the replay charges every byte to the step that allocates it: Net::Init
-    and the inputs' fill to step 0, each layer's Forward and Backward to its own step."""
-    total, series = 0, []
-    for step in schedule.steps:
-        if step.layer is None:
-            total += report.heap_init + report.input_bytes
-        elif step.kind == "recompute":
-            pass  # a Forward run again finds everything it touches allocated by its first run
-        else:
-            layer = report.layers[step.layer]
-            total += layer.fwd_alloc if step.kind == "forward" else layer.bwd_alloc
-        series.append(total)
-    return tuple(series)
-
-
-def card_by_step(schedule: Schedule, device: DeviceReport) -> tuple[int, ...]:
-    """GPU mode: what the card holds after each step.  Each layer's Forward and Backward
-    add what they cudaMalloc (``LayerSides.device``); everything else is there after step 0
-    (Net::Init, the inputs, the prefetch batches, the CUDA context), so the series ends at
-    the card's figure, ``device.device_bytes``."""
-    steps = [0 if step.layer is None or step.kind == "recompute" else device.layers[step.layer].device[1 if step.kind == "forward" else 2] for step in schedule.steps]
-    total, series = device.device_bytes - sum(steps), []
-    for added in steps:
-        total += added
-        series.append(total)
-    return tuple(series)
-
-
-def with_outside(series: tuple[int, ...], outside: int) -> tuple[int, ...]:
-    """CPU mode: a heap series with what a run holds beyond the heap (the prefetch
-    batches, filled at setup) from step 0 on, so that it ends at ``total_bytes``."""
-    return tuple(value + outside for value in series)
-
-
-def live_by_step(liveness: Liveness, allocated: tuple[int, ...]) -> tuple[int, ...]:
-    """What a run needs at each step: stock's allocations, with every shareable class
-    counted only while it holds a value a later step reads (from its first write to its
-    last read) instead of from its first touch to the end."""
-    steps = len(allocated)
-    started = [0] * (steps + 1)  # shareable bytes stock has allocated by each step
-    alive = [0] * (steps + 1)  # shareable bytes live at each step (a difference array)
-    for life in liveness.shareable:
-        started[life.start] += life.bytes
-        for first, last in life.spans:
-            alive[first] += life.bytes
-            alive[last + 1] -= life.bytes
-    series, allocated_shareable, live_shareable = [], 0, 0
-    for step in range(steps):
-        allocated_shareable += started[step]
-        live_shareable += alive[step]
-        series.append(allocated[step] - allocated_shareable + live_shareable)
-    return tuple(series)
-
-
-def touched_steps(schedule: Schedule) -> dict[int, tuple[int, int]]:
-    """storage class -> (first, last) step that touches it (untouched classes: absent)."""
-    seen: dict[int, tuple[int, int]] = {}
-    for step in schedule.steps:
-        for access in step.accesses:
-            first, _ = seen.get(access.storage, (step.index, step.index))
-            seen[access.storage] = (first, step.index)
-    return seen
-
-
-def live_spans(liveness: Liveness, touched: dict[int, tuple[int, int]]) -> dict[int, tuple[tuple[int, int], ...]]:
-    """Every touched class's live steps: a shareable class's lifetime; a private one's
-    whole use, first touch to last."""
-    spans = {storage: (span,) for storage, span in touched.items()}
-    spans.update({life.storage: life.spans for life in liveness.shareable})
-    return spans
-
-
-def step_range(schedule: Schedule, first: int, last: int) -> str:
+def step_range(timeline: Timeline, first: int, last: int) -> str:
     """`steps 3–40 (forward conv1 → backward conv1)`, for hover titles."""
-    names = schedule.step_name(schedule.steps[first]), schedule.step_name(schedule.steps[last])
+    names = timeline.step_names[first], timeline.step_names[last]
     if first == last:
         return f"step {first} ({names[0]})"
     return f"steps {first}–{last} ({names[0]} → {names[1]})"
 
 
-def _first_few(names: list[str], shown: int = 8) -> str:
+def _first_few(names: list[str] | tuple[str, ...], shown: int = 8) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
-
-
-def _bar_style(storage: StorageClass) -> str:
-    return storage.part if storage.kind == "blob" else storage.kind
 
 
 # ----------------------------------------------------------------------------- the Gantt charts
 
 
-def storage_of(schedule: Schedule, blob: str, kind: str) -> int | None:
-    """The storage class a plan's (blob, data|diff) entry names: a net blob or a buffer."""
-    return schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
-
-
-def slot_gantt(schedule: Schedule, liveness: Liveness, plan: PlanData, max_rows: int = MAX_SLOT_ROWS) -> Gantt:
+def slot_gantt(timeline: Timeline, plan: PlanData, max_rows: int = MAX_SLOT_ROWS) -> Gantt:
     """Each slot a row as tall as its bytes, each member a band at its byte offset over
     the steps it is live: free space shows as gaps, reuse as bands side by side."""
-    spans = live_spans(liveness, touched_steps(schedule))
     members: dict[int, list[Bar]] = {slot: [] for slot in plan.slot_bytes}
     names: dict[int, list[str]] = {slot: [] for slot in plan.slot_bytes}
-    for blob, kind, slot, offset in plan.assign:
-        storage = storage_of(schedule, blob, kind)
-        if storage is None or storage not in spans or slot not in members:
-            continue  # a member no step touches is never allocated: nothing to draw
+    for member in timeline.slot_members:
+        blob, kind, slot, offset, storage = member.blob, member.kind, member.slot, member.offset, member.storage
         names[slot].append(f"{blob} ({kind})")
-        size, slot_size = schedule.classes[storage].bytes, max(plan.slot_bytes[slot], 1)
-        style = _bar_style(schedule.classes[storage])
-        for first, last in spans[storage]:
-            title = f"{blob} ({kind}) · {mib(size)} at offset {mib(offset)} of slot {slot} · {step_range(schedule, first, last)}"
-            members[slot].append(Bar(first, last, offset / slot_size, size / slot_size, style, title))
+        size, slot_size = storage.bytes, max(plan.slot_bytes[slot], 1)
+        for first, last in storage.spans:
+            title = f"{blob} ({kind}) · {mib(size)} at offset {mib(offset)} of slot {slot} · {step_range(timeline, first, last)}"
+            members[slot].append(Bar(first, last, offset / slot_size, size / slot_size, storage.style, title))
     largest = sorted(plan.slot_bytes, key=lambda slot: (-plan.slot_bytes[slot], slot))[:max_rows]
     rows = tuple(
         GanttRow(
@@ -234,36 +121,32 @@ def slot_gantt(schedule: Schedule, liveness: Liveness, plan: PlanData, max_rows:
     note = f"{plural(len(plan.slot_bytes), 'shared slot')} holding {len(plan.assign)} blob parts, {mib(total)} in all; each row's height is in proportion to its slot's bytes, each member drawn at its byte offset over the steps it holds a live value."
     if len(largest) < len(plan.slot_bytes):
         note += f" Showing the {plural(len(largest), 'largest slot')} ({mib(shown)}, {100 * shown / total:.1f}% of the slot bytes)."
-    kept = sum(schedule.classes[storage].bytes for storage in liveness.kept)
-    note += f" Not drawn, as they keep their own storage: {plural(len(liveness.kept), 'storage class', 'storage classes')} ({mib(kept)}: parameters, inputs, outputs, losses, excluded blobs, layer buffers)."
+    kept = [storage for storage in timeline.storage if storage.kept]
+    note += f" Not drawn, as they keep their own storage: {plural(len(kept), 'storage class', 'storage classes')} ({mib(sum(storage.bytes for storage in kept))}: parameters, inputs, outputs, losses, excluded blobs, layer buffers)."
     return Gantt(rows, note)
 
 
-def class_gantt(schedule: Schedule, liveness: Liveness, max_rows: int = MAX_CLASS_ROWS) -> Gantt:
+def class_gantt(timeline: Timeline, max_rows: int = MAX_CLASS_ROWS) -> Gantt:
     """The largest storage classes, each a row, in order of first touch: the pale bar is
     what stock Caffe holds (first touch to the end), the dark bars when the bytes hold a
     value a later step still reads — the difference is what `caffemem optimize` reclaims."""
-    touched = touched_steps(schedule)
-    spans = live_spans(liveness, touched)
-    last_step = len(schedule.steps) - 1
-    largest = sorted(touched, key=lambda storage: (-schedule.classes[storage].bytes, storage))[:max_rows]
+    last_step = len(timeline.step_names) - 1
+    largest = sorted(timeline.storage, key=lambda storage: (-storage.bytes, storage.id))[:max_rows]
     rows = []
-    for storage in sorted(largest, key=lambda storage: (touched[storage][0], storage)):
-        cls = schedule.classes[storage]
-        kept = liveness.kept.get(storage)
+    for storage in sorted(largest, key=lambda storage: (storage.touched[0], storage.id)):
+        first, kept = storage.touched[0], storage.kept
         why = f"keeps its own storage: {kept}" if kept else "shareable"
-        held = Bar(touched[storage][0], last_step, 0.1, 0.8, "held", f"{cls.label}: {mib(cls.bytes)} allocated from {step_range(schedule, touched[storage][0], last_step)} ({why})")
+        held = Bar(first, last_step, 0.1, 0.8, "held", f"{storage.label}: {mib(storage.bytes)} allocated from {step_range(timeline, first, last_step)} ({why})")
         live = tuple(
-            Bar(first, last, 0.1, 0.8, _bar_style(cls), f"{cls.label}: {mib(cls.bytes)} {'used' if kept else 'live'} over {step_range(schedule, first, last)} ({why})")
-            for first, last in spans[storage]
+            Bar(start, end, 0.1, 0.8, storage.style, f"{storage.label}: {mib(storage.bytes)} {'used' if kept else 'live'} over {step_range(timeline, start, end)} ({why})")
+            for start, end in storage.spans
         )
-        members = sorted({f"{blob.name} ({part})" for blob, part in cls.members})
-        title = f"{cls.label} · {mib(cls.bytes)} · {cls.kind} storage of {_first_few(members)}"
-        rows.append(GanttRow(cls.label, title, cls.bytes, (held,) + live))
-    total = sum(schedule.classes[storage].bytes for storage in touched)
-    shown = sum(schedule.classes[storage].bytes for storage in largest)
+        title = f"{storage.label} · {mib(storage.bytes)} · {storage.kind} storage of {_first_few(storage.members)}"
+        rows.append(GanttRow(storage.label, title, storage.bytes, (held,) + live))
+    total = sum(storage.bytes for storage in timeline.storage)
+    shown = sum(storage.bytes for storage in largest)
     note = (
-        f"The {len(largest)} largest of the {plural(len(touched), 'storage class', 'storage classes')} Caffe allocates ({mib(shown)}, {100 * shown / max(total, 1):.1f}% of their bytes), in order of first touch; "
+        f"The {len(largest)} largest of the {plural(len(timeline.storage), 'storage class', 'storage classes')} Caffe allocates ({mib(shown)}, {100 * shown / max(total, 1):.1f}% of their bytes), in order of first touch; "
         "each row's height is in proportion to its bytes. Pale: allocated (Caffe frees nothing); dark: holding a value a later step reads "
         "(for storage that must stay private — parameters, inputs, outputs, losses, layer buffers — from its first use to its last)."
     )
@@ -332,20 +215,6 @@ def layer_table(shaped: ShapedGraph, stock: MemoryReport, planned: MemoryReport 
 # ----------------------------------------------------------------------------- sections
 
 
-def timeline_of(schedule: Schedule, liveness: Liveness, allocated: tuple[int, ...], planned: tuple[int, ...] | None, lower_bound: int | None) -> Timeline:
-    """The three series of one run from its stock series (``planned``/``lower_bound``:
-    with a plan), in the report's one unit: the heap and prefetch batches in CPU mode,
-    the card in GPU mode, so the series end at the figures the terminal and --json give."""
-    return Timeline(
-        step_names=tuple(schedule.step_name(step) for step in schedule.steps),
-        step_kinds=tuple(step.kind for step in schedule.steps),
-        allocated=allocated,
-        planned=planned,
-        live=live_by_step(liveness, allocated),
-        lower_bound=lower_bound,
-    )
-
-
 def _log_versus_real(memory: MemoryReport, real: int, on_card: bool) -> tuple[str, str]:
     logged = memory.memory_required_for_data
     ratio = f"; real is {real / logged:.2f}× the log" if logged else ""
@@ -365,20 +234,9 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
     """One section per net of the file (a solver: its train net and each test net).  In
     GPU mode every figure is the card's: the facts, the causes, the largest layers, the
     timeline and the table's steps (its categories, a CPU run's, say so)."""
-    specs = spec_table(options)
     sections = []
     for i, net in enumerate(analysis.nets):
-        memory, device = net.memory, net.device
-        if device is not None:
-            schedule, liveness = card_schedule(net.shaped, specs, options)
-        else:
-            schedule = build_schedule(net.shaped, specs, memory.dtype, options.heap_engine)
-            liveness = lifetimes(schedule)
-        if device is not None:
-            allocated = card_by_step(schedule, device)
-        else:
-            allocated = with_outside(allocated_by_step(schedule, memory), memory.outside_heap_bytes)
-        timeline = timeline_of(schedule, liveness, allocated, None, None)
+        memory, device, timeline = net.memory, net.device, net.timeline
         graph = net.shaped.graph
         role = "" if net.role == "net" else f"{net.role}{f' #{net.index}' if net.role == 'test' else ''} net — "
         facts: tuple[tuple[str, str], ...] = (
@@ -403,7 +261,7 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
                 title=f"{role}{graph.name or net.file} ({graph.phase})",
                 facts=facts,
                 timeline=timeline,
-                gantt=class_gantt(schedule, liveness),
+                gantt=class_gantt(timeline),
                 table=layer_table(net.shaped, memory, card=(device, None) if device is not None else None),
                 notes=tuple(dict.fromkeys(net.notes + net.shaped.notes + (device.notes if device is not None else ()))),
                 causes=causes,
@@ -413,14 +271,6 @@ def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ..
             )
         )
     return tuple(sections)
-
-
-def card_schedule(shaped: ShapedGraph, specs, options: Options) -> tuple[Schedule, Liveness]:
-    """GPU mode: the steps and storage of the run on the card alone (not the merged run a
-    plan must also be right in, whose CPU-only storage, such as im2col buffers a cuDNN
-    build never allocates, the card does not hold)."""
-    schedule = build_schedule(shaped, specs, options.dtype, run=prepare_run(shaped, specs, options))
-    return schedule, lifetimes(schedule)
 
 
 def process_intro(analysis: Analysis) -> str:
@@ -494,28 +344,19 @@ def options_text(options: Options, settings=None) -> str:
     return " ".join(flags + ([f"--layers {options.layers_file}"] if options.layers_file else []))
 
 
-def plan_sections(result, options: Options | None = None) -> tuple[Section, ...]:
+def plan_sections(result) -> tuple[Section, ...]:
     """One section per planned phase (`result`: an optimizer.OptimizeResult), with the
     figures the terminal gives (``PhasePlan.totals``: on the card in GPU mode).  Its
-    largest layers are what each layer holds in stock Caffe, never a whole slot.
-    ``options`` (those it was planned with): in GPU mode, the live values are the card's."""
-    specs = spec_table(options) if options is not None else None
+    largest layers are what each layer holds in stock Caffe, never a whole slot."""
     sections = []
     for i, phase in enumerate(result.phases):
-        graph, stock, devices = phase.shaped.graph, phase.stock, phase.devices
+        graph, stock, devices, timeline = phase.shaped.graph, phase.stock, phase.devices, phase.timeline
         saved, totals = phase.savings, phase.totals()
         if devices is not None:
-            allocated, planned = card_by_step(phase.schedule, devices.stock), card_by_step(phase.schedule, devices.planned)
             causes = tuple((cause, size) for cause, size in devices.planned.device_by_cause.items() if size)
             largest = tuple((index, layer.name, layer.type, layer.device_total) for index, layer in devices.stock.largest_layers(TOP_LAYERS) if layer.device_total)
         else:
-            outside = stock.outside_heap_bytes
-            allocated, planned = with_outside(allocated_by_step(phase.schedule, stock), outside), with_outside(allocated_by_step(phase.schedule, phase.planned), outside)
             causes, largest = tuple(phase.planned.parts().items()), top_layers(stock)
-        liveness = phase.liveness
-        if devices is not None and options is not None:
-            liveness = card_schedule(phase.shaped, specs, options)[1]
-        timeline = timeline_of(phase.schedule, liveness, allocated, planned, totals["lower_bound"])
         slots = plural(len(phase.plan_data.slot_bytes), "shared slot")
         facts = (
             ("net", f"{graph.name or '(unnamed)'} — {result.path}"),
@@ -535,7 +376,7 @@ def plan_sections(result, options: Options | None = None) -> tuple[Section, ...]
                 title=f"{graph.name or result.path} ({graph.phase})",
                 facts=facts,
                 timeline=timeline,
-                gantt=slot_gantt(phase.schedule, phase.liveness, phase.plan_data),
+                gantt=slot_gantt(timeline, phase.plan_data),
                 table=layer_table(phase.shaped, stock, phase.planned, card=(devices.stock, devices.planned) if devices is not None else None),
                 notes=rejected + phase.shaped.notes,
                 causes=causes,
@@ -635,16 +476,15 @@ def page(title: str, sections: tuple[Section, ...], made_with: str = "", intro: 
 
 
 def html_report(subject, options: Options = Options(), settings=None) -> str:
-    """The page for an :class:`~caffemem.api.analyze.Analysis` (``options``: the ones it was built
-    with, for the schedule) or an :class:`~caffemem.api.optimize.OptimizeResult` (``settings``:
-    the optimize flags it was planned with, for the Options line)."""
+    """The page for an :class:`~caffemem.api.analyze.Analysis` or an
+    :class:`~caffemem.api.optimize.OptimizeResult`, with the ``options`` it was made with
+    (and ``settings``, the optimize flags it was planned with) on its Options line."""
     made_with = f"Options: {options_text(options, settings)}."
     if isinstance(subject, Analysis):
         devices = [net.device for net in subject.nets if net.device is not None]
-        caveat = gpu_caveat(devices[0]) if devices else ""
-        return page(f"Memory of {subject.path}", analysis_sections(subject, options), made_with, process_intro(subject), caveat)
+        return page(f"Memory of {subject.path}", analysis_sections(subject, options), made_with, process_intro(subject), devices[0].caveat if devices else "")
     devices = [phase.devices.stock for phase in subject.phases if phase.devices is not None]
-    return page(f"Memory plan for {subject.path}", plan_sections(subject, options), made_with, caveat=gpu_caveat(devices[0]) if devices else "")
+    return page(f"Memory plan for {subject.path}", plan_sections(subject), made_with, caveat=devices[0].caveat if devices else "")
 
 
 def _asset(name: str) -> str:

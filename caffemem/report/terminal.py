@@ -12,11 +12,9 @@ from rich.markup import escape as escape_markup
 from rich.table import Table
 from rich.text import Span, Text
 
-from caffemem.api.analyze import Analysis, NetAnalysis
+from caffemem.api.analyze import Analysis, DeviceReport, LayerSides, MemoryReport, NetAnalysis
 from caffemem.errors import one_line
 from caffemem.graph import Shape
-from caffemem.passes.device import DeviceReport, LayerSides, gpu_caveat
-from caffemem.passes.memory import MemoryReport
 from caffemem.units import format_flops, mib, mib_column, mib_gib, percent_of, plural, signed_percent
 
 
@@ -43,7 +41,7 @@ def print_tables(analysis: Analysis, console: Console, layers_table: bool | None
         _print_net(net, console, layers_table, top)
     devices = [net.device for net in analysis.nets if net.device is not None]
     if devices:
-        console.print(f"[dim]{gpu_caveat(devices[0])}[/dim]")
+        console.print(f"[dim]{devices[0].caveat}[/dim]")
 
 
 def _batch(batch: int | None) -> str:
@@ -364,11 +362,11 @@ def print_optimize(result, console: Console) -> None:
         console.print(f"saves {mib(saved)} ({percent_of(saved, stock):.1f}%) against stock Caffe, {mib(totals['fork'] - totals['planned'])} against the fork; {percent_of(totals['planned'] - totals['lower_bound'], totals['lower_bound']):.2f}% above the lower bound.")
         if phase.recompute is not None:
             console.print(recompute_line(phase))
-        schedule, liveness = phase.schedule, phase.liveness
-        if schedule.steps:
-            alive = [schedule.classes[c].label for c in liveness.alive_at_peak]
+        peak = phase.peak
+        if peak.at is not None:
+            alive = peak.alive
             named = ", ".join(alive[:12]) + (f" and {len(alive) - 12} more" if len(alive) > 12 else "")
-            console.print(f"peak of shared storage at step {liveness.peak_step} ({markup(schedule.step_name(schedule.steps[liveness.peak_step]))}): {markup(named) or 'nothing'}")
+            console.print(f"peak of shared storage at step {peak.step} ({markup(peak.at)}): {markup(named) or 'nothing'}")
         if not phase.fork_safe:
             console.print("[yellow]the fork's own plan fails caffemem's verifier on this net (see `caffemem verify`)[/yellow]")
         for name, why in phase.rejected.items():
@@ -377,4 +375,4 @@ def print_optimize(result, console: Console) -> None:
         _print_inplace(result.inplace, console)
     devices = [phase.devices.stock for phase in result.phases if phase.devices is not None]
     if devices:
-        console.print(f"[dim]{gpu_caveat(devices[0])}[/dim]")
+        console.print(f"[dim]{devices[0].caveat}[/dim]")

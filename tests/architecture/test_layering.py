@@ -6,6 +6,8 @@ naming the modules."""
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "caffemem"
@@ -108,3 +110,41 @@ def test_the_ranks_name_every_top_level_module():
     tops = {module_name(p).split(".")[1] if "." in module_name(p) else "" for p in PACKAGE.rglob("*.py")}
     named = {prefix.split(".")[1] for prefix in RANKS if "." in prefix}
     assert tops - {""} <= named
+
+
+# The API's helpers a view may call: they format a figure, they compute none.
+API_FORMATTERS = {"caffemem.api.check": {"change_percent", "signed"}}
+
+
+def imported_names(path: Path) -> list[tuple[str, str | None]]:
+    """(module, name) of each caffemem import of ``path`` (``import caffemem.x``: name None)."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names if alias.name.split(".")[0] == "caffemem"]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "caffemem":
+            found += [(node.module, alias.name) for alias in node.names]
+    return found
+
+
+def formats_only(module: str, name: str | None) -> bool:
+    """What a view may import: the ground floor, another view, and from the API the
+    results' types and constants (a class or a value, not a function) or a formatter."""
+    if rank_of(module) == 0 or module.startswith("caffemem.report"):
+        return True
+    if not module.startswith("caffemem.api.") or name is None:
+        return False
+    return not inspect.isfunction(getattr(importlib.import_module(module), name)) or name in API_FORMATTERS.get(module, ())
+
+
+def test_the_views_format_what_the_api_computed_and_analyse_nothing():
+    """report/ renders results: it imports no pass, planner or layer rule, and no API
+    function that analyses (issue 34: html.py rebuilt the schedule, the liveness and the
+    card's run itself, climbing back up through twelve modules)."""
+    analysing = [
+        f"{module_name(path)} imports {module}{f'.{name}' if name else ''}"
+        for path in sorted((PACKAGE / "report").rglob("*.py"))
+        for module, name in imported_names(path)
+        if not formats_only(module, name)
+    ]
+    assert analysing == [], "\n".join(analysing)

@@ -17,19 +17,15 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, SHARED
 
-from caffemem.api.analyze import Options, analyze, spec_table
+from caffemem.api.analyze import Options, analyze
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
-from caffemem.passes.liveness import lifetimes
-from caffemem.passes.schedule import build_schedule
 from caffemem.report.html import (
     MAX_CLASS_ROWS,
-    allocated_by_step,
     analysis_sections,
     chart_data,
     class_gantt,
     html_report,
-    live_by_step,
     plan_sections,
     slot_gantt,
 )
@@ -63,33 +59,8 @@ def chain(tmp_path_factory) -> str:
     return str(path)
 
 
-def chain_run(chain: str):
-    options = Options(phase="TEST")
-    net = analyze(chain, options).nets[0]
-    schedule = build_schedule(net.shaped, spec_table(options))
-    return net.memory, schedule, lifetimes(schedule)
-
-
 # ----------------------------------------------------------------------------- the figures
-
-
-def test_stock_timeline_is_the_running_total_of_caffes_allocations(chain):
-    memory, schedule, _ = chain_run(chain)
-    # Step 0: x's data (64) and five shape buffers (80); then each ReLU's top (64).
-    assert allocated_by_step(schedule, memory) == (144, 208, 272, 336, 400)
-    assert memory.heap_total == 400
-
-
-def test_live_bytes_count_a_shareable_blob_from_its_first_write_to_its_last_read(chain):
-    memory, schedule, liveness = chain_run(chain)
-    # r1 is live at steps 1-2, r2 at 2-3, r3 at 3-4; x (input) and r4 (output) stay.
-    assert live_by_step(liveness, allocated_by_step(schedule, memory)) == (144, 208, 272, 272, 272)
-
-
-def test_planned_timeline_allocates_each_slot_whole_on_first_touch(chain):
-    phase = optimize(chain, Options(phase="TEST"), OptimizeSettings(strategy="best-fit")).phases[0]
-    # Slot 0 (r1, r3) at step 1, slot 1 (r2) at step 2, r4's own storage at step 4.
-    assert allocated_by_step(phase.schedule, phase.planned) == (144, 208, 272, 272, 336)
+# (the series themselves are the API's: tests/api/test_timeline.py)
 
 
 def test_timeline_ends_at_the_figures_the_terminal_gives_on_a_real_net():
@@ -135,7 +106,7 @@ def test_the_plan_pages_largest_layers_are_what_each_layer_holds_not_its_slot():
 
 def test_slot_gantt_draws_each_member_over_the_steps_it_is_live(chain):
     phase = optimize(chain, Options(phase="TEST"), OptimizeSettings(strategy="best-fit")).phases[0]
-    rows = slot_gantt(phase.schedule, phase.liveness, phase.plan_data).rows
+    rows = slot_gantt(phase.timeline, phase.plan_data).rows
     assert [row.label for row in rows] == ["slot 0 · 64 B", "slot 1 · 64 B"]
     assert [[(bar.first, bar.last, bar.top, bar.height, bar.style) for bar in row.bars] for row in rows] == [
         [(1, 2, 0.0, 1.0, "data"), (3, 4, 0.0, 1.0, "data")],
@@ -147,7 +118,7 @@ def test_slot_gantt_draws_each_member_over_the_steps_it_is_live(chain):
 def test_packed_slot_draws_members_as_bands_at_their_byte_offsets():
     phase = optimize(LENET, Options(phase="TRAIN"), OptimizeSettings(strategy="auto")).phases[0]
     assert phase.strategy == "packed"
-    (row,) = slot_gantt(phase.schedule, phase.liveness, phase.plan_data).rows
+    (row,) = slot_gantt(phase.timeline, phase.plan_data).rows
     slot_bytes = phase.plan_data.slot_bytes[0]
     assert row.bytes == slot_bytes == 3686400
     bands = {bar.title.split(" · ")[0]: (bar.top, bar.height) for bar in row.bars}
@@ -159,17 +130,14 @@ def test_packed_slot_draws_members_as_bands_at_their_byte_offsets():
 def test_slot_gantt_shows_only_the_largest_slots_and_says_so():
     phase = optimize(LENET, Options(phase="TRAIN"), OptimizeSettings(strategy="best-fit")).phases[0]
     slots = phase.plan_data.slot_bytes
-    gantt = slot_gantt(phase.schedule, phase.liveness, phase.plan_data, max_rows=2)
+    gantt = slot_gantt(phase.timeline, phase.plan_data, max_rows=2)
     largest = sorted(slots.values(), reverse=True)[:2]
     assert sorted((row.bytes for row in gantt.rows), reverse=True) == largest
     assert "Showing the 2 largest slots" in gantt.note and f"{len(slots)} shared slots" in gantt.note
 
 
 def test_class_gantt_shows_the_largest_classes_in_order_of_first_touch():
-    options = Options()
-    net = analyze(LENET, options).nets[0]
-    schedule = build_schedule(net.shaped, spec_table(options))
-    gantt = class_gantt(schedule, lifetimes(schedule), max_rows=3)
+    gantt = class_gantt(analyze(LENET, Options()).nets[0].timeline, max_rows=3)
     assert [(row.label, row.bytes) for row in gantt.rows] == [("5:fc1#0:data", 1600000), ("conv1:data", 2949120), ("conv1:diff", 2949120)]
     # Pale: what Caffe holds (first touch to the end); dark: when the bytes hold a live value.
     assert [[(bar.first, bar.last, bar.style) for bar in row.bars] for row in gantt.rows] == [
@@ -452,7 +420,7 @@ def test_in_gpu_mode_the_live_values_are_the_cards_not_the_cpu_runs():
     # allocates) are shareable; counted against the card they took its live bytes below 0.
     options = Options(device="gpu")
     result = optimize(str(SHARED / "models" / "fcn_voc-fcn8s" / "deploy.prototxt"), options, OptimizeSettings(share_buffers=True))
-    (section,) = plan_sections(result, options)
+    (section,) = plan_sections(result)  # the result knows its own options (issue 34: without them, the merged run's)
     card = result.phases[0].devices.stock
     assert min(section.timeline.live) == section.timeline.allocated[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
 
