@@ -7,7 +7,10 @@ written."""
 
 from __future__ import annotations
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
 from types import SimpleNamespace
 
 import pytest
