@@ -1,11 +1,15 @@
 """The hostile campaign: thousands of runs of every command as a careless or hostile user
 and environment would make them, each judged against the contract the README promises.
 
-    python benchmarks/hostile.py                          # 5,000 cases, seed 0
+    python benchmarks/hostile.py --jobs 2                 # 7,000 cases, seed 0
     python benchmarks/hostile.py --cases 300 --seed 7 --json summary.json
-    python benchmarks/hostile.py --only 1234 --seed 0     # one case again, its command shown
+    python benchmarks/hostile.py --only 1234 --seed 0 --keep   # one case again: its folder, command, verdict
+    python benchmarks/hostile.py --surfaces cwd,patch --cases 100   # only those surfaces
+    python benchmarks/hostile.py --markdown summary.json  # the README's tables of a --json summary
 
-A seeded generator (:func:`generate`) draws each case from six families (the last two together):
+A seeded generator (:func:`generate`) draws each case from one of the surfaces of
+:data:`SURFACES`, each with its share.  The first six are the families of the first
+campaign (issues 26 and 27; the last two together):
 
 * ``mutated``: a real net (``../shared/models``, ``fixtures/``) after one to four edits —
   an extreme number, another string of the file, a line deleted or repeated, the text cut
@@ -24,10 +28,41 @@ A seeded generator (:func:`generate`) draws each case from six families (the las
   ``PYTHONIOENCODING=ascii``, ``LC_ALL=C PYTHONUTF8=0``, and Ctrl-C after a random delay
   (in a fresh interpreter too, to hit its start-up).
 
+The other eleven are issue 31's (each builder's docstring says what it draws):
+
+* ``cwd``: ``grpc_tools/``, ``google/``, ``click/``, ``numpy/``, ``lmdb/``... packages,
+  ``sitecustomize.py`` and a ``protoc`` (PATH holding ``.`` or an empty entry) planted in
+  the working folder of runs with a Caffe tree (``--caffe-root`` or ``$CAFFE_ROOT``; its
+  caffe.proto caffemem's own, with a fork's extra field, with a field retyped, or a FIFO;
+  an empty ``CAFFEMEM_CACHE_DIR``, so that protoc runs) and of plain runs, half of them
+  through the ``caffemem`` console script in a fresh interpreter;
+* ``patch``: a stand-in Caffe tree (:func:`fake_caffe_tree`) with links on the files or
+  folders the patch writes, or a ``.caffemem-patch.journal`` naming links, ``..``,
+  absolute paths, setuid modes or files the patch never edits (or a real one);
+* ``sources``: LMDB, LevelDB, HDF5 and ImageData sources with FIFOs, links outside,
+  devices, damaged bytes and size fields past the end inside, and files named as the
+  tables LevelDB's recovery writes;
+* ``record``: an unsafe table (one member moved onto another's bytes) whose ``made-for``
+  record, in the prototxt or a ``--plan-json``, was edited (phase, level, dtype...);
+* ``duplicates``: layers renamed alike, planned with ``--recompute``;
+* ``force_backward``: nets with ``force_backward: true`` planned with ``--phase TEST``;
+* ``config``: ``check --config`` a FIFO, a device, huge or deeply nested; ``[tool.*]``
+  tables beside a budget; broken ``pyproject.toml`` files;
+* ``cr_comment``: a lone CR before or after a trailing comment, through ``optimize -o``,
+  ``--inplace``, ``--force`` and ``--batch``;
+* ``read_outputs``: ``-o``, ``--html``, ``--plan-json`` or ``--report`` naming a file the
+  run read (its settings, a list, an image, the mean file, the fork's caffe.proto or
+  sources, the ``--layers`` file), or a link to one;
+* ``injection``: escape sequences, CR, ``<img>``, ``@mentions``, ``<!--``, ``</script>``,
+  ``::error`` and bidi controls in layer, blob and net names, through every output format;
+* ``api``: the library's functions with bogus values.
+
 Each case runs in a forked child of a process that has imported caffemem once (a fresh
-interpreter, ``python -m caffemem``, where the environment or start-up is the point),
-through the ``caffemem`` script's own entry (``caffemem.__main__.run``), under a time
-limit and an address-space cap (``RLIMIT_AS``).  It is a defect when:
+interpreter, ``python -m caffemem`` or the console script, where the environment, the
+start-up or the import path is the point), through the ``caffemem`` script's own entry
+(``caffemem.__main__.run``), in its own folder beside a sentinel folder (``outside``),
+under a time limit (20 s for issue 31's surfaces) and an address-space cap
+(``RLIMIT_AS``).  It is a defect when:
 
 * the exit code is not 0, 1, 2 or 130 (a killed child counts as a hang or a crash);
 * standard error holds a traceback (or Python's "Exception ignored"), or more than one
@@ -39,10 +74,25 @@ limit and an address-space cap (``RLIMIT_AS``).  It is a defect when:
 * an ``-o`` file does not hold the input byte for byte outside caffemem's block (an old
   ``mem_param`` blanked out is the one change allowed);
 * a slot table written with ``--plan-json`` fails ``caffemem verify`` (an unsafe table), or
-  a written plan, baseline or report is not what it claims to be.
+  a written plan, baseline or report is not what it claims to be;
+* and, in the surfaces that ask for it (:func:`surface_judges`, :func:`format_judges`):
+  anything written in the sentinel folder (a planted package's marker, a write through a
+  link) or a new setuid file; a link in the tree replaced; a file the patch never writes
+  created; a file added to a data source; exit 0 on a crafted journal, a retyped field, or
+  a config whose budget the net exceeds; an unsafe table that ``verify`` passes after a
+  record edit (the same table unedited, the control, is refused); a written plan that
+  ``verify`` refuses or whose recompute entries name a layer name several layers share; a
+  TEST table of a force_backward net unsafe when replayed with Backward; an ``-o`` file
+  Caffe's parser (protobuf's text format) cannot read, or reads without its block; raw
+  control characters on the terminal, raw HTML, mentions or comments in Markdown, a
+  workflow command a name made, an HTML report whose embedded JSON does not parse, JSON
+  or JUnit that does not parse; an API call raising anything but CaffememError, or
+  accepting what the CLI refuses.
 
 The summary counts runs, exit codes, tracebacks, hangs, altered inputs, round-trip
-failures, unsafe tables and peak memory, and lists every defect with its case number.
+failures, unsafe tables and peak memory, and per surface its cases, exit codes and
+defects; it lists every defect with its case number.  ``--markdown`` prints the README's
+tables of a summary.
 """
 
 from __future__ import annotations
@@ -601,11 +651,19 @@ def tiny_net(rng: random.Random, *, loss: bool = True, blocks: int = 2, batch: i
     in place, a pooling, an inner product, a loss or a Softmax): the raw material of the
     surfaces that rename, force or inject."""
     channels, size = rng.choice([2, 3, 4]), rng.choice([6, 8, 12])
-    layers = [Layer("data", "Input", (), ("data", "label") if loss else ("data",), f"input_param {{ shape {{ dim: {batch} dim: {channels} dim: {size} dim: {size} }}" + (f" shape {{ dim: {batch} }}" if loss else "") + " }")]
+    layers = [
+        Layer(
+            "data",
+            "Input",
+            (),
+            ("data", "label") if loss else ("data",),
+            f"input_param {{ shape {{ dim: {batch} dim: {channels} dim: {size} dim: {size} }}" + (f" shape {{ dim: {batch} }}" if loss else "") + " }",
+        )
+    ]
     current = "data"
     for b in range(1, blocks + 1):
         conv = f"conv{b}"
-        layers.append(Layer(conv, "Convolution", (current,), (conv,), "convolution_param { num_output: 4 kernel_size: 3 pad: 1 weight_filler { type: \"gaussian\" std: 0.1 } }"))
+        layers.append(Layer(conv, "Convolution", (current,), (conv,), 'convolution_param { num_output: 4 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.1 } }'))
         if bn:
             layers.append(Layer(f"bn{b}", "BatchNorm", (conv,), (conv,)))
             layers.append(Layer(f"scale{b}", "Scale", (conv,), (conv,), "scale_param { bias_term: true }"))
@@ -615,7 +673,7 @@ def tiny_net(rng: random.Random, *, loss: bool = True, blocks: int = 2, batch: i
             conv = f"res{b}"
         current = conv
     layers.append(Layer("pool", "Pooling", (current,), ("pool",), "pooling_param { pool: MAX kernel_size: 2 stride: 2 }"))
-    layers.append(Layer("fc", "InnerProduct", ("pool",), ("fc",), "inner_product_param { num_output: 6 weight_filler { type: \"gaussian\" std: 0.1 } }"))
+    layers.append(Layer("fc", "InnerProduct", ("pool",), ("fc",), 'inner_product_param { num_output: 6 weight_filler { type: "gaussian" std: 0.1 } }'))
     if dropout:
         layers.append(Layer("drop", "Dropout", ("fc",), ("fc",), "dropout_param { dropout_ratio: 0.5 }"))
     layers.append(Layer("sig", "Sigmoid", ("fc",), ("fc",)))
@@ -775,7 +833,16 @@ def _cwd_case(rng: random.Random) -> dict:
             argv += ["--caffe-root", "{dir}/tree"]
     runner = "script" if rng.random() < 0.5 else "fork"
     outputs = ("out.prototxt",) if command == "optimize" else ()
-    return {"argv": tuple(argv), "files": tuple(files), "setup": tuple(setup), "env": tuple(env.items()), "checks": tuple(checks), "runner": runner, "outputs": outputs, "note": f"caffe root: {variant}"}
+    return {
+        "argv": tuple(argv),
+        "files": tuple(files),
+        "setup": tuple(setup),
+        "env": tuple(env.items()),
+        "checks": tuple(checks),
+        "runner": runner,
+        "outputs": outputs,
+        "note": f"caffe root: {variant}",
+    }
 
 
 # ---- links in Caffe trees and crafted journals for `caffemem patch` --------------------------------
@@ -802,7 +869,15 @@ def fake_caffe_tree(root: Path) -> None:
     texts: dict[str, list[str]] = {}
     for edit in runtime._read_edits(runtime.Flavour.BVLC):
         texts.setdefault(edit.path, []).append(edit.find)
-    for rel in ("src/caffe/net.cpp", "include/caffe/net.hpp", "src/caffe/proto/caffe.proto", "include/caffe/blob.hpp", "include/caffe/layers/clip_layer.hpp", "include/caffe/layers/swish_layer.hpp", "Makefile"):
+    for rel in (
+        "src/caffe/net.cpp",
+        "include/caffe/net.hpp",
+        "src/caffe/proto/caffe.proto",
+        "include/caffe/blob.hpp",
+        "include/caffe/layers/clip_layer.hpp",
+        "include/caffe/layers/swish_layer.hpp",
+        "Makefile",
+    ):
         texts.setdefault(rel, [])
     for rel, finds in texts.items():
         path = root / rel
@@ -905,10 +980,10 @@ SOURCE_VARIANTS = {
         "intact", "compacted", "next table link outside", "next manifest link outside", "next table plain file", "next manifest plain file", "compacted table link outside",
         "manifest fifo", "manifest link outside", "current fifo", "current link device", "log fifo", "lock link outside", "extra table link outside", "compacted noise",
         "compacted table truncated", "extra log fifo", "manifest folder",
-    ],  # fmt: skip
+    ],
     "hdf5": ["intact", "file fifo", "file link device", "external link fifo", "external link device", "external link outside", "noise", "listed folder", "list fifo"],
     "image": ["intact", "image fifo", "image folder", "image link device", "header bomb", "list fifo", "list link outside"],
-}
+}  # fmt: skip
 
 
 def _source_case(rng: random.Random) -> dict:
@@ -930,7 +1005,14 @@ def _source_case(rng: random.Random) -> dict:
         "fit": ["fit", "net.prototxt", "--gpu-memory", "1GiB"],
     }[command]
     files = [("net.prototxt", net)] + ([("other.prototxt", _fixture(LENET_DEPLOY))] if command == "check-jobs" else [])
-    return {"argv": tuple(argv), "files": tuple(files), "setup": tuple(setup), "checks": ("outside", "links kept", "source untouched"), "outputs": ("out.prototxt",) if command == "optimize" else (), "note": f"{kind}: {variant}"}
+    return {
+        "argv": tuple(argv),
+        "files": tuple(files),
+        "setup": tuple(setup),
+        "checks": ("outside", "links kept", "source untouched"),
+        "outputs": ("out.prototxt",) if command == "optimize" else (),
+        "note": f"{kind}: {variant}",
+    }
 
 
 # ---- tampered plan records ------------------------------------------------------------------------------
@@ -976,7 +1058,13 @@ def _record_case(rng: random.Random) -> dict:
     )
     phase = rng.choice([[], [], ["--phase", "TRAIN"], ["--phase", "TEST"]])
     argv = ("verify", "net.prototxt", "plan.json", *phase) if plan_file else ("verify", "out.prototxt", *phase)
-    return {"argv": argv, "files": (("net.prototxt", net),), "setup": setup, "checks": ("control",), "note": f"record edits {edits} ({which}) on {'plan.json' if plan_file else 'out.prototxt'}{', a diff moved' if diffs else ''}"}
+    return {
+        "argv": argv,
+        "files": (("net.prototxt", net),),
+        "setup": setup,
+        "checks": ("control",),
+        "note": f"record edits {edits} ({which}) on {'plan.json' if plan_file else 'out.prototxt'}{', a diff moved' if diffs else ''}",
+    }
 
 
 # ---- duplicate layer names with --recompute -------------------------------------------------------------
@@ -1014,7 +1102,14 @@ def _duplicate_case(rng: random.Random) -> dict:
     policy = rng.choice(["sqrt", "sqrt", "cheap", "budget=300KiB", "budget=1MiB"])
     argv = ["optimize", "net.prototxt", "--recompute", policy, "-o", "out.prototxt", "--plan-json", "plan.json"]
     argv += rng.choice([[], ["--phase", "TRAIN"], ["--share-buffers"]])
-    return {"argv": tuple(argv), "files": (("net.prototxt", net),), "checks": ("verify out", "unique names"), "outputs": ("out.prototxt", "plan.json"), "verify_with": (), "note": f"renamed {chosen} to {new!r}"}
+    return {
+        "argv": tuple(argv),
+        "files": (("net.prototxt", net),),
+        "checks": ("verify out", "unique names"),
+        "outputs": ("out.prototxt", "plan.json"),
+        "verify_with": (),
+        "note": f"renamed {chosen} to {new!r}",
+    }
 
 
 # ---- force_backward nets planned for TEST ---------------------------------------------------------------
@@ -1047,8 +1142,8 @@ def _force_backward_case(rng: random.Random, bases: list[Base]) -> dict:
 def _deep_toml(rng: random.Random) -> bytes:
     depth = rng.choice([100, 1000, 100_000])
     if rng.random() < 0.5:
-        return b"budget = \"1KiB\"\nx = " + b"[" * depth + b"]" * depth + b"\n"
-    return b"budget = \"1KiB\"\nx = " + b"{a = " * depth + b"1" + b"}" * depth + b"\n"
+        return b'budget = "1KiB"\nx = ' + b"[" * depth + b"]" * depth + b"\n"
+    return b'budget = "1KiB"\nx = ' + b"{a = " * depth + b"1" + b"}" * depth + b"\n"
 
 
 GATE_CONFIGS = [  # (file, text): each applies a 1 KiB budget to net.prototxt, whatever else it holds
@@ -1059,7 +1154,7 @@ GATE_CONFIGS = [  # (file, text): each applies a 1 KiB budget to net.prototxt, w
     ("caffemem.toml", b'budget = "1KiB"\n[[nets]]\nglob = "net.prototxt"\n[x]\ny = 2\n'),
     ("caffemem.toml", b'budget = "1KiB"\nnets = []\n[tool.x.y.z]\n'),
     ("caffemem.toml", b'tool = 5\nbudget = "1KiB"\n'),
-    ("caffemem.toml", b'budget = 1024\n[unknown]\n'),
+    ("caffemem.toml", b"budget = 1024\n[unknown]\n"),
     ("pyproject.toml", b'[tool.black]\nline-length = 99\n[tool.caffemem]\nbudget = "1KiB"\n[tool.ruff.lint]\nselect = ["E"]\n'),
     ("pyproject.toml", b'[project]\nname = "x"\n[tool.caffemem]\nbudget = "1KiB"\n[[tool.caffemem.nets]]\nglob = "*.prototxt"\n'),
     ("pyproject.toml", b'[tool.caffemem]\nbudget = "1KiB"\n[tool.caffemem.x]\n'),
@@ -1145,7 +1240,7 @@ def _cr_case(rng: random.Random) -> dict:
     net = _small_nets(rng)
     mode = rng.choice(["-o", "-o", "--inplace", "--force", "--batch"])
     if mode == "--force":  # an old block to re-plan, the comment after it
-        net = net.rstrip(b"\n") + b'\nmem_param { optimize_train: true }\n'
+        net = net.rstrip(b"\n") + b"\nmem_param { optimize_train: true }\n"
     data, kind = _cr_comment(rng, net)
     argv = ["optimize", "net.prototxt", "-o", "out.prototxt"]
     argv += {"-o": [], "--inplace": ["--inplace"], "--force": ["--force"], "--batch": ["--batch", rng.choice(["1", "3"])]}[mode]
@@ -1253,11 +1348,30 @@ def _injection_case(rng: random.Random) -> dict:
     outputs: tuple[str, ...] = ()
     if rng.random() < 0.15:  # an error message naming a payload layer
         net = net.replace(b"num_output: 6", b"num_output: 0", 1).replace(b"kernel_size: 3", b"kernel_size: 300", 1)
-    command = rng.choice(["analyze -v", "analyze json", "analyze html", "optimize", "optimize json", "optimize html", "verify", "check text", "check markdown", "check github", "check json", "check junit", "check report", "fit"])
+    command = rng.choice(
+        [
+            "analyze -v",
+            "analyze json",
+            "analyze html",
+            "optimize",
+            "optimize json",
+            "optimize html",
+            "verify",
+            "check text",
+            "check markdown",
+            "check github",
+            "check json",
+            "check junit",
+            "check report",
+            "fit",
+        ]
+    )
     if command.startswith("analyze"):
         argv = ["analyze", "net.prototxt"] + {"analyze -v": ["-v"], "analyze json": ["--json"], "analyze html": ["--html", "r.html"]}[command]
     elif command.startswith("optimize"):
-        argv = ["optimize", "net.prototxt", "-o", "out.prototxt", "--plan-json", "plan.json", "--share-buffers"] + {"optimize": [], "optimize json": ["--json"], "optimize html": ["--html", "r.html"]}[command]
+        argv = ["optimize", "net.prototxt", "-o", "out.prototxt", "--plan-json", "plan.json", "--share-buffers"] + {"optimize": [], "optimize json": ["--json"], "optimize html": ["--html", "r.html"]}[
+            command
+        ]
         outputs = ("out.prototxt", "plan.json", "r.html")
     elif command == "verify":
         setup = (("cli", ("optimize", "net.prototxt", "-o", "out.prototxt", "--plan-json", "plan.json", "--share-buffers")), ("unsafe", "out.prototxt", rng.randrange(2**32), True))
@@ -1474,9 +1588,8 @@ def _journal_bytes(tree: Path, entries: tuple, folder: Path, outside: Path) -> b
             if after.startswith("patched:") and not patched:
                 copy = folder.parent / f"{folder.name}-patched"
                 shutil.copytree(tree, copy, symlinks=True)
-                with _no_fsync():
-                    with contextlib.suppress(Exception):
-                        runtime.apply_patch(copy)
+                with _no_fsync(), contextlib.suppress(Exception):
+                    runtime.apply_patch(copy)
                 patched = {str(p.relative_to(copy)): p.read_bytes() for p in copy.rglob("*") if p.is_file() and not p.is_symlink()}
                 shutil.rmtree(copy, ignore_errors=True)
             if after.startswith("patched:"):
@@ -1490,6 +1603,47 @@ def _journal_bytes(tree: Path, entries: tuple, folder: Path, outside: Path) -> b
     return json.dumps({"caffemem patch journal": 1, "files": files}, indent=0).encode("ascii")
 
 
+def _become(path: Path, what: str, outside: Path) -> None:
+    """Put in ``path``'s place a FIFO, a folder, a link (``link:TARGET``, ``{outside}`` in
+    it the sentinel folder), or a link to a copy of it in the sentinel folder ("moved out")."""
+    if what == "moved out":
+        shutil.copyfile(path, outside / path.name)
+        what = f"link:{outside / path.name}"
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "folder":
+        path.mkdir()
+    else:
+        os.symlink(what.removeprefix("link:").replace("{outside}", str(outside)), path)
+
+
+def _noise(path: Path, flips: int, within: int | None = None) -> None:
+    """``flips`` random bytes of the file changed (in its first ``within`` bytes)."""
+    raw = bytearray(path.read_bytes())
+    rng = random.Random(len(raw))
+    for _ in range(flips):
+        raw[rng.randrange(min(len(raw), within or len(raw)))] = rng.randrange(256)
+    path.write_bytes(bytes(raw))
+
+
+# variant -> (the file it changes, what it becomes): see _become
+LMDB_SWAPS = {
+    "data.mdb fifo": ("data.mdb", "fifo"), "data.mdb link outside": ("data.mdb", "moved out"), "data.mdb link device": ("data.mdb", "link:/dev/zero"),
+    "lock.mdb fifo": ("lock.mdb", "fifo"), "lock.mdb link outside": ("lock.mdb", "link:{outside}/precious.txt"), "data.mdb folder": ("data.mdb", "folder"),
+}  # fmt: skip
+LEVELDB_SWAPS = {
+    "next table link outside": ("000005.ldb", "link:{outside}/precious.txt"),  # named as the table the next open's recovery writes
+    "next manifest link outside": ("MANIFEST-000004", "link:{outside}/precious.txt"), "manifest fifo": ("MANIFEST-000002", "fifo"),
+    "manifest link outside": ("MANIFEST-000002", "moved out"), "manifest folder": ("MANIFEST-000002", "folder"), "current fifo": ("CURRENT", "fifo"),
+    "current link device": ("CURRENT", "link:/dev/zero"), "log fifo": ("000003.log", "fifo"), "lock link outside": ("LOCK", "link:{outside}/precious.txt"),
+    "extra table link outside": ("000099.ldb", "link:{outside}/precious.txt"), "extra log fifo": ("000100.log", "fifo"),
+}  # fmt: skip
+HDF5_SWAPS = {"list fifo": ("h5list.txt", "fifo"), "file fifo": ("a.h5", "fifo"), "file link device": ("a.h5", "link:/dev/zero"), "listed folder": ("a.h5", "folder")}
+IMAGE_SWAPS = {"image fifo": ("img.png", "fifo"), "image folder": ("img.png", "folder"), "image link device": ("img.png", "link:/dev/zero"), "list fifo": ("list.txt", "fifo"), "list link outside": ("list.txt", "link:{outside}/precious.txt")}  # fmt: skip
+
+
 def _make_source(folder: Path, outside: Path, kind: str, variant: str) -> None:
     """A data source of ``kind`` (lmdb, leveldb: folder db; hdf5: h5list.txt; image:
     list.txt) with one record of 3x8x8, then damaged as ``variant`` says."""
@@ -1501,29 +1655,11 @@ def _make_source(folder: Path, outside: Path, kind: str, variant: str) -> None:
             txn.put(b"00000000", _datum_bytes(3, 8, 8))
             txn.put(b"00000001", _datum_bytes(3, 8, 8))
         data = db / "data.mdb"
-        if variant == "data.mdb fifo":
-            data.unlink()
-            os.mkfifo(data)
-        elif variant == "data.mdb link outside":
-            shutil.copyfile(data, outside / "data.mdb")
-            data.unlink()
-            os.symlink(outside / "data.mdb", data)
-        elif variant == "data.mdb link device":
-            data.unlink()
-            os.symlink("/dev/zero", data)
-        elif variant == "lock.mdb fifo":
-            (db / "lock.mdb").unlink()
-            os.mkfifo(db / "lock.mdb")
-        elif variant == "lock.mdb link outside":
-            (db / "lock.mdb").unlink()
-            os.symlink(outside / "precious.txt", db / "lock.mdb")
+        if variant in LMDB_SWAPS:
+            _become(db / LMDB_SWAPS[variant][0], LMDB_SWAPS[variant][1], outside)
         elif variant == "noise":
-            raw = bytearray(data.read_bytes())
-            rng = random.Random(len(raw))
-            for _ in range(8):
-                raw[rng.randrange(len(raw))] = rng.randrange(256)
-            data.write_bytes(bytes(raw))
-        elif variant == "size past end":
+            _noise(data, 8)
+        elif variant == "size past end":  # the first node's data size (4 bytes before its key's header) far past the file
             raw = bytearray(data.read_bytes())
             at = raw.find(b"00000000")
             if at >= 8:
@@ -1531,9 +1667,6 @@ def _make_source(folder: Path, outside: Path, kind: str, variant: str) -> None:
             data.write_bytes(bytes(raw))
         elif variant == "truncated":
             data.write_bytes(data.read_bytes()[:5000])
-        elif variant == "data.mdb folder":
-            data.unlink()
-            data.mkdir()
         elif variant == "folder link outside":
             shutil.move(str(db), str(outside / "db"))
             os.symlink(outside / "db", db)
@@ -1549,72 +1682,24 @@ def _make_source(folder: Path, outside: Path, kind: str, variant: str) -> None:
             handle.compact_range()
             handle.close()
         tables = sorted(p for p in db.iterdir() if p.suffix in (".ldb", ".sst"))
-        manifest = sorted(db.glob("MANIFEST-*"))
-        if variant == "next table link outside":  # named as the table recovery writes
-            os.symlink(outside / "precious.txt", db / "000005.ldb")
-        elif variant == "next manifest link outside":
-            os.symlink(outside / "precious.txt", db / "MANIFEST-000004")
-        elif variant == "next table plain file":
-            (db / "000005.ldb").write_bytes(b"the user's own file\n")
-        elif variant == "next manifest plain file":
-            (db / "MANIFEST-000004").write_bytes(b"the user's own file\n")
+        if variant in LEVELDB_SWAPS:
+            _become(db / LEVELDB_SWAPS[variant][0], LEVELDB_SWAPS[variant][1], outside)
+        elif variant in ("next table plain file", "next manifest plain file"):
+            (db / ("000005.ldb" if "table" in variant else "MANIFEST-000004")).write_bytes(b"the user's own file\n")
         elif variant == "compacted table link outside" and tables:
-            shutil.copyfile(tables[0], outside / "table.ldb")
-            tables[0].unlink()
-            os.symlink(outside / "table.ldb", tables[0])
-        elif variant == "manifest fifo" and manifest:
-            manifest[0].unlink()
-            os.mkfifo(manifest[0])
-        elif variant == "manifest link outside" and manifest:
-            shutil.copyfile(manifest[0], outside / "MANIFEST")
-            manifest[0].unlink()
-            os.symlink(outside / "MANIFEST", manifest[0])
-        elif variant == "current fifo":
-            (db / "CURRENT").unlink()
-            os.mkfifo(db / "CURRENT")
-        elif variant == "current link device":
-            (db / "CURRENT").unlink()
-            os.symlink("/dev/zero", db / "CURRENT")
-        elif variant == "log fifo":
-            for log in db.glob("*.log"):
-                log.unlink()
-                os.mkfifo(log)
-        elif variant == "lock link outside":
-            with contextlib.suppress(FileNotFoundError):
-                (db / "LOCK").unlink()
-            os.symlink(outside / "precious.txt", db / "LOCK")
-        elif variant == "extra table link outside":
-            os.symlink(outside / "precious.txt", db / "000099.ldb")
+            _become(tables[0], "moved out", outside)
         elif variant == "compacted noise" and tables:
-            raw = bytearray(tables[0].read_bytes())
-            rng = random.Random(len(raw))
-            for _ in range(6):
-                raw[rng.randrange(len(raw))] = rng.randrange(256)
-            tables[0].write_bytes(bytes(raw))
+            _noise(tables[0], 6)
         elif variant == "compacted table truncated" and tables:
             tables[0].write_bytes(tables[0].read_bytes()[:20])
-        elif variant == "extra log fifo":
-            os.mkfifo(db / "000100.log")
-        elif variant == "manifest folder" and manifest:
-            manifest[0].unlink()
-            manifest[0].mkdir()
     elif kind == "hdf5":
         import h5py
         import numpy
 
         (folder / "h5list.txt").write_text("a.h5\n")
-        if variant == "list fifo":
-            (folder / "h5list.txt").unlink()
-            os.mkfifo(folder / "h5list.txt")
-            return
-        if variant == "file fifo":
-            os.mkfifo(folder / "a.h5")
-            return
-        if variant == "file link device":
-            os.symlink("/dev/zero", folder / "a.h5")
-            return
-        if variant == "listed folder":
-            (folder / "a.h5").mkdir()
+        if variant in HDF5_SWAPS:
+            (folder / "a.h5").touch()
+            _become(folder / HDF5_SWAPS[variant][0], HDF5_SWAPS[variant][1], outside)
             return
         with h5py.File(folder / "a.h5", "w") as h5:
             if variant.startswith("external link"):
@@ -1626,30 +1711,15 @@ def _make_source(folder: Path, outside: Path, kind: str, variant: str) -> None:
         if variant == "external link fifo":
             os.mkfifo(folder / "fifo.h5")
         if variant == "noise":
-            raw = bytearray((folder / "a.h5").read_bytes())
-            rng = random.Random(len(raw))
-            for _ in range(10):
-                raw[rng.randrange(min(len(raw), 4096))] = rng.randrange(256)
-            (folder / "a.h5").write_bytes(bytes(raw))
+            _noise(folder / "a.h5", 10, within=4096)
     elif kind == "image":
         (folder / "list.txt").write_text("img.png 0\nother.png 1\n")
-        image = folder / "img.png"
-        if variant == "image fifo":
-            os.mkfifo(image)
-        elif variant == "image folder":
-            image.mkdir()
-        elif variant == "image link device":
-            os.symlink("/dev/zero", image)
-        elif variant == "header bomb":  # a PNG header claiming 2^31-1 x 2^31-1 pixels
-            image.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x7f\xff\xff\xff\x7f\xff\xff\xff\x08\x02\x00\x00\x00\x00\x00\x00\x00")
+        if variant == "header bomb":  # a PNG header claiming 2^31-1 x 2^31-1 pixels
+            (folder / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x7f\xff\xff\xff\x7f\xff\xff\xff\x08\x02\x00\x00\x00\x00\x00\x00\x00")
         else:
-            image.write_bytes(_png(8, 6))
-        if variant == "list fifo":
-            (folder / "list.txt").unlink()
-            os.mkfifo(folder / "list.txt")
-        elif variant == "list link outside":
-            (folder / "list.txt").unlink()
-            os.symlink(outside / "precious.txt", folder / "list.txt")
+            (folder / "img.png").write_bytes(_png(8, 6))
+        if variant in IMAGE_SWAPS:
+            _become(folder / IMAGE_SWAPS[variant][0], IMAGE_SWAPS[variant][1], outside)
 
 
 def _png(width: int, height: int) -> bytes:
@@ -1720,7 +1790,7 @@ def _run_cli(argv: tuple[str, ...], folder: Path, root: Path, limit: float, env:
 
 # ----------------------------------------------------------------------------- plan tampering
 
-SLOT = re.compile(rb"\n(  slot \{\n.*?\n  \})(?=\n)", re.S)
+SLOT = re.compile(rb"\n(  slot \{\n.*?\n  \})(?=\n)", re.DOTALL)
 MEMBER = re.compile(rb'member \{\s*blob: "((?:[^"\\]|\\.)*)"\s*kind: "(\w+)"\s*offset: (\d+)\s*\}')
 
 
@@ -2224,10 +2294,12 @@ def batch_rewrite_problem(source: bytes, written: bytes, batch: str) -> str | No
 
 CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
-INJECTED_COMMAND = re.compile(r"^\s*::(error file=x,line=1::pwned|warning::injected|error::pct)", re.M)  # the payloads' own commands at a line's start
+INJECTED_COMMAND = re.compile(r"^\s*::(error file=x,line=1::pwned|warning::injected|error::pct)", re.MULTILINE)  # the payloads' own commands at a line's start
 
 
-def surface_judges(case: Case, folder: Path, outside: Path, before: dict, after: dict, outside_before: dict, outside_after: dict, code: int | None, stdout: str, stderr: str, root: Path, limit: float) -> list[str]:
+def surface_judges(
+    case: Case, folder: Path, outside: Path, before: dict, after: dict, outside_before: dict, outside_after: dict, code: int | None, stdout: str, stderr: str, root: Path, limit: float
+) -> list[str]:
     """The breaches the surfaces of issue 31 look for, beyond the contract every run keeps
     (:func:`judge`).  Each check is named in Case.checks."""
     defects = []
@@ -2329,7 +2401,7 @@ def format_judges(case: Case, folder: Path, stdout: str, stderr: str) -> list[st
     return defects
 
 
-CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
+CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.DOTALL)
 
 
 def markdown_problem(text: str) -> str | None:
@@ -2337,7 +2409,7 @@ def markdown_problem(text: str) -> str | None:
     a pull-request comment or a job summary (code spans are literal)."""
     outside_code = CODE_SPAN.sub("", text)
     for pattern, what in ((r"<img|<script|</script", "raw HTML"), (r"<!--", "an HTML comment"), (r"(?<![\w`\\])@octocat", "an @mention"), (r"\]\(http", "a link")):
-        if re.search(pattern, outside_code, re.I):
+        if re.search(pattern, outside_code, re.IGNORECASE):
             return f"{what} outside code"
     return None
 
@@ -2352,7 +2424,7 @@ def github_problem(text: str) -> str | None:
     return None
 
 
-SCRIPT_JSON = re.compile(r'<script type="application/json"[^>]*>(.*?)</script>', re.S)
+SCRIPT_JSON = re.compile(r'<script type="application/json"[^>]*>(.*?)</script>', re.DOTALL)
 
 
 def html_problem(text: str) -> str | None:
@@ -2380,7 +2452,7 @@ def json_problem(text: str) -> str | None:
 
 
 def junit_problem(text: str) -> str | None:
-    import xml.etree.ElementTree as ElementTree
+    from xml.etree import ElementTree
 
     try:
         ElementTree.fromstring(text.encode("utf-8"))
@@ -2533,14 +2605,31 @@ def campaign(seed: int, count: int, limit: float = TIME_LIMIT, only: int | None 
     """Generate and run ``count`` cases (or case ``only``), in ``jobs`` worker processes;
     the summary as a dict."""
     cases = generate(seed, count if only is None else only + 1, fresh_share, surfaces)
-    if only is not None:
-        cases = [cases[only]]
+    return run_cases(cases if only is None else [cases[only]], limit, progress, jobs)
+
+
+def run_cases(cases: list[Case], limit: float = TIME_LIMIT, progress=None, jobs: int = 1) -> dict:
+    """Run ``cases`` in ``jobs`` worker processes; the summary as a dict."""
     started = time.monotonic()
     if jobs <= 1:
         results = _run_all(cases, limit, progress)
     else:
         results = sorted(_in_workers(cases, limit, progress, jobs), key=lambda r: r.number)
     return summarize(results, time.monotonic() - started)
+
+
+def sample(seed: int, per_family: int = 12, per_surface: int = 4) -> list[Case]:
+    """A few cases of every surface (CI's sample): each surface's own draw from ``seed``
+    plus its index, renumbered; the note says how to run one again."""
+    from dataclasses import replace
+
+    cases: list[Case] = []
+    for index, name in enumerate(SURFACES):
+        count = per_family if name in OLD_FAMILIES else per_surface
+        for case in generate(seed + index, count, surfaces=[name]):
+            again = f"python benchmarks/hostile.py --surfaces {name} --seed {seed + index} --only {case.number} --keep"
+            cases.append(replace(case, number=len(cases), note=f"{case.note} [{again}]".lstrip()))
+    return cases
 
 
 def _in_workers(cases: list[Case], limit: float, progress, jobs: int) -> list[Result]:
