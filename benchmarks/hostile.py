@@ -2620,12 +2620,20 @@ def campaign(seed: int, count: int, limit: float = TIME_LIMIT, only: int | None 
 
 def run_cases(cases: list[Case], limit: float = TIME_LIMIT, progress=None, jobs: int = 1) -> dict:
     """Run ``cases`` in ``jobs`` worker processes; the summary as a dict."""
+    _import_once()
     started = time.monotonic()
     if jobs <= 1:
         results = _run_all(cases, limit, progress)
     else:
         results = sorted(_in_workers(cases, limit, progress, jobs), key=lambda r: r.number)
     return summarize(results, time.monotonic() - started)
+
+
+def _import_once() -> None:
+    """The library imported once, in CPU mode, before any case forks (each child starts
+    from it instead of importing it again)."""
+    os.environ.setdefault("CAFFEMEM_DEVICE", "cpu")
+    import caffemem.cli  # noqa: F401
 
 
 def sample(seed: int, per_family: int = 12, per_surface: int = 4) -> list[Case]:
@@ -2715,9 +2723,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())), end="")
         return 0
-    os.environ.setdefault("CAFFEMEM_DEVICE", "cpu")
-    import caffemem.cli  # noqa: F401  (imported once; each forked case starts from it)
-
+    _import_once()
     surfaces = args.surfaces.split(",") if args.surfaces else None
     if args.only is not None:
         return _show_one(args.seed, args.only, args.time_limit, surfaces, args.keep)
