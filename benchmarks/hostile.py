@@ -171,7 +171,7 @@ class Case:
         def place(text: str) -> str:
             return text.replace("{dir}", folder).replace("{outside}", outside)
 
-        env = " ".join(f"{k}={shlex.quote(place(v))}" for k, v in self.env)
+        env = " ".join(f'{k}="{place(v).replace("{path}", "$PATH")}"' if "{path}" in v else f"{k}={shlex.quote(place(v))}" for k, v in self.env)
         if self.runner == "api":
             return f"{env + ' ' if env else ''}python -c {shlex.quote(place(self.argv[0]))}"
         words = " ".join(shlex.quote(place(a)) for a in self.argv)
@@ -1724,7 +1724,7 @@ def _make_source(folder: Path, outside: Path, kind: str, variant: str) -> None:
         if variant == "header bomb":  # a PNG header claiming 2^31-1 x 2^31-1 pixels
             (folder / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x7f\xff\xff\xff\x7f\xff\xff\xff\x08\x02\x00\x00\x00\x00\x00\x00\x00")
         else:
-            (folder / "img.png").write_bytes(_png(8, 6))
+            (folder / "img.png").write_bytes(_png(8, 8))
         if variant in IMAGE_SWAPS:
             _become(folder / IMAGE_SWAPS[variant][0], IMAGE_SWAPS[variant][1], outside)
 
