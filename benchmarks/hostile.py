@@ -1119,7 +1119,7 @@ def _duplicate_case(rng: random.Random) -> dict:
 # ---- force_backward nets planned for TEST ---------------------------------------------------------------
 
 
-PHASE_FREE = re.compile(rb"Dropout|BatchNorm|include|exclude|\"Data\"|ImageData|HDF5Data|WindowData|Python|stage|LSTM|RNN|Recurrent", re.IGNORECASE)
+PHASE_FREE = re.compile(rb'(?i:dropout|batchnorm|include|exclude|python|stage|lstm|rnn|recurrent)|"(?:Data|ImageData|HDF5Data|WindowData)"|type: (?:DATA|IMAGE_DATA|HDF5_DATA|WINDOW_DATA)\b')
 
 
 def _force_backward_case(rng: random.Random, bases: list[Base]) -> dict:
@@ -1413,7 +1413,7 @@ API_CALLS = [
     ("caffemem.analyze(NET, caffemem.Options(level=2**40))", "refused"),
     ('caffemem.analyze(NET, caffemem.Options(level="1"))', "refused"),
     ('caffemem.analyze(NET, caffemem.Options(inputs={"data": "64,1,28,28"}))', "refused"),
-    ('caffemem.analyze(NET, caffemem.Options(inputs={"data": [1, -1, 28, 28]}))', "refused"),
+    ('caffemem.analyze(NET, caffemem.Options(inputs={"data": [1, -2, 28, 28]}))', "refused"),  # -1 is FROM_FILE, the CLI's "_"
     ('caffemem.analyze(NET, caffemem.Options(inputs={"data": None}))', "refused"),
     ("caffemem.analyze(NET, caffemem.Options(inputs={5: [1]}))", "refused"),
     ('caffemem.analyze(NET, caffemem.Options(inputs="data=1,1,28,28"))', "refused"),
