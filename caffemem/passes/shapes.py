@@ -96,7 +96,8 @@ def infer_shapes(
             if fixed is not None:
                 _check_fixed_batch(layer, result, fixed, batch, graph.source)
             else:
-                result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
+                tops = tuple(s if i in result.unbatched else _with_batch(s, batch, *axes.data.get(top, (0, 1))) for i, (top, s) in enumerate(zip(layer.tops, result.tops)))
+                result = replace(result, tops=tops)
         _check_result(layer, result, graph.source)
         if record is not None:  # after --batch: the note gives the shape analysed
             notes.extend(provenance(layer, record, result.tops, query.overrides))
@@ -331,7 +332,7 @@ def _with_stored_params(layer: Layer, result: LayerShapes, stored: Mapping[str, 
         )
     if shapes != result.params:
         notes.append(f"layer '{layer.name}': stored parameter shapes {[list(s) for s in shapes]} differ from the definition's {[list(s) for s in result.params]}; using the stored ones")
-    return LayerShapes(result.tops, shapes)
+    return replace(result, params=shapes)
 
 
 def _check_from_file(layer: Layer, result: LayerShapes, inputs: Mapping[str, Shape], file: str) -> None:
