@@ -35,8 +35,10 @@ def patch_command(caffe_dir: str, check: bool, revert: bool) -> None:
         click.echo(status.describe())
         raise SystemExit(0 if status.applied else EXIT_FINDING)
     if revert:
+        before = runtime.patch_status(caffe_dir)
         status = runtime.revert_patch(caffe_dir)
-        click.echo(f"{caffe_dir}: {status.describe()} (reverted; rebuild Caffe)")
+        touched = before.changed or before.interrupted  # a clean tree: revert_patch wrote nothing
+        click.echo(f"{caffe_dir}: {status.describe()}" + (" (reverted; rebuild Caffe)" if touched else ": nothing to revert, nothing changed"))
         return
     before = runtime.patch_status(caffe_dir)
     status = runtime.apply_patch(caffe_dir)
