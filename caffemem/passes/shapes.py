@@ -375,7 +375,7 @@ def _missing_message(missing: list[tuple[str, Layer, str]]) -> str:
     parts = [f"'{blob}' (layer '{layer.name}', {layer.type}{', line ' + str(layer.line) if layer.line else ''})" for blob, layer, _ in missing]
     hints = sorted({hint for _, _, hint in missing if hint})
     example = " ".join(f"--input {blob}=N,C,H,W" if i == 0 else f"--input {blob}=..." for i, (blob, _, _) in enumerate(missing[:2]))
-    message = f"the file does not tell the shape of {len(missing)} data blob(s): {', '.join(parts)}; give them with {example}"
-    if hints:
-        message += " (" + "; ".join(hints) + ")"
-    return message
+    message = f"the file does not tell the shape of {len(missing)} data blob(s): {', '.join(parts)}"
+    if any("--input" in hint for hint in hints):  # the hints say what to pass: the generic N,C,H,W would contradict them
+        return f"{message}: {'; '.join(hints)}"
+    return f"{message}; give them with {example}" + (" (" + "; ".join(hints) + ")" if hints else "")

@@ -229,6 +229,8 @@ def test_a_relative_source_resolves_against_the_working_directory_not_the_nets_f
     monkeypatch.chdir(in_tmp / "models")  # the net's folder: no examples/ there
     result = run("analyze", "lenet.prototxt")
     assert result.exit_code == 2 and "--input data=_,C,H,W" in result.output
+    # Issue 34: the request said nothing of where the source was looked for.
+    assert f"; its source examples/mnist/mnist_train_lmdb is not at {in_tmp / 'models'}/examples/mnist/mnist_train_lmdb (Caffe opens a relative source from the folder it runs in" in result.output
 
 
 def test_a_missing_source_keeps_the_precise_request_for_input(in_tmp):
@@ -272,7 +274,7 @@ def test_without_the_extra_the_request_for_input_names_it_once(in_tmp, monkeypat
     result = run("analyze", str(ALEXNET))
     assert result.exit_code == 2
     assert "--input data=_,C,227,227" in result.output
-    assert result.output.count("pip install 'caffemem[data]'") == 1 and "(PIL.Image is not installed)" in result.output
+    assert result.output.count("pip install 'caffemem[data]'") == 1 and "(Pillow is not installed (import PIL.Image))" in result.output
 
 
 def test_a_database_needs_no_library(in_tmp, monkeypatch):
