@@ -17,7 +17,7 @@ from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, RecomputePolicy, 
 @click.command("fit", epilog=EXIT_CODES_HELP)
 @net_options
 @click.option("--gpu-memory", required=True, metavar="SIZE", help="The card's memory: 12GiB, 11264MiB, 16GB (KiB/MiB/GiB binary, KB/MB/GB decimal).")
-@click.option("--reserve", metavar="SIZE", help="Left free for what the figure does not count. Default with --device gpu: an estimated margin for the library handles the net creates (stated in the output); with --device cpu: 500MiB (context and handles).")
+@click.option("--reserve", metavar="SIZE", help="Left free for what the figure does not count. Default with --device gpu: room for the kernels CUDA loads lazily, as measured (stated in the output); with --device cpu: 500MiB (context and handles).")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs training together: each runs the batch found, so the effective batch multiplies.")
 @click.option("--effective-batch", type=click.IntRange(min=1), metavar="B", help="Also give the batch and iter_size that reach B = batch × iter_size × gpus.")
 @click.option("--optimized", is_flag=True, help="Count caffemem optimize's shared-storage plan instead of stock Caffe.")

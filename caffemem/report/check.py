@@ -26,6 +26,13 @@ def _change(row: Row) -> str:
     return f"{signed(row.delta)} ({change_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
 
 
+def _batch(row: Row) -> str:
+    """The batch measured, with the baseline's where it differs: `256 → 512`."""
+    if row.batch is None:
+        return ""
+    return f"{row.baseline_batch} → {row.batch}" if row.batch_changed else str(row.batch)
+
+
 def render_text(report: Report, width: int = 160, color: bool = False) -> str:
     """The verdict first, then a rich table for people, then the verdict again where a CI
     log ends (the budget, the same for every net, is in the summary line)."""
@@ -106,11 +113,11 @@ def render_markdown(report: Report) -> str:
     lines = [
         f"{icon} **{markdown_text(report.summary())}**",
         "",
-        "| | file | phase | bytes | budget | baseline | change | note |",
-        "|---|---|---|--:|--:|--:|--:|---|",
+        "| | file | phase | batch | bytes | budget | baseline | change | note |",
+        "|---|---|---|--:|--:|--:|--:|--:|---|",
     ]
     for row in report.rows:
-        cells = ["✅" if row.ok else "❌", markdown_text(row.file), row.label, _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), markdown_text(row.message)]
+        cells = ["✅" if row.ok else "❌", markdown_text(row.file), row.label, _batch(row), _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), markdown_text(row.message)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -304,10 +304,10 @@ def test_update_baseline_writes_the_file_and_the_check_then_passes(repo):
         "optimized": False,
         "device": "cpu",
         "nets": {
-            "../models/deploy/lenet_deploy.prototxt": {"TEST": {"bytes": DEPLOY_TEST, **entry}},
-            "../models/lenet.prototxt": {"TEST": {"bytes": LENET_TEST, **entry}, "TRAIN": {"bytes": LENET_TRAIN, **entry}},
-            "../models/lenet_solver.prototxt": {"process:TRAIN": {"bytes": SOLVER_PROCESS, **entry}},
-            "../models/resnet18.prototxt": {"TEST": {"bytes": RESNET_TEST, **entry}, "TRAIN": {"bytes": RESNET_TRAIN, **entry}},
+            "../models/deploy/lenet_deploy.prototxt": {"TEST": {"bytes": DEPLOY_TEST, "batch": 1, **entry}},
+            "../models/lenet.prototxt": {"TEST": {"bytes": LENET_TEST, "batch": 64, **entry}, "TRAIN": {"bytes": LENET_TRAIN, "batch": 64, **entry}},
+            "../models/lenet_solver.prototxt": {"process:TRAIN": {"bytes": SOLVER_PROCESS, "batch": 64, **entry}},
+            "../models/resnet18.prototxt": {"TEST": {"bytes": RESNET_TEST, "batch": 2, **entry}, "TRAIN": {"bytes": RESNET_TRAIN, "batch": 2, **entry}},
         },
     }
     assert run("models", "--baseline", "ci/memory.json").exit_code == 0
@@ -416,19 +416,19 @@ def test_markdown_is_a_summary_line_and_a_table(repo):
     assert result.stdout == (
         "❌ **caffemem check failed: 2 failed, 0 bad input, 2 passed (budget 64.00 MiB, baseline ci/memory.json ± 2%, stock Caffe)**\n"
         "\n"
-        "| | file | phase | bytes | budget | baseline | change | note |\n"
-        "|---|---|---|--:|--:|--:|--:|---|\n"
-        "| ❌ | models/lenet.prototxt | TRAIN | 13.99 MiB | 64.00 MiB | 13.35 MiB | +0.64 MiB (+4.8%) | 22% of the budget; grew by 0.64 MiB (+4.8%) against the baseline, more than the 2% tolerance |\n"
-        "| ✅ | models/lenet.prototxt | TEST | 7.54 MiB | 64.00 MiB | 7.54 MiB | 0 B | 12% of the budget; unchanged against the baseline |\n"
-        "| ❌ | models/resnet18.prototxt | TRAIN | 106.77 MiB | 64.00 MiB | 106.77 MiB | 0 B | 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB; unchanged against the baseline |\n"
-        "| ✅ | models/resnet18.prototxt | TEST | 56.86 MiB | 64.00 MiB | 56.86 MiB | 0 B | 89% of the budget; unchanged against the baseline |\n"
+        "| | file | phase | batch | bytes | budget | baseline | change | note |\n"
+        "|---|---|---|--:|--:|--:|--:|--:|---|\n"
+        "| ❌ | models/lenet.prototxt | TRAIN | 64 | 13.99 MiB | 64.00 MiB | 13.35 MiB | +0.64 MiB (+4.8%) | 22% of the budget; grew by 0.64 MiB (+4.8%) against the baseline, more than the 2% tolerance |\n"
+        "| ✅ | models/lenet.prototxt | TEST | 64 | 7.54 MiB | 64.00 MiB | 7.54 MiB | 0 B | 12% of the budget; unchanged against the baseline |\n"
+        "| ❌ | models/resnet18.prototxt | TRAIN | 2 | 106.77 MiB | 64.00 MiB | 106.77 MiB | 0 B | 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB; unchanged against the baseline |\n"
+        "| ✅ | models/resnet18.prototxt | TEST | 2 | 56.86 MiB | 64.00 MiB | 56.86 MiB | 0 B | 89% of the budget; unchanged against the baseline |\n"
     )
 
 
 def test_markdown_of_a_passing_run_has_a_green_summary(repo):
     result = run("models/deploy", "--budget", "2MiB", "--format", "markdown")
     assert result.stdout.splitlines()[0] == "✅ **caffemem check passed: 0 failed, 0 bad input, 1 passed (budget 2.00 MiB, stock Caffe)**"
-    assert result.stdout.splitlines()[-1] == "| ✅ | models/deploy/lenet\\_deploy.prototxt | TEST | 1.91 MiB | 2.00 MiB |  |  | 96% of the budget |"
+    assert result.stdout.splitlines()[-1] == "| ✅ | models/deploy/lenet\\_deploy.prototxt | TEST | 1 | 1.91 MiB | 2.00 MiB |  |  | 96% of the budget |"
 
 
 def test_junit_is_valid_xml_with_one_testcase_per_net_and_phase(repo):
@@ -525,6 +525,20 @@ def test_a_grown_net_is_explained_by_the_layers_that_grew_and_annotated_at_the_f
     assert "file=models/lenet.prototxt,line=40" in line and "fc1 +" in line
     row = json.loads(run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "json").stdout)["results"][0]
     assert row["message"].split("; ")[1].startswith("fc1 +")
+
+
+def test_a_batch_change_is_named_first_and_annotated_at_the_batch_line(repo):
+    # Issue 34: AlexNet 256 -> 512 was blamed on norm1, line 73; the batch was never named.
+    assert run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--update-baseline", "--phase", "TRAIN").exit_code == 0
+    net = repo / "models" / "lenet.prototxt"
+    net.write_text(net.read_text().replace("shape { dim: 64 dim: 1 dim: 28 dim: 28 } shape { dim: 64 }", "shape { dim: 128 dim: 1 dim: 28 dim: 28 } shape { dim: 128 }"))
+    result = run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "github")
+    assert result.exit_code == 1
+    (line,) = [l for l in result.stdout.splitlines() if l.startswith("::error")]
+    assert line.startswith("::error file=models/lenet.prototxt,line=8,title=caffemem%3A TRAIN memory grew beyond the tolerance::batch 64 → 128 (the file's batch changed); grew by ")
+    markdown = run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "markdown").stdout.splitlines()
+    assert markdown[2] == "| | file | phase | batch | bytes | budget | baseline | change | note |"
+    assert markdown[4].startswith("| ❌ | models/lenet.prototxt | TRAIN | 64 → 128 | ")
 
 
 def test_a_new_layer_is_named_in_the_explanation(repo):
