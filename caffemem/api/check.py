@@ -703,6 +703,7 @@ class Report:
     gate: Gate
     optimized: bool = False
     wrote_baseline: str | None = None
+    notes: tuple[str, ...] = ()  # what the run wants a reader to know, in every format
 
     @property
     def failed(self) -> int:
@@ -734,8 +735,23 @@ class Report:
         return f"caffemem check {verdict}: {counts} ({', '.join(held)}){wrote}"
 
 
-def make_report(outcomes: Sequence[Outcome], gate: Gate, optimized: bool = False, wrote_baseline: str | None = None) -> Report:
-    return Report(tuple(judge(outcome, gate) for outcome in outcomes), gate, optimized, wrote_baseline)
+def make_report(outcomes: Sequence[Outcome], gate: Gate, optimized: bool = False, wrote_baseline: str | None = None, notes: Sequence[str] = ()) -> Report:
+    return Report(tuple(judge(outcome, gate) for outcome in outcomes), gate, optimized, wrote_baseline, tuple(notes))
+
+
+def replaced_budgets(config: CheckConfig | None, files: Sequence[str], budget: int | None) -> tuple[str, ...]:
+    """A note when --budget replaces budgets the settings file gives the files checked
+    (issue 34: a workflow's ``budget:`` silently overrode caffemem.toml's)."""
+    if config is None or budget is None:
+        return ()
+    replaced = [own for file in files if (own := config.budget_of(file)) is not None and own != budget]
+    if not replaced:
+        return ()
+    given = mib(replaced[0]) if len(set(replaced)) == 1 else f"{mib(min(replaced))} to {mib(max(replaced))}"
+    return (
+        f"--budget {mib(budget)} replaces the budgets {os.path.basename(config.path)} gives {len(replaced)} of the files checked ({given}): "
+        "leave it out to hold each file to its own",
+    )
 
 
 # ----------------------------------------------------------------------------- formats

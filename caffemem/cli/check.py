@@ -66,6 +66,7 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
         make_report,
         parse_tolerance,
         read_baseline,
+        replaced_budgets,
         updated_baseline,
     )
     from caffemem.errors import CaffememError, Location
@@ -96,7 +97,7 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
     # The baseline is updated under its lock and lands at once: everything that can fail
     # without harm (the reports, staged to land with the run; standard output) goes first.
     wrote = old.path if update_baseline and old is not None and any(isinstance(outcome, Measurement) for outcome in outcomes) else None
-    report = make_report(outcomes, gate, optimized, wrote)
+    report = make_report(outcomes, gate, optimized, wrote, replaced_budgets(config, checked, budget_bytes))
     for report_format, file in extra_reports:
         write_output(file, RENDERERS[report_format](report).encode("utf-8"), inputs=checked, flag="--report")
     if output_format == "text":

@@ -55,6 +55,8 @@ def render_text(report: Report, width: int = 160, color: bool = False) -> str:
         table.add_row(markup(row.file), row.label, "" if row.batch is None else str(row.batch), _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", markup(row.message))
     console.print(table)
     console.print(markup(report.summary()))
+    for note in report.notes:
+        console.print(f"[yellow]note: {markup(note)}[/yellow]")
     return out.getvalue()
 
 
@@ -71,6 +73,7 @@ def render_json(report: Report) -> str:
         "wrote_baseline": report.wrote_baseline,
         "exit_code": report.exit_code,
         "summary": {"failed": report.failed, "errors": report.errors, "passed": report.passed},
+        "notes": list(report.notes),
         "results": [
             {
                 "file": row.file,
@@ -116,6 +119,7 @@ def render_markdown(report: Report) -> str:
         "| | file | phase | batch | bytes | budget | baseline | change | note |",
         "|---|---|---|--:|--:|--:|--:|--:|---|",
     ]
+    lines[2:2] = [line for note in report.notes for line in (f"> ⚠️ {markdown_text(note)}", "")]
     for row in report.rows:
         cells = ["✅" if row.ok else "❌", markdown_text(row.file), row.label, _batch(row), _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), markdown_text(row.message)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -153,8 +157,11 @@ def render_github(report: Report) -> str:
         level = "error" if not row.ok else "notice"
         title = f"caffemem: {row.label} {GITHUB_TITLES[row.status]}" if row.phase else f"caffemem: {GITHUB_TITLES[row.status]}"
         lines.append(f"::{level} file={_github_property(row.at_file)},line={row.line},title={_github_property(title)}::{_github_data(row.message)}")
+    for note in report.notes:
+        lines.append(f"::warning title={_github_property('caffemem: note')}::{_github_data(note)}")
     lines.append(one_line(report.summary()))
     return "\n".join(lines) + "\n"
+
 
 
 def render_junit(report: Report) -> str:

@@ -487,7 +487,7 @@ def test_the_action_installs_itself_and_runs_caffemem_check_with_its_inputs(repo
     setup, cache, install, check = action["runs"]["steps"]
     assert action["runs"]["using"] == "composite"
     assert re.fullmatch(r"actions/setup-python@v\d+\.\d+\.\d+", setup["uses"]) and re.fullmatch(r"actions/cache@v\d+\.\d+\.\d+", cache["uses"])  # pinned versions
-    assert install["run"] == 'python -m pip install --quiet "$GITHUB_ACTION_PATH"'
+    assert install["run"].endswith('python -m pip install --quiet "$GITHUB_ACTION_PATH${CAFFEMEM_EXTRAS:+[$CAFFEMEM_EXTRAS]}"\n')
     inputs = {name: spec.get("default", "") for name, spec in action["inputs"].items()}
     assert inputs["device"] == "gpu"  # as the command's own default; this test checks the CPU figures
     inputs |= {"paths": "models/lenet.prototxt bad/*.prototxt", "budget": "13MiB", "device": "cpu", "args": "--input pixels=64,1,28,28 --jobs 1"}
