@@ -132,8 +132,17 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         return
     report_to_stderr = STDOUT in (output, plan_json, html_file)  # standard output carries the file
     print_optimize(result, console(stderr=report_to_stderr))
-    if output and output != STDOUT:
-        click.echo(one_line(f"wrote {output}"))
+    if output is not None:
+        wrote = "standard output" if output == STDOUT else output
+        click.echo(one_line(f"wrote {wrote}: {RUNS_ON[target]}"), err=output == STDOUT)
+
+
+# Where the file `optimize -o` writes runs: stock Caffe stops at the mem_param field it does
+# not know (Message type "caffe.NetParameter" has no field named "mem_param").
+RUNS_ON = {
+    "caffemem": "run it with a Caffe patched by `caffemem patch CAFFE_DIR` (stock Caffe refuses mem_param)",
+    "fork": "run it with the memory-multiloading fork (yjxiong/caffe), whose own optimizer plans it (stock Caffe refuses mem_param)",
+}
 
 
 def check_written(text: str, net: str, output: str, options) -> None:

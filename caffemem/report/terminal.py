@@ -344,7 +344,7 @@ def print_optimize(result, console: Console) -> None:
         slots = len(phase.plan_data.slot_bytes)
         console.print(
             f"[bold]{phase.phase}{_batch(phase.batch)}{', on one card' if phase.devices is not None else ''}: caffemem's plan {mib_gib(totals['planned'])}[/bold]"
-            f" against stock Caffe's {mib_gib(stock)} and the fork's {mib_gib(totals['fork'])}"
+            f" against stock Caffe's {mib_gib(stock)} and the memory-multiloading fork's (yjxiong/caffe) {mib_gib(totals['fork'])}"
         )
         table = Table(title=f"{markup(str(result.path))} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", show_header=True, header_style="bold")
         table.add_column("")
