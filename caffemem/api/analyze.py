@@ -64,7 +64,11 @@ def _input_shapes(inputs: object) -> dict[str, Shape]:
 
 @dataclass(frozen=True)
 class Options:
-    """What the user chose for a run (the CLI flags, as values)."""
+    """What the user chose for a run (the CLI flags, as values).
+
+    ``device`` defaults to "cpu" here, a CPU run's heap (checked byte for byte against real
+    Caffe), while the command line's ``--device`` defaults to gpu, what one card holds:
+    ``Options(device="gpu")`` gives the command's figures."""
 
     phase: str | None = None  # None: TRAIN for a net with a loss, else TEST
     stages: tuple[str, ...] = ()
@@ -263,7 +267,8 @@ def analyze(
 ) -> Analysis:
     """Load a net or solver (a path, prototxt text or a NetParameter) and infer the shapes
     and bytes of every net it defines.  ``phase``, ``inputs`` and ``batch`` override
-    ``options``' own."""
+    ``options``' own.  The figures are a CPU run's unless ``Options(device="gpu")`` (the
+    command line's default)."""
     options = with_overrides(options, phase, inputs, batch)
     path = as_source(net)
     specs = spec_table(options)

@@ -385,7 +385,8 @@ class FitResult:
 def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | None = None, inputs: Mapping[str, Sequence[int]] | None = None) -> FitResult:
     """The largest batch per GPU whose footprint fits `request.budget`, and the batch and
     iter_size that reach `request.effective_batch`.  `options.batch` is ignored: the batch
-    is what varies.  `request.reserve` None: :func:`default_reserve`."""
+    is what varies.  `request.reserve` None: :func:`default_reserve`.  The figures are a
+    CPU run's unless ``Options(device="gpu")`` (the command line's default)."""
     options = with_overrides(options, phase, inputs, None)
     path = as_source(net)
     margin = None

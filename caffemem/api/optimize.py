@@ -453,7 +453,8 @@ def optimize(
     batch: int | None = None,
 ) -> OptimizeResult:
     """Plan every phase the user asked for (default: TRAIN and TEST for a net that
-    trains, TEST for a deploy net).  ``net``: a path, prototxt text or a NetParameter."""
+    trains, TEST for a deploy net).  ``net``: a path, prototxt text or a NetParameter.
+    Planned for a CPU run unless ``Options(device="gpu")`` (the command line's default)."""
     options = with_overrides(options, phase, inputs, batch)
     path = as_source(net)
     specs = spec_table(options)

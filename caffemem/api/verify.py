@@ -64,7 +64,8 @@ def verify(
     """Every phase of the table (or only ``options.phase``): the one ``net`` carries in
     its mem_param when ``plan_file`` is None, else the plan file's.  ``explicit``: the
     Options fields the caller chose; the others come from the plan's record where it has
-    one (the library default: the caller's ``options`` throughout)."""
+    one (the library default: the caller's ``options`` throughout; a plan without a record
+    is checked in a CPU run unless ``Options(device="gpu")``, the command line's default)."""
     options = with_overrides(options, phase, inputs, None)
     path = as_source(net)
     source = load_source(path, options)
