@@ -33,6 +33,7 @@ from caffemem.passes.memory import (
 from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
+from caffemem.plan.carried import RECOMPUTE_COPIES, assignment_of, with_copies  # noqa: F401  (RECOMPUTE_COPIES: read from here too)
 from caffemem.plan.fork import fork_assignment, fork_plan_data, fork_run
 from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
@@ -170,16 +171,6 @@ def plan_data(plan: Plan, schedule: Schedule) -> PlanData:
         {slot.id: slot.bytes for slot in plan.slots},
         tuple((classes[m].owner, classes[m].part, slot.id, offset) for slot in plan.slots for m, offset in slot.placements()),
     )
-
-
-def assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:
-    """Every member storage of every planned class pointed at its slot."""
-    slot_of = {}
-    for blob, kind, slot, _ in data.assign:
-        storage = schedule.class_of.get((BlobId("blob", blob), kind), schedule.class_of.get((BlobId("buffer", blob), kind)))
-        for member in schedule.classes[storage].members:
-            slot_of[member] = slot
-    return SlotAssignment(slot_of, dict(data.slot_bytes))
 
 
 @dataclass(frozen=True)
@@ -354,19 +345,6 @@ def read_back(schedule: Schedule, specs: SpecTable, choice: Choice) -> None:
     if stops or read != choice.recomputed:
         why = stops[0].message if stops else "its entries name other layers than those chosen"
         raise UnsafePlan(f"the recompute table would not run what was planned ({why}); nothing written", Location(file=shaped.graph.source))
-
-
-RECOMPUTE_COPIES = "recompute_copies"  # the cause of the runtime's copies of restored parameters
-
-
-def with_copies(report: "MemoryReport | DeviceReport", copies: int) -> "MemoryReport | DeviceReport":
-    """A planned run's report with the runtime's copies of the parameters it restores around
-    a recomputed Forward (allocated once at Net::Init, on the card in GPU mode)."""
-    if not copies:
-        return report
-    if isinstance(report, DeviceReport):
-        return replace(report, device_by_cause=report.device_by_cause | {RECOMPUTE_COPIES: copies})
-    return replace(report, heap_init=report.heap_init + copies, by_category=report.by_category | {RECOMPUTE_COPIES: copies})
 
 
 MAX_FORK_EXCLUSIONS = 64  # blobs kept private before giving up on making the fork's plan safe
