@@ -33,7 +33,7 @@ from caffemem.passes.memory import (
 from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
-from caffemem.plan.carried import RECOMPUTE_COPIES, assignment_of, with_copies  # noqa: F401  (RECOMPUTE_COPIES: read from here too)
+from caffemem.plan.carried import assignment_of, with_copies
 from caffemem.plan.fork import fork_assignment, fork_plan_data, fork_run
 from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
