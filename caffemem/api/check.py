@@ -299,12 +299,15 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
 
 
 def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
+    """Each net's figures (a file carrying a slot table: as the patched Caffe runs it, its
+    recompute entries honoured), or with --optimized caffemem's plan of a net that
+    carries none."""
     if not optimized:
         return [net.figures for net in nets]
     from caffemem.api.optimize import planned_report
 
     specs = spec_table(options)
-    return [planned_report(net.shaped, specs, options) for net in nets]
+    return [net.figures if net.carried is not None else planned_report(net.shaped, specs, options) for net in nets]
 
 
 def _inputs_named_in(source: NetSource | SolverSource, inputs: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

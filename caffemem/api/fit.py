@@ -479,7 +479,7 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     at_phase = replace(options, phase=phase)
 
     def measure(batch: int) -> Footprint:
-        analysis = analyze(path, replace(at_phase, batch=batch))
+        analysis = analyze(path, replace(at_phase, batch=batch), tables=False)  # stock Caffe at every batch: a table binds at one only
         net = analysis.nets[0]
         return Footprint(_report(net, at_phase, optimized, recompute).total_bytes, _notes(analysis, net, options))
 
@@ -493,11 +493,11 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
         raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=str(path)))
     solver, _ = upgrade_solver(source.proto, source.file)
     train_options = replace(options, phase="TRAIN")
-    tests = analyze(path, replace(options, phase="TEST", batch=None)).nets
+    tests = analyze(path, replace(options, phase="TEST", batch=None), tables=False).nets
     test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]  # a TEST net runs no Backward: nothing to recompute
 
     def measure(batch: int) -> Footprint:
-        analysis = analyze(path, replace(train_options, batch=batch))
+        analysis = analyze(path, replace(train_options, batch=batch), tables=False)
         train = analysis.nets[0]
         process = solver_footprint(solver, (train.shaped, _report(train, options, optimized, recompute)), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes)

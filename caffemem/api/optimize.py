@@ -538,7 +538,7 @@ def other_phases_rebatched(result: OptimizeResult, options: Options, text: str) 
     others = [phase for phase in net_phases(upgraded, spec_table(options), options) if phase not in planned]
     notes = []
     for phase in others:
-        before, after = (analyze(source, replace(options, phase=phase, batch=None)).nets[0].shaped for source in (result.path, NetText(text, result.path)))
+        before, after = (analyze(source, replace(options, phase=phase, batch=None), tables=False).nets[0].shaped for source in (result.path, NetText(text, result.path)))
         changed = [name for name, shape in before.blob_shapes.items() if after.blob_shapes.get(name) != shape]
         if changed:
             notes.append(f"the {phase} net reads the same data layers, so it now runs at batch {options.batch} too; its table was not planned (optimize without --phase plans both)")

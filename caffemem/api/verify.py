@@ -84,7 +84,7 @@ def verify(
     for table in tables:
         plan_phase, plan, record = table.phase, table.plan, table.record
         at = _options_at(options, record, plan_phase, explicit)
-        built = analyze(path, at).nets[0]
+        built = analyze(path, at, tables=False).nets[0]
         specs = spec_table(at)
         runs = [run for run in planning_runs(built.shaped, specs, at) if run is not None]  # GPU mode: the CPU run too
         schedules = [build_schedule(built.shaped, specs, at.dtype, run=run) for run in runs]

@@ -100,6 +100,8 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
         "layers": layers,
         **memory_json(memory),
         **device,
+        # A file carrying optimize -o's table: the figures above are the patched Caffe's run of it.
+        "mem_param": None if net.carried is None else {"slots": net.carried.slots, "recomputed": net.carried.recomputed, "stock_bytes": net.carried.stock_bytes},
         "notes": list(net.notes + shaped.notes),
     }
 

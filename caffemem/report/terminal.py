@@ -88,10 +88,11 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
     graph, memory = net.shaped.graph, net.memory
     title = f"{shown(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
     console.print(f"[bold]{escape_markup(title)}[/bold]")
+    patched = "the patched Caffe" if net.carried is not None else ""  # the file's mem_param table applied (its note says so)
     if net.device is not None:
-        _print_device(net.device, console)
+        _print_device(net.device, console, patched)
     else:
-        _print_answer(memory, console)
+        _print_answer(memory, console, patched)
         _print_summary(memory, console)
     _print_top_layers(net, console, top)
     columns, rows = _layer_rows(net)
@@ -107,10 +108,10 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
         console.print(f"[dim]{markup(note)}[/dim]")
 
 
-def _print_answer(memory: MemoryReport, console: Console) -> None:
+def _print_answer(memory: MemoryReport, console: Console, patched: str = "") -> None:
     """The figures a user came for, in the first lines: the total, prefetch apart, and the
-    step that allocates the most."""
-    console.print(f"Caffe will allocate [bold]{mib_gib(memory.total_bytes)}[/bold] for this net ({memory.total_bytes:,} bytes)")
+    step that allocates the most (``patched``: the Caffe that runs the file's table)."""
+    console.print(f"{(patched or 'Caffe')[:1].upper()}{(patched or 'Caffe')[1:]} will allocate [bold]{mib_gib(memory.total_bytes)}[/bold] for this net ({memory.total_bytes:,} bytes)")
     if memory.prefetch_bytes:
         console.print(f"  of which prefetch batches (data layers' threads): {mib(memory.prefetch_bytes)}")
     if memory.peak_layer is not None:
@@ -119,14 +120,14 @@ def _print_answer(memory: MemoryReport, console: Console) -> None:
         console.print(f"largest step: the {step} of layer {index} '{markup(peak.name, MAX_NAME_CELLS)}' ({markup(peak.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
 
 
-def _print_device(device: DeviceReport, console: Console) -> None:
+def _print_device(device: DeviceReport, console: Console, patched: str = "") -> None:
     """GPU mode: what one card holds (the figure of --json's total_bytes: cuDNN workspaces
     at their bound, what it holds without them beside it), the step that puts the most on
     the card, each cause on the device and on the host, then what is counted but not sized."""
     low, high = device.device_bytes_min, device.device_bytes
     bound = f"; {mib(low)} if cuDNN takes no workspace" if low != high else ""
     console.print(
-        f"A GPU run holds [bold]{mib_gib(high)}[/bold] on the card ({device.engine} engine{bound}){f', on each of {device.gpus} GPUs' if device.gpus > 1 else ''}"
+        f"A GPU run{' of ' + patched if patched else ''} holds [bold]{mib_gib(high)}[/bold] on the card ({device.engine} engine{bound}){f', on each of {device.gpus} GPUs' if device.gpus > 1 else ''}"
         f", and {mib(device.host_bytes)} on the host"
     )
     largest = device.largest_step()
