@@ -39,6 +39,7 @@ def fit_json(result: FitResult) -> dict[str, Any]:
         else {"effective_batch": schedule.effective_batch, "batch": schedule.batch, "iter_size": schedule.iter_size, "gpus": schedule.gpus, "bytes": schedule.bytes},
         "evaluations": [{"batch": e.batch, "bytes": e.bytes, "error": e.error} for e in result.evaluations],
         "notes": list(result.notes),
+        "advice": None if result.advice is None else {"batch": result.advice.batch, "commands": list(result.advice.commands), "then": result.advice.then},
     }
 
 
@@ -85,7 +86,17 @@ def fit_lines(result: FitResult) -> list[str]:
     found = "confirmed" if search.guess == search.batch else "searched"
     guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
     lines.append(f"  found by: {guess}{found} with {len(result.evaluations)} exact evaluations, at {search.batch} and {search.batch + 1} among them")
-    return [one_line(line) for line in lines + [f"note: {note}" for note in result.notes]]
+    return [one_line(line) for line in lines + advice_lines(result) + [f"note: {note}" for note in result.notes]]
+
+
+def advice_lines(result: FitResult) -> list[str]:
+    """--optimized: the commands that write the plan counted (one a line, to copy), then
+    what is left to do."""
+    advice = result.advice
+    if advice is None:
+        return []
+    head = f"to run the plan counted here, write it for batch {advice.batch}" + (":" if advice.commands else f": {advice.then}")
+    return [head] + [f"  {command}" for command in advice.commands] + ([f"  {advice.then}"] if advice.commands else [])
 
 
 def nothing_fits_message(result: FitResult) -> str:
