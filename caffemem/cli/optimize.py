@@ -16,6 +16,7 @@ from caffemem.cli.common import (
     RecomputePolicy,
     console,
     distinct_outputs,
+    echo_wrapped,
     input_files,
     net_options,
     options_from,
@@ -56,10 +57,13 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
 
     \b
     Examples:
-      caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
-      caffemem optimize train_val.prototxt --input data=3,224,224 --batch 16 -o train_val.b16.prototxt
-      caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
-      caffemem optimize train_val.prototxt --input data=3,224,224 --recompute sqrt -o train_val.sqrt.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 -o opt.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 \\
+        --batch 16 -o train_val.b16.prototxt
+      caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json \\
+        --exclude-blob fc7
+      caffemem optimize train_val.prototxt --input data=3,224,224 \\
+        --recompute sqrt -o train_val.sqrt.prototxt
     """
     from caffemem.api.optimize import RECOMPUTE_NOT_WITH_FORK, OptimizeSettings, fork_losing_phases, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
@@ -134,7 +138,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
     print_optimize(result, console(stderr=report_to_stderr))
     if output is not None:
         wrote = "standard output" if output == STDOUT else output
-        click.echo(one_line(f"wrote {wrote}: {RUNS_ON[target]}"), err=output == STDOUT)
+        echo_wrapped(f"wrote {wrote}: {RUNS_ON[target]}", err=output == STDOUT)
 
 
 # Where the file `optimize -o` writes runs: stock Caffe stops at the mem_param field it does

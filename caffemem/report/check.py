@@ -33,31 +33,54 @@ def _batch(row: Row) -> str:
     return f"{row.baseline_batch} → {row.batch}" if row.batch_changed else str(row.batch)
 
 
-def render_text(report: Report, width: int = 160, color: bool = False) -> str:
-    """The verdict first, then a rich table for people, then the verdict again where a CI
-    log ends (the budget, the same for every net, is in the summary line)."""
-    from rich.console import Console
+STATUS_STYLE = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
+
+
+def render_text(report: Report, width: int = 80, color: bool = False) -> str:
+    """The verdict first, then each net's figures (a table where one fits ``width``: with
+    the baseline's columns, else without them; else a line each), then what each row's
+    figure means, then the verdict again where a CI log ends.  Every line fits ``width``
+    (issue 34: at 80 columns the table cut the figures, `1,401.53 …`)."""
     from rich.table import Table
 
-    from caffemem.report.terminal import markup
+    from caffemem.report.terminal import markup, print_titled
+    from caffemem.report.wrap import FittingConsole
 
     out = io.StringIO()
-    console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False, emoji=False)
+    console = FittingConsole(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False, emoji=False)
     compared = report.gate.baseline is not None
     console.print(markup(report.summary()))
-    table = Table(title="caffemem check", header_style="bold")
-    for column in ("file", "phase", "batch", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
-        table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
-    table.add_column("note", ratio=1)
-    style = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
+
+    def table_of(columns: tuple[str, ...]) -> Table:
+        table = Table(header_style="bold")
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
+        for row in report.rows:
+            cells = {"file": markup(row.file), "phase": row.label, "batch": _batch(row), "bytes": _cell(row.bytes), "baseline": _cell(row.baseline_bytes), "change": _change(row)}
+            table.add_row(*(cells.get(column, _status(row)) for column in columns))
+        return table
+
+    columns = ("file", "phase", "batch", "bytes") + (("baseline", "change") if compared else ()) + ("status",)
+    tables = [table_of(columns)] + ([table_of(tuple(c for c in columns if c not in ("baseline", "change")))] if compared else [])
+    unbounded = console.options.update_width(1 << 16)  # the width a table needs, not the one it would be squeezed to
+    fitting = next((table for table in tables if console.measure(table, options=unbounded).maximum <= width), None)
+    if fitting is not None:
+        print_titled(console, "caffemem check", fitting)
+    else:  # a line a net: the file's name is never cut
+        for row in report.rows:
+            figures = ", ".join(part for part in (f"batch {_batch(row)}" if row.batch is not None else "", _cell(row.bytes)) if part)
+            console.print(f"{markup(row.file)} {row.label}{': ' + figures if figures else ''} — {_status(row)}")
     for row in report.rows:
-        baseline = (_cell(row.baseline_bytes), _change(row)) if compared else ()
-        table.add_row(markup(row.file), row.label, "" if row.batch is None else str(row.batch), _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", markup(row.message))
-    console.print(table)
+        if row.message:
+            console.print(f"[dim]{markup(row.file)} {row.label}:[/dim] {markup(row.message)}")
     console.print(markup(report.summary()))
     for note in report.notes:
         console.print(f"[yellow]note: {markup(note)}[/yellow]")
     return out.getvalue()
+
+
+def _status(row: Row) -> str:
+    return f"[{STATUS_STYLE.get(row.status, 'green')}]{row.status}[/]"
 
 
 def render_json(report: Report) -> str:

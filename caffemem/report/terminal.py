@@ -84,6 +84,14 @@ def markup(text: str, width: int | None = None) -> str:
     return escape_markup(shown(text, width))
 
 
+def print_titled(console: Console, title: str, table: Table) -> None:
+    """A table under its title (markup), the title a line of its own that wraps at the
+    console's width: rich wraps a title to the table's, mid-phrase, and pads it with
+    spaces (issue 34)."""
+    console.print(f"[italic]{title}[/italic]")
+    console.print(table)
+
+
 def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, top: int) -> None:
     graph, memory = net.shaped.graph, net.memory
     title = f"{shown(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
@@ -135,7 +143,7 @@ def _print_device(device: DeviceReport, console: Console, patched: str = "") -> 
         index, stage, allocated = largest
         layer = device.layers[index]
         console.print(f"largest step on the card: the {stage} of layer {index} '{markup(layer.name, MAX_NAME_CELLS)}' ({markup(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
-    table = Table(title="where the memory goes", header_style="bold")
+    table = Table(header_style="bold")
     table.add_column("cause")
     table.add_column("device", justify="right")
     table.add_column("host", justify="right")
@@ -145,7 +153,7 @@ def _print_device(device: DeviceReport, console: Console, patched: str = "") -> 
             label = cause.replace("_", " ") + (" (max)" if cause == "cudnn_workspace" else "") + (" (measured)" if cause == "cuda_context" else "")
             table.add_row(label, _cell(size), _cell(host))
     table.add_row("[bold]total[/bold]", f"[bold]{mib_column(device.device_bytes)}[/bold]", f"[bold]{mib_column(device.host_bytes)}[/bold]")
-    console.print(table)
+    print_titled(console, "where the memory goes", table)
     handles = device.handles
     console.print(f"[dim]library handles: {handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (sized as measured, see 'library handles')[/dim]")
     for note in device.notes:
@@ -158,7 +166,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
         return
     whole = max(net.total_bytes, 1)  # the headline's figure
     where = " on the card" if net.device is not None else ""
-    table = Table(title=f"top {plural(len(layers), 'layer')} by bytes{where}", title_justify="left", header_style="bold", expand=False)
+    table = Table(header_style="bold", expand=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("layer", overflow="ellipsis", no_wrap=True)
     table.add_column("type", style="cyan", overflow="ellipsis", no_wrap=True)
@@ -166,7 +174,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
     table.add_column("share", justify="right", no_wrap=True)
     for index, layer in layers:
         table.add_row(str(index), markup(layer.name, TOP_NAME_CELLS), markup(layer.type, TOP_TYPE_CELLS), mib_column(layer.total), f"{percent_of(layer.total, whole):.1f}%")
-    console.print(table)
+    print_titled(console, f"top {plural(len(layers), 'layer')} by bytes{where}", table)
 
 
 def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], list[list[Cell]]]:
@@ -252,13 +260,13 @@ def _table_text(title: str, columns: list[tuple[str, str, str | None]], rows: li
 
 
 def _print_summary(memory: MemoryReport, console: Console) -> None:
-    summary = Table(title="where the memory goes", show_header=False)
+    summary = Table(show_header=False)
     summary.add_column("what")
     summary.add_column("bytes", justify="right")
     for part, size in memory.parts().items():  # they add up to the total
         summary.add_row(part.replace("_", " "), mib(size))
     summary.add_row("[bold]total[/bold]", f"[bold]{mib(memory.total_bytes)}[/bold]")
-    console.print(summary)
+    print_titled(console, "where the memory goes", summary)
     if memory.unverified_types:
         console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {markup(', '.join(memory.unverified_types))}[/yellow]")
 
@@ -284,7 +292,7 @@ def _print_process(analysis: Analysis, console: Console) -> None:
     batches = [f"train batch {train.batch}"] if train.batch is not None else []
     batches += [f"test{f' #{net.index}' if len(tests) > 1 else ''} batch {net.batch}" for net in tests if net.batch is not None]
     console.print(f"[bold]Training{' on one card' if where else ''}: {mib_gib(process.total_bytes)}[/bold]" + (f" — {', '.join(batches)}" if batches else ""))
-    table = Table(title=f"training process ({markup(process.solver_type)} solver{where})", show_header=False)
+    table = Table(show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")
     table.add_row("train net (with every parameter gradient cleared)", mib(process.train_bytes))
@@ -292,7 +300,7 @@ def _print_process(analysis: Analysis, console: Console) -> None:
     for test in process.tests:
         table.add_row(f"test net #{test.index}", mib(test.bytes))
     table.add_row("[bold]total while all are alive[/bold]", f"[bold]{mib(process.total_bytes)}[/bold]")
-    console.print(table)
+    print_titled(console, f"training process ({markup(process.solver_type)} solver{where})", table)
     for test in process.tests:
         console.print(f"[dim]test net #{test.index}: {markup(test.note)}[/dim]")
     for note in process.notes:
@@ -305,12 +313,12 @@ def _print_process(analysis: Analysis, console: Console) -> None:
 def _print_inplace(inplace, console: Console) -> None:
     """--inplace: the layers rewritten, then those of an in-place type left alone, and why."""
     if inplace.rewrites:
-        table = Table(title=f"in place: {plural(len(inplace.rewrites), 'layer')} rewritten", header_style="bold")
+        table = Table(header_style="bold")
         for column in ("layer", "type", "top was", "now"):
             table.add_column(column, style="cyan" if column == "type" else None)
         for rewrite in inplace.rewrites:
             table.add_row(markup(rewrite.layer), markup(rewrite.type), markup(rewrite.top_was), markup(rewrite.now))
-        console.print(table)
+        print_titled(console, f"in place: {plural(len(inplace.rewrites), 'layer')} rewritten", table)
     else:
         console.print("in place: no layer rewritten")
     for kept in inplace.kept:
@@ -347,7 +355,7 @@ def print_optimize(result, console: Console) -> None:
             f"[bold]{phase.phase}{_batch(phase.batch)}{', on one card' if phase.devices is not None else ''}: caffemem's plan {mib_gib(totals['planned'])}[/bold]"
             f" against stock Caffe's {mib_gib(stock)} and the memory-multiloading fork's (yjxiong/caffe) {mib_gib(totals['fork'])}"
         )
-        table = Table(title=f"{markup(str(result.path))} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", show_header=True, header_style="bold")
+        table = Table(show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")
@@ -358,7 +366,7 @@ def print_optimize(result, console: Console) -> None:
         base = rows[0][1]
         for label, value in rows:
             table.add_row(label, mib(value), signed_percent(value - base, base))
-        console.print(table)
+        print_titled(console, f"{markup(str(result.path))} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", table)
         if phase.stock.prefetch_bytes:
             console.print(f"every figure includes the prefetch batches ({mib(phase.stock.prefetch_bytes)}, the same in every plan)")
         saved = phase.savings
