@@ -158,7 +158,7 @@ class NetAnalysis:
     notes: tuple[str, ...] = ()
     device: DeviceReport | None = None  # GPU mode: device and host bytes
     batch: int | None = None  # images (sequences) per iteration: see net_batch
-    carried: CarriedTable | None = None  # the file's mem_param table, applied (memory and device are then that run's)
+    mem_param: CarriedTable | None = None  # the file's mem_param table, applied (memory and device are then that run's)
 
     @property
     def phase(self) -> str:
@@ -281,7 +281,7 @@ def analyze(
     and bytes of every net it defines.  ``phase``, ``inputs`` and ``batch`` override
     ``options``' own.  The figures are a CPU run's unless ``Options(device="gpu")`` (the
     command line's default).  A file carrying `optimize -o`'s slot table is measured as
-    the patched Caffe runs it (NetAnalysis.carried), unless ``tables`` is False (stock
+    the patched Caffe runs it (NetAnalysis.mem_param), unless ``tables`` is False (stock
     Caffe's figures: what fit varies and optimize plans from)."""
     options = with_overrides(options, phase, inputs, batch)
     path = as_source(net)

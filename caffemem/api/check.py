@@ -307,7 +307,7 @@ def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryRepor
     from caffemem.api.optimize import planned_report
 
     specs = spec_table(options)
-    return [net.figures if net.carried is not None else planned_report(net.shaped, specs, options) for net in nets]
+    return [net.figures if net.mem_param is not None else planned_report(net.shaped, specs, options) for net in nets]
 
 
 def _inputs_named_in(source: NetSource | SolverSource, inputs: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

@@ -225,10 +225,15 @@ def console(stderr: bool = False):
     return _Console(stderr=stderr, emoji=False)
 
 
-def output_width(stderr: bool = False) -> int:
-    """The width a command's plain lines fit, as rich sizes its console: the terminal's,
-    else $COLUMNS, else 80 (issue 34: piped, `check` took 160 and COLUMNS=80 was ignored)."""
-    return console(stderr).width
+def output_width(stderr: bool = False) -> int | None:
+    """The width a command's plain lines fit: the terminal's, else $COLUMNS (issue 34:
+    piped, `check` took 160 columns and COLUMNS=80 was ignored); None when neither says
+    one (piped with no COLUMNS: a line a fact, for grep and a CI log)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream is not None and stream.isatty():
+        return console(stderr).width
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
 
 def echo_wrapped(line: str, err: bool = False) -> None:
@@ -236,7 +241,8 @@ def echo_wrapped(line: str, err: bool = False) -> None:
     (continuation lines indented two more than the line)."""
     from caffemem.report.wrap import wrapped
 
-    for part in wrapped(one_line(line), output_width(err)):
+    width = output_width(err)
+    for part in [one_line(line)] if width is None else wrapped(one_line(line), width):
         click.echo(part, err=err)
 
 

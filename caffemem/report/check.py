@@ -33,14 +33,17 @@ def _batch(row: Row) -> str:
     return f"{row.baseline_batch} → {row.batch}" if row.batch_changed else str(row.batch)
 
 
+UNWRAPPED = 1 << 14  # the width of a report no terminal or COLUMNS sizes: lines as long as their facts
 STATUS_STYLE = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
 
 
-def render_text(report: Report, width: int = 80, color: bool = False) -> str:
+def render_text(report: Report, width: int | None = 80, color: bool = False) -> str:
     """The verdict first, then each net's figures (a table where one fits ``width``: with
     the baseline's columns, else without them; else a line each), then what each row's
     figure means, then the verdict again where a CI log ends.  Every line fits ``width``
-    (issue 34: at 80 columns the table cut the figures, `1,401.53 …`)."""
+    (issue 34: at 80 columns the table cut the figures, `1,401.53 …`); None: a line a
+    fact, however long."""
+    width = width or UNWRAPPED
     from rich.table import Table
 
     from caffemem.report.terminal import markup, print_titled

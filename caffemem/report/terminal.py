@@ -84,11 +84,16 @@ def markup(text: str, width: int | None = None) -> str:
     return escape_markup(shown(text, width))
 
 
-def print_titled(console: Console, title: str, table: Table) -> None:
-    """A table under its title (markup), the title a line of its own that wraps at the
-    console's width: rich wraps a title to the table's, mid-phrase, and pads it with
-    spaces (issue 34)."""
-    console.print(f"[italic]{title}[/italic]")
+def print_titled(console: Console, title: str, table: Table, justify: str = "center") -> None:
+    """A table under its title (markup), as rich sets one (italic, centred over the table,
+    or as ``justify`` says) where it fits the table's width, else a line of its own that
+    wraps at the console's: rich wraps a long title to the table's width, mid-phrase,
+    and pads every title with spaces (issue 34)."""
+    text = Text.from_markup(title, style="italic")
+    width = console.measure(table).maximum
+    if justify == "center" and text.cell_len < width:
+        text = Text(" " * ((width - text.cell_len) // 2)) + text
+    console.print(text)
     console.print(table)
 
 
@@ -96,7 +101,7 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
     graph, memory = net.shaped.graph, net.memory
     title = f"{shown(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
     console.print(f"[bold]{escape_markup(title)}[/bold]")
-    patched = "the patched Caffe" if net.carried is not None else ""  # the file's mem_param table applied (its note says so)
+    patched = "the patched Caffe" if net.mem_param is not None else ""  # the file's mem_param table applied (its note says so)
     if net.device is not None:
         _print_device(net.device, console, patched)
     else:
@@ -174,7 +179,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
     table.add_column("share", justify="right", no_wrap=True)
     for index, layer in layers:
         table.add_row(str(index), markup(layer.name, TOP_NAME_CELLS), markup(layer.type, TOP_TYPE_CELLS), mib_column(layer.total), f"{percent_of(layer.total, whole):.1f}%")
-    print_titled(console, f"top {plural(len(layers), 'layer')} by bytes{where}", table)
+    print_titled(console, f"top {plural(len(layers), 'layer')} by bytes{where}", table, justify="left")
 
 
 def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], list[list[Cell]]]:

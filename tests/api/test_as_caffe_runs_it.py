@@ -37,7 +37,7 @@ def test_analyze_states_an_optimized_file_as_the_patched_caffe_runs_it(tmp_path)
     out = optimized(tmp_path, LENET)
     train = next(phase for phase in caffemem.optimize(str(LENET)).phases if phase.phase == "TRAIN")
     net = caffemem.analyze(out).nets[0]
-    assert (net.total_bytes, net.carried.stock_bytes) == (train.totals()["planned"], train.totals()["stock"])
+    assert (net.total_bytes, net.mem_param.stock_bytes) == (train.totals()["planned"], train.totals()["stock"])
     document = json.loads(run("analyze", out, "--json").output)
     assert (document["total_bytes"], document["mem_param"]) == (train.totals()["planned"], {"slots": len(train.plan_data.slot_bytes), "recomputed": 0, "stock_bytes": train.totals()["stock"]})
     text = " ".join(run("analyze", out).output.split())
@@ -48,7 +48,7 @@ def test_analyze_states_an_optimized_file_as_the_patched_caffe_runs_it(tmp_path)
 def test_a_table_for_another_batch_leaves_stock_figures_and_says_why(tmp_path):
     out = optimized(tmp_path, LENET)
     net = caffemem.analyze(out, batch=8).nets[0]
-    assert net.carried is None and net.total_bytes == caffemem.analyze(str(LENET), batch=8).nets[0].total_bytes
+    assert net.mem_param is None and net.total_bytes == caffemem.analyze(str(LENET), batch=8).nets[0].total_bytes
     assert any("does not fit this net as built" in note and "the patched Caffe would stop at Net::Init" in note for note in net.notes)
 
 

@@ -445,22 +445,36 @@ def test_junit_is_valid_xml_with_one_testcase_per_net_and_phase(repo):
     assert errors == [("bad/broken.prototxt", "file", "9"), ("bad/data_layer.prototxt", "TRAIN", "4"), ("bad/data_layer.prototxt", "TEST", "4")]
 
 
-def test_text_is_the_verdict_a_table_and_the_verdict_again(repo):
+def test_text_is_the_verdict_a_table_each_rows_note_and_the_verdict_again(repo):
     result = run("models/lenet.prototxt", "models/resnet18.prototxt", "--budget", "64MiB")
     assert result.exit_code == 1
-    assert [line.rstrip() for line in result.stdout.splitlines()] == [
+    assert result.stdout.splitlines() == [
         "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
-        "                                                         caffemem check",
-        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
-        "┃ file                     ┃ phase ┃ batch ┃      bytes ┃ status      ┃ note                                                    ┃",
-        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ models/lenet.prototxt    │ TRAIN │    64 │  13.99 MiB │ pass        │ 22% of the budget                                       │",
-        "│ models/lenet.prototxt    │ TEST  │    64 │   7.54 MiB │ pass        │ 12% of the budget                                       │",
-        "│ models/resnet18.prototxt │ TRAIN │     2 │ 106.77 MiB │ over-budget │ 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB │",
-        "│ models/resnet18.prototxt │ TEST  │     2 │  56.86 MiB │ pass        │ 89% of the budget                                       │",
-        "└──────────────────────────┴───────┴───────┴────────────┴─────────────┴─────────────────────────────────────────────────────────┘",
+        "                            caffemem check",
+        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┓",
+        "┃ file                     ┃ phase ┃ batch ┃      bytes ┃ status      ┃",
+        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━┩",
+        "│ models/lenet.prototxt    │ TRAIN │    64 │  13.99 MiB │ pass        │",
+        "│ models/lenet.prototxt    │ TEST  │    64 │   7.54 MiB │ pass        │",
+        "│ models/resnet18.prototxt │ TRAIN │     2 │ 106.77 MiB │ over-budget │",
+        "│ models/resnet18.prototxt │ TEST  │     2 │  56.86 MiB │ pass        │",
+        "└──────────────────────────┴───────┴───────┴────────────┴─────────────┘",
+        "models/lenet.prototxt TRAIN: 22% of the budget",
+        "models/lenet.prototxt TEST: 12% of the budget",
+        "models/resnet18.prototxt TRAIN: 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB",
+        "models/resnet18.prototxt TEST: 89% of the budget",
         "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
     ]
+
+
+def test_at_80_columns_no_figure_is_cut(repo):
+    # Issue 34: at 80 columns the table cut the key figures (`1,401.53 …`, `pa…`).
+    assert run("models", "--baseline", "ci/memory.json", "--update-baseline").exit_code == 0
+    result = CliRunner().invoke(main, ["check", "models", "--baseline", "ci/memory.json", "--budget", "64MiB"], env={"COLUMNS": "80"})
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in result.stdout and not any(line != line.rstrip() for line in lines)
+    assert "┏" not in result.stdout  # no table fits 80 columns here, even without the baseline's columns: a line a net
+    assert "models/resnet18.prototxt TRAIN: batch 2, 106.77 MiB — over-budget" in lines
 
 
 # ----------------------------------------------------------------------------- CI integrations
