@@ -6,6 +6,10 @@ The public API (the CLI is a thin layer over it)::
     analysis = caffemem.analyze("train_val.prototxt", phase="TRAIN", inputs={"data": (32, 3, 224, 224)})
     result = caffemem.optimize(net_parameter)  # a path, prototxt text or a NetParameter (pycaffe's too)
 
+The library measures a CPU run by default (``Options().device == "cpu"``: the heap real
+Caffe's CPU mode allocates), where the ``caffemem`` command measures the card (``--device
+gpu``): pass ``Options(device="gpu")`` for the command's figures.
+
 Every problem with the user's input is a :class:`CaffememError` naming file, line and layer.
 """
 

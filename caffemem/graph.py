@@ -62,6 +62,9 @@ class LayerShapes:
 
     tops: tuple[Shape, ...]
     params: tuple[Shape, ...] = ()
+    # A data layer's tops whose first axis is not the batch (SSD's box label, 1 x 1 x N x 8):
+    # --batch leaves them as they are.
+    unbatched: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,11 @@ def _input_shapes(inputs: object) -> dict[str, Shape]:
 
 @dataclass(frozen=True)
 class Options:
-    """What the user chose for a run (the CLI flags, as values)."""
+    """What the user chose for a run (the CLI flags, as values).
+
+    ``device`` defaults to "cpu" here, a CPU run's heap (checked byte for byte against real
+    Caffe), while the command line's ``--device`` defaults to gpu, what one card holds:
+    ``Options(device="gpu")`` gives the command's figures."""
 
     phase: str | None = None  # None: TRAIN for a net with a loss, else TEST
     stages: tuple[str, ...] = ()
@@ -142,6 +146,16 @@ class Options:
 
 
 @dataclass(frozen=True)
+class CarriedTable:
+    """A net file that carries `optimize -o`'s slot table for this phase, measured as the
+    patched Caffe runs it (the net's figures are that run's)."""
+
+    slots: int
+    recomputed: int  # Forwards the table runs again inside Backward
+    stock_bytes: int  # what stock Caffe would allocate (the figure of the run's mode), were it to accept mem_param
+
+
+@dataclass(frozen=True)
 class NetAnalysis:
     """One net of a file, built for one NetState, with every shape known."""
 
@@ -153,6 +167,7 @@ class NetAnalysis:
     notes: tuple[str, ...] = ()
     device: DeviceReport | None = None  # GPU mode: device and host bytes
     batch: int | None = None  # images (sequences) per iteration: see net_batch
+    mem_param: CarriedTable | None = None  # the file's mem_param table, applied (memory and device are then that run's)
     # What it was built with, for what a view computes only when it asks (``timeline``).
     specs: SpecTable = field(kw_only=True, repr=False, compare=False)
     options: Options = field(kw_only=True, repr=False, compare=False)
@@ -279,26 +294,79 @@ def analyze(
     phase: str | None = None,
     inputs: Mapping[str, Sequence[int]] | None = None,
     batch: int | None = None,
+    tables: bool = True,
 ) -> Analysis:
     """Load a net or solver (a path, prototxt text or a NetParameter) and infer the shapes
     and bytes of every net it defines.  ``phase``, ``inputs`` and ``batch`` override
-    ``options``' own."""
+    ``options``' own.  The figures are a CPU run's unless ``Options(device="gpu")`` (the
+    command line's default).  A file carrying `optimize -o`'s slot table is measured as
+    the patched Caffe runs it (NetAnalysis.mem_param), unless ``tables`` is False (stock
+    Caffe's figures: what fit varies and optimize plans from)."""
     options = with_overrides(options, phase, inputs, batch)
     path = as_source(net)
     specs = spec_table(options)
     source = load_source(path, options)
     if isinstance(source, SolverSource):
-        return _analyze_solver(source, options, specs)
+        return _analyze_solver(source, options, specs, tables)
     upgraded, notes = upgrade_net(source.proto, source.file)
     phase = options.phase or default_phase(upgraded, specs, options.stages, options.level)
     state = make_state(phase, options.stages, options.level, base=upgraded.state)
     net = build_net(source, upgraded, state, options, specs)
     try:
         memory, device = measure(net, specs, options)
+        (memory, device), carried, said = as_run(source, path, net, specs, options, memory, device) if tables else ((memory, device), None, ())
     except CaffememError as error:
         raise error.at(phase=phase) from None
-    notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes
-    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device, net_batch(net, specs), specs=specs, options=options),))
+    notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes + said
+    return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device, net_batch(net, specs), carried, specs=specs, options=options),))
+
+
+def as_run(source: NetSource, path, shaped: ShapedGraph, specs: SpecTable, options: Options, memory: MemoryReport, device: DeviceReport | None):
+    """The net's figures as Caffe will run the file: with the slot table its mem_param
+    carries for this phase, as the patched Caffe binds it at the end of Net::Init (the
+    figures `optimize` stated for it: planned storage in its slots, the recompute entries'
+    parameter copies), else stock Caffe's ``memory`` and ``device``.  A table that would
+    stop the patched Caffe (another batch, another net) leaves stock figures, saying why.
+    Returns ((memory, device), CarriedTable or None, notes)."""
+    from caffemem.passes.recompute import with_recomputation
+    from caffemem.passes.schedule import build_schedule
+    from caffemem.plan.carried import assignment_of, tables_in, with_copies
+    from caffemem.plan.recompute import restored_bytes
+    from caffemem.plan.verify import bind_violations, recompute_entries
+    from caffemem.units import mib
+
+    phase = shaped.graph.phase
+    if not source.proto.HasField("mem_param"):
+        return (memory, device), None, ()
+    try:
+        found = [table for table in tables_in(source, path, None) if table.phase == phase and not table.fork]
+    except CaffememError:  # a block that plans no phase: stock Caffe's figures (verify says more)
+        return (memory, device), None, ()
+    if not found:
+        return (memory, device), None, ()
+    plan = found[0].plan
+    run, _ = planning_runs(shaped, specs, options)
+    schedule = build_schedule(shaped, specs, options.dtype, run=run)
+    recomputed, stops = recompute_entries(schedule, plan, specs, shaped.graph.name)
+    schedule = with_recomputation(schedule, recomputed)
+    stops = stops or bind_violations(schedule, plan, shaped.graph.name)
+    stock = (device or memory).total_bytes
+    if stops:
+        return (memory, device), None, (
+            f"the file's mem_param table for {phase} does not fit this net as built ({stops[0].message}): the patched Caffe would stop at Net::Init, "
+            f"and these are stock Caffe's figures; `caffemem verify` says more",
+        )
+    slots = assignment_of(plan, schedule)
+    copies = restored_bytes(schedule, recomputed)
+    memory = with_copies(simulate(shaped, specs, options.dtype, options.heap_engine, slots), copies)
+    if device is not None:
+        device = with_copies(device_footprint(prepare_run(shaped, specs, options), specs, options.build_engine, slots=slots, context_bytes=options.context_bytes, gpus=options.gpus), copies)
+    again = f", {len(recomputed)} Forward(s) run again in Backward" if recomputed else ""
+    note = (
+        f"as the patched Caffe runs the file's mem_param table for {phase} ({len(plan.slot_bytes)} slot(s){again}): stock Caffe would allocate {mib(stock)}, "
+        "but refuses the file (mem_param); `caffemem patch CAFFE_DIR` builds the Caffe that runs it"
+    )
+    return (memory, device), CarriedTable(len(plan.slot_bytes), len(recomputed), stock), (note,)
 
 
 def prepare_run(shaped: ShapedGraph, specs: SpecTable, options: Options) -> Run:
@@ -482,15 +550,15 @@ def default_phase(net: caffe_pb2.NetParameter, specs: SpecTable, stages: Sequenc
     return "TEST"
 
 
-def _analyze_solver(source: SolverSource, options: Options, specs: SpecTable) -> Analysis:
+def _analyze_solver(source: SolverSource, options: Options, specs: SpecTable, tables: bool = True) -> Analysis:
     """The train net (TRAIN + train_state) and each test net (TEST + its test_state)."""
     solver, solver_notes = upgrade_solver(source.proto, source.file)
     nets: list[NetAnalysis] = []
     wanted = {options.phase} if options.phase else {"TRAIN", "TEST"}
     if "TRAIN" in wanted:
-        nets.append(_solver_net("train", 0, source.train, source.train_state, options, specs))
+        nets.append(_solver_net("train", 0, source.train, source.train_state, options, specs, tables))
     if "TEST" in wanted:
-        nets.extend(_solver_net("test", i, test.net, test.state, options, specs) for i, test in enumerate(source.tests))
+        nets.extend(_solver_net("test", i, test.net, test.state, options, specs, tables) for i, test in enumerate(source.tests))
     process = None
     if "TRAIN" in wanted:
         train, tests = nets[0], [n for n in nets if n.role == "test"]
@@ -498,7 +566,7 @@ def _analyze_solver(source: SolverSource, options: Options, specs: SpecTable) ->
     return Analysis(source.file, "solver", tuple(nets), tuple(source.notes) + tuple(solver_notes), process)
 
 
-def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState, options: Options, specs: SpecTable) -> NetAnalysis:
+def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState, options: Options, specs: SpecTable, tables: bool = True) -> NetAnalysis:
     upgraded, notes = upgrade_net(net.proto, net.file)
     if role == "test":
         # Solver::Test runs a test net's Forward only (solver.cpp): force_backward gives it
@@ -511,8 +579,9 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
         run_state.level = options.level
     shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
     memory, device = measure(shaped, specs, options)
-    notes = tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes
-    return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs), specs=specs, options=options)
+    (memory, device), carried, said = as_run(net, net.file, shaped, specs, options, memory, device) if tables else ((memory, device), None, ())
+    notes = tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes + said
+    return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs), carried, specs=specs, options=options)
 
 
 def parse_inputs(values: Sequence[str], overrides: Sequence[str] = ()) -> dict[str, Shape]:

@@ -75,6 +75,7 @@ class Measurement:
     layers: tuple[tuple[str, int, int | None], ...] = ()
     batch: int | None = None  # the batch measured (a process: its train net's), as analyze states it
     budget: int | None = None  # this file's own budget (a config file's entry); None: the run's
+    batch_at: tuple[str, int] | None = None  # the file and line that state the batch (a batch change points there)
 
     @property
     def key(self) -> str:
@@ -249,7 +250,19 @@ def _net_measurement(path: str, options: Options, optimized: bool) -> Measuremen
     with every layer's share."""
     net = analyze(path, options).nets[0]
     report = _memory_reports([net], options, optimized)[0]
-    return Measurement(path, "net", options.phase or net.phase, report.total_bytes, layer_figures(net.shaped, report), net.batch)
+    return Measurement(path, "net", options.phase or net.phase, report.total_bytes, layer_figures(net.shaped, report), net.batch, batch_at=_batch_at(net, options))
+
+
+def _batch_at(net, options: Options) -> tuple[str, int] | None:
+    """Where the net's file states its batch (plan/rewrite.py ``batch_line``), or None."""
+    from caffemem.plan.rewrite import batch_line
+    from caffemem.prototxt.write import read_exact
+
+    source = load_source(net.file, options)
+    if not isinstance(source, NetSource) or source.binary:
+        return None
+    line = batch_line(read_exact(net.file), net.shaped, spec_table(options), source.proto, net.file)
+    return None if line is None else (net.file, line)
 
 
 def layer_figures(shaped, report: MemoryReport) -> tuple[tuple[str, int, int | None], ...]:
@@ -282,16 +295,19 @@ def _check_solver(path: str, source: SolverSource, options: Options, optimized: 
         process = solver_footprint(solver, pairs[0], pairs[1:], DTYPE_BYTES[options.dtype])
     assert process is not None  # a TRAIN analysis of a solver always has its process
     train = analysis.nets[0]
-    return (Measurement(path, "process", "TRAIN", process.total_bytes, layer_figures(train.shaped, reports[0]), train.batch),)  # the train net's layers
+    return (Measurement(path, "process", "TRAIN", process.total_bytes, layer_figures(train.shaped, reports[0]), train.batch, batch_at=_batch_at(train, options)),)  # the train net's layers
 
 
 def _memory_reports(nets, options: Options, optimized: bool) -> list[MemoryReport]:
+    """Each net's figures (a file carrying a slot table: as the patched Caffe runs it, its
+    recompute entries honoured), or with --optimized caffemem's plan of a net that
+    carries none."""
     if not optimized:
         return [net.figures for net in nets]
     from caffemem.api.optimize import planned_report
 
     specs = spec_table(options)
-    return [planned_report(net.shaped, specs, options) for net in nets]
+    return [net.figures if net.mem_param is not None else planned_report(net.shaped, specs, options) for net in nets]
 
 
 def _inputs_named_in(source: NetSource | SolverSource, inputs: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -424,6 +440,7 @@ class BaselineEntry:
     caffemem: str  # the version that measured it: a new model of Caffe may move figures
     budget: int | None = None
     layers: Mapping[str, int] = field(default_factory=dict)  # per layer (empty in older baselines)
+    batch: int | None = None  # the batch measured (None in older baselines)
 
 
 @dataclass(frozen=True)
@@ -466,7 +483,13 @@ def read_baseline(path: str, optimized: bool, missing_ok: bool = False, device: 
             raise ValueError(f"unknown format {document.get('format')!r}")
         nets = {
             file: {
-                key: BaselineEntry(_count(e["bytes"]), str(e["caffemem"]), None if e.get("budget") is None else _count(e["budget"]), {str(k): _count(v) for k, v in e.get("layers", {}).items()})
+                key: BaselineEntry(
+                    _count(e["bytes"]),
+                    str(e["caffemem"]),
+                    None if e.get("budget") is None else _count(e["budget"]),
+                    {str(k): _count(v) for k, v in e.get("layers", {}).items()},
+                    None if e.get("batch") is None else _count(e["batch"]),
+                )
                 for key, e in entries.items()
             }
             for file, entries in document["nets"].items()
@@ -505,7 +528,7 @@ def updated_baseline(old: Baseline, outcomes: Sequence[Outcome], optimized: bool
         file = old.key_of(outcome.file)
         entries = nets.setdefault(file, {})
         if isinstance(outcome, Measurement):
-            entries[outcome.key] = BaselineEntry(outcome.bytes, __version__, budget if outcome.budget is None else outcome.budget, {key: size for key, size, _ in outcome.layers})
+            entries[outcome.key] = BaselineEntry(outcome.bytes, __version__, budget if outcome.budget is None else outcome.budget, {key: size for key, size, _ in outcome.layers}, outcome.batch)
         elif comparable:
             kept = old.nets.get(file, {})
             entries.update({key: entry for key, entry in kept.items() if outcome.phase is None or key == outcome.key})
@@ -516,7 +539,13 @@ def baseline_text(baseline: Baseline) -> str:
     """The baseline as a small, stably ordered JSON document (diffs stay readable)."""
     nets = {
         file: {
-            key: {"bytes": e.bytes, "caffemem": e.caffemem, **({"budget": e.budget} if e.budget is not None else {}), **({"layers": dict(e.layers)} if e.layers else {})}
+            key: {
+                "bytes": e.bytes,
+                "caffemem": e.caffemem,
+                **({"batch": e.batch} if e.batch is not None else {}),
+                **({"budget": e.budget} if e.budget is not None else {}),
+                **({"layers": dict(e.layers)} if e.layers else {}),
+            }
             for key, e in sorted(entries.items())
         }
         for file, entries in sorted(baseline.nets.items())
@@ -555,6 +584,11 @@ class Row:
     at_file: str  # where an annotation goes
     line: int
     batch: int | None = None
+    baseline_batch: int | None = None  # the batch the baseline measured (None: none, or an older baseline)
+
+    @property
+    def batch_changed(self) -> bool:
+        return None not in (self.batch, self.baseline_batch) and self.batch != self.baseline_batch
 
     @property
     def delta(self) -> int | None:
@@ -592,7 +626,7 @@ def judge(outcome: Outcome, gate: Gate) -> Row:
     if gate.baseline is not None and entry is None:
         statuses.append("new")
         notes.append("new: not in the baseline yet")
-    line = 1
+    line, at_file = 1, outcome.file
     if entry is not None:
         status, note = _against_baseline(size, entry, gate)
         statuses.append(status)
@@ -600,9 +634,15 @@ def judge(outcome: Outcome, gate: Gate) -> Row:
         if changes and size != entry.bytes:
             note += "; " + ", ".join(change for change, _ in changes[:LAYERS_NAMED])
             line = next((at for _, at in changes if at is not None), 1)
+        if None not in (entry.batch, outcome.batch) and entry.batch != outcome.batch:
+            # The batch explains every layer's change: named first, annotated where it is stated.
+            note = f"batch {entry.batch} → {outcome.batch} (the file's batch changed); {note}"
+            at_file, line = outcome.batch_at or (outcome.file, 1)
         notes.append(note)
     status = next((s for s in FAILING + ("accepted", "shrank", "new") if s in statuses), "pass")
-    return Row(outcome.file, outcome.net, outcome.phase, size, budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(outcome.file), line, outcome.batch)
+    return Row(
+        outcome.file, outcome.net, outcome.phase, size, budget, entry.bytes if entry else None, status, "; ".join(notes), display_path(at_file), line, outcome.batch, entry.batch if entry else None
+    )
 
 
 LAYERS_NAMED = 3  # the layers a changed figure is explained by, largest change first
@@ -666,6 +706,7 @@ class Report:
     gate: Gate
     optimized: bool = False
     wrote_baseline: str | None = None
+    notes: tuple[str, ...] = ()  # what the run wants a reader to know, in every format
 
     @property
     def failed(self) -> int:
@@ -697,8 +738,23 @@ class Report:
         return f"caffemem check {verdict}: {counts} ({', '.join(held)}){wrote}"
 
 
-def make_report(outcomes: Sequence[Outcome], gate: Gate, optimized: bool = False, wrote_baseline: str | None = None) -> Report:
-    return Report(tuple(judge(outcome, gate) for outcome in outcomes), gate, optimized, wrote_baseline)
+def make_report(outcomes: Sequence[Outcome], gate: Gate, optimized: bool = False, wrote_baseline: str | None = None, notes: Sequence[str] = ()) -> Report:
+    return Report(tuple(judge(outcome, gate) for outcome in outcomes), gate, optimized, wrote_baseline, tuple(notes))
+
+
+def replaced_budgets(config: CheckConfig | None, files: Sequence[str], budget: int | None) -> tuple[str, ...]:
+    """A note when --budget replaces budgets the settings file gives the files checked
+    (issue 34: a workflow's ``budget:`` silently overrode caffemem.toml's)."""
+    if config is None or budget is None:
+        return ()
+    replaced = [own for file in files if (own := config.budget_of(file)) is not None and own != budget]
+    if not replaced:
+        return ()
+    given = mib(replaced[0]) if len(set(replaced)) == 1 else f"{mib(min(replaced))} to {mib(max(replaced))}"
+    return (
+        f"--budget {mib(budget)} replaces the budgets {os.path.basename(config.path)} gives {len(replaced)} of the files checked ({given}): "
+        "leave it out to hold each file to its own",
+    )
 
 
 # ----------------------------------------------------------------------------- formats

@@ -65,18 +65,21 @@ class CheckConfig:
         relative = os.path.relpath(os.path.abspath(file), os.path.dirname(os.path.abspath(self.path))).replace(os.sep, "/")
         return [entry for entry in self.nets if fnmatch.fnmatchcase(relative, entry.glob)]
 
+    def budget_of(self, file: str) -> int | None:
+        """The budget the file gives ``file``: its last entry's that has one, else its own."""
+        return next((entry.budget for entry in reversed(self.entries_for(file)) if entry.budget is not None), self.budget)
+
     def settings_for(self, file: str, options: Options, budget: int | None) -> tuple[Options, int | None]:
         """``options`` and ``budget`` for one file: the flags given (``options``' own
         values; ``budget`` None when --budget was not given) win over the file's entries."""
         inputs: dict[str, str] = {}
         overrides: dict[str, str] = {}
-        phase, stages, own_budget = None, None, self.budget
+        phase, stages, own_budget = None, None, self.budget_of(file)
         for entry in self.entries_for(file):
             inputs.update((value.partition("=")[0], value) for value in entry.inputs)
             overrides.update((value.partition("=")[0], value) for value in entry.overrides)
             phase = entry.phase or phase
             stages = entry.stages if entry.stages is not None else stages
-            own_budget = entry.budget if entry.budget is not None else own_budget
         for name in list(options.inputs):  # a flag wins a name the file also gives
             inputs.pop(name, None)
             overrides.pop(name, None)

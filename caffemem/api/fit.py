@@ -32,6 +32,7 @@ from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.passes.device import LAZY_KERNELS, Constant
 from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
+from caffemem.passes.shapes import FROM_FILE
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.plan.recompute import Policy, parse_policy
@@ -335,6 +336,7 @@ class FitResult:
     evaluations: tuple[Evaluation, ...]  # every exact evaluation, in the order made
     notes: tuple[str, ...]
     margin: Constant | None = None  # GPU mode without --reserve: what the reserve keeps for
+    advice: "Advice | None" = None  # --optimized: the commands that write the plan counted
 
     @property
     def fits(self) -> bool:
@@ -385,7 +387,8 @@ class FitResult:
 def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | None = None, inputs: Mapping[str, Sequence[int]] | None = None) -> FitResult:
     """The largest batch per GPU whose footprint fits `request.budget`, and the batch and
     iter_size that reach `request.effective_batch`.  `options.batch` is ignored: the batch
-    is what varies.  `request.reserve` None: :func:`default_reserve`."""
+    is what varies.  `request.reserve` None: :func:`default_reserve`.  The figures are a
+    CPU run's unless ``Options(device="gpu")`` (the command line's default)."""
     options = with_overrides(options, phase, inputs, None)
     path = as_source(net)
     margin = None
@@ -422,9 +425,10 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
         notes += schedule_notes(schedule, search.batch)
     if margin is not None:
         notes += (f"the reserve keeps room for the kernels CUDA loads lazily, which no figure counts: {margin.source}; --reserve SIZE overrides it",)
+    advice = None
     if request.optimized and search.batch:
-        notes += (f"to run the plan counted here, write it for batch {search.batch}: {optimize_command(path, subject, options, search.batch, request.recompute)}",)
-    return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)), margin)
+        advice = optimize_commands(path, subject, options, search.batch, request.recompute, evaluations.at(search.batch).bytes or 0)
+    return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)), margin, advice)
 
 
 def search_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...]) -> tuple[str, ...]:
@@ -478,7 +482,7 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     at_phase = replace(options, phase=phase)
 
     def measure(batch: int) -> Footprint:
-        analysis = analyze(path, replace(at_phase, batch=batch))
+        analysis = analyze(path, replace(at_phase, batch=batch), tables=False)  # stock Caffe at every batch: a table binds at one only
         net = analysis.nets[0]
         return Footprint(_report(net, at_phase, optimized, recompute).total_bytes, _notes(analysis, net, options))
 
@@ -492,11 +496,11 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
         raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=str(path)))
     solver, _ = upgrade_solver(source.proto, source.file)
     train_options = replace(options, phase="TRAIN")
-    tests = analyze(path, replace(options, phase="TEST", batch=None)).nets
+    tests = analyze(path, replace(options, phase="TEST", batch=None), tables=False).nets
     test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]  # a TEST net runs no Backward: nothing to recompute
 
     def measure(batch: int) -> Footprint:
-        analysis = analyze(path, replace(train_options, batch=batch))
+        analysis = analyze(path, replace(train_options, batch=batch), tables=False)
         train = analysis.nets[0]
         process = solver_footprint(solver, (train.shaped, _report(train, options, optimized, recompute)), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes)
@@ -523,35 +527,86 @@ def _optimized_notes(optimized: bool, recompute: "Policy | None" = None) -> tupl
     return ("counts caffemem optimize's plan at each batch",)
 
 
-def optimize_command(path: str | NetText, subject: Subject, options: Options, batch: int, recompute: "Policy | None" = None) -> str:
-    """The `caffemem optimize` command line that writes the plan fit counted, at ``batch``,
-    into the current folder (a solver: its train net, TRAIN only, since the test nets keep their
-    own batch), with the flags this run was given."""
-    net = str(path)
-    phase = options.phase
-    if subject.kind == "solver":
-        source = load_source(path, options)
-        net, phase = source.train.file, "TRAIN"  # type: ignore[union-attr]
-        if net == str(path):
-            return f"the solver defines its train net inline (train_net_param): move it to a file, then caffemem optimize THAT_FILE --phase TRAIN --batch {batch} -o OUT"
-    stem, _ = os.path.splitext(os.path.basename(net))  # written where the command runs: the net's folder may be read-only
-    words = ["caffemem", "optimize", net]
-    words += ["--phase", phase] if phase else []
-    words += [flag for stage in options.stages for flag in ("--stage", stage)]
+@dataclass(frozen=True)
+class Advice:
+    """What writes the plan fit counted: `caffemem optimize` command lines, run in order
+    in the folder the files are to land in, then what is left to do by hand (``then``), or
+    only ``then`` where no command can (a solver's inline net)."""
+
+    batch: int
+    commands: tuple[str, ...]
+    then: str
+
+
+def optimize_commands(path: str | NetText, subject: Subject, options: Options, batch: int, recompute: "Policy | None", figure: int) -> Advice:
+    """The plan fit counted, written: a net's phase at ``batch``; a solver's train net
+    (TRAIN) at ``batch`` and its test nets' TEST phase at their own batch, each planned as
+    the figure was (issue 34: the advice planned TRAIN alone, and the test net then ran as
+    stock Caffe, a gigabyte above the figure).  ``figure``: what `analyze` then states."""
+    from caffemem.units import mib
+
+    if subject.kind != "solver":
+        net = str(path)
+        out = _written_name(net, f"b{batch}")
+        flags = _net_flags(options, subject.phase)
+        command = _command("optimize", net, "--phase", subject.phase, *flags, *_recompute_flags(recompute), "--batch", str(batch), "-o", out)
+        return Advice(batch, (command,), f"then `{_command('analyze', out, '--phase', subject.phase, *flags)}` states {mib(figure)}")
+    source = load_source(path, options)
+    train = source.train.file  # type: ignore[union-attr]
+    if train == str(path):
+        return Advice(batch, (), f"the solver defines its train net inline (train_net_param): move it to a file, then caffemem optimize THAT_FILE --phase TRAIN --batch {batch} -o OUT")
+    out = _written_name(train, f"b{batch}")
+    commands = [_command("optimize", train, "--phase", "TRAIN", *_net_flags(options, "TRAIN"), *_recompute_flags(recompute), "--batch", str(batch), "-o", out)]
+    written: dict[str, str] = {train: out}
+    for test in source.tests:  # type: ignore[union-attr]
+        file = test.net.file
+        if file == train:  # a train_val file: its TEST table joins the TRAIN one
+            commands.append(_command("optimize", out, "--phase", "TEST", *_net_flags(options, "TEST"), "--force", "--in-place-file", "-o", out))
+        elif file not in written and file != str(path):
+            written[file] = _written_name(file, "optimized")
+            commands.append(_command("optimize", file, "--phase", "TEST", *_net_flags(options, "TEST"), "-o", written[file]))
+    solver = source.proto  # type: ignore[union-attr]
+    named = f'net: "{out}"' if solver.HasField("net") else ", ".join([f'train_net: "{out}"'] + [f'test_net: "{written.get(test.net.file, test.net.file)}"' for test in source.tests])  # type: ignore[union-attr]
+    analyzed = _command("analyze", str(path), *_net_flags(options, None))
+    return Advice(batch, tuple(commands), f"then have the solver name them ({named}): `{analyzed}` on it states {mib(figure)}")
+
+
+def _written_name(net: str, tag: str) -> str:
+    """Where a suggested command writes: in the folder it runs in (the net's may be read-only)."""
+    stem, _ = os.path.splitext(os.path.basename(net))
+    return f"{stem}.{tag}.prototxt"
+
+
+def _command(*words: str) -> str:
+    return " ".join(shlex.quote(word) for word in ("caffemem", *words))
+
+
+def _recompute_flags(recompute: "Policy | None") -> list[str]:
+    return ["--recompute", recompute.describe()] if recompute is not None else []
+
+
+# fit's input prefixes (a solver's nets, a net's phases) as optimize and analyze take them
+_PHASE_OF_PREFIX = {"TRAIN": "TRAIN", "train": "TRAIN", "TEST": "TEST", "test": "TEST", "test0": "TEST"}
+
+
+def _net_flags(options: Options, phase: str | None) -> list[str]:
+    """The flags of this run that build the same net: its inputs for ``phase`` (None: all,
+    as given), stages, level, declarations, dtype, engine and device."""
+    words = [flag for stage in options.stages for flag in ("--stage", stage)]
     words += ["--level", str(options.level)] if options.level is not None else []
-    phases = {"TRAIN": "TRAIN", "train": "TRAIN", "TEST": "TEST", "test": "TEST", "test0": "TEST"}  # fit's prefixes, as optimize takes them
     for key, shape in options.inputs.items():
         prefix, sep, name = key.rpartition(":")
-        if sep and (phases.get(prefix) is None or phase not in (None, phases[prefix])):
-            continue  # another net's input (a later test net, or the phase not written)
-        words += ["--input", f"{phases[prefix] + ':' if sep else ''}{name}={','.join(map(str, shape))}"]
+        if sep and phase is not None and _PHASE_OF_PREFIX.get(prefix) != phase:
+            continue  # another net's input (a later test net, or the other phase)
+        given = ",".join("_" if d == FROM_FILE else str(d) for d in shape)
+        words += ["--input", f"{name if phase is not None else key}={given}" if not sep or phase is None else f"{_PHASE_OF_PREFIX[prefix]}:{name}={given}"]
     words += ["--layers", options.layers_file] if options.layers_file else []
     words += ["--lenient"] if options.lenient else []
     words += ["--dtype", options.dtype] if options.dtype != "float32" else []
     words += ["--engine", options.engine] if options.engine else []
-    words += ["--recompute", recompute.describe()] if recompute is not None else []
-    words += ["--device", options.device, "--batch", str(batch), "-o", f"{stem}.b{batch}.prototxt"]
-    return " ".join(shlex.quote(word) for word in words)
+    words += ["--gpus", str(options.gpus)] if options.gpus > 1 else []
+    words += ["--context-mib", str(options.context_bytes // 2**20)] if options.context_bytes is not None else []
+    return words + ["--device", options.device]
 
 
 def _notes(analysis: Analysis, net: NetAnalysis, options: Options) -> tuple[str, ...]:

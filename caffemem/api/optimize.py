@@ -34,6 +34,7 @@ from caffemem.passes.memory import (
 from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
+from caffemem.plan.carried import assignment_of, with_copies
 from caffemem.plan.fork import fork_assignment, fork_plan_data, fork_run
 from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
@@ -204,16 +205,6 @@ def plan_data(plan: Plan, schedule: Schedule) -> PlanData:
         {slot.id: slot.bytes for slot in plan.slots},
         tuple((classes[m].owner, classes[m].part, slot.id, offset) for slot in plan.slots for m, offset in slot.placements()),
     )
-
-
-def assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:
-    """Every member storage of every planned class pointed at its slot."""
-    slot_of = {}
-    for blob, kind, slot, _ in data.assign:
-        storage = schedule.class_named(blob, kind)
-        for member in schedule.classes[storage].members:
-            slot_of[member] = slot
-    return SlotAssignment(slot_of, dict(data.slot_bytes))
 
 
 @dataclass(frozen=True)
@@ -392,19 +383,6 @@ def read_back(schedule: Schedule, specs: SpecTable, choice: Choice) -> None:
         raise UnsafePlan(f"the recompute table would not run what was planned ({why}); nothing written", Location(file=shaped.graph.source))
 
 
-RECOMPUTE_COPIES = "recompute_copies"  # the cause of the runtime's copies of restored parameters
-
-
-def with_copies(report: "MemoryReport | DeviceReport", copies: int) -> "MemoryReport | DeviceReport":
-    """A planned run's report with the runtime's copies of the parameters it restores around
-    a recomputed Forward (allocated once at Net::Init, on the card in GPU mode)."""
-    if not copies:
-        return report
-    if isinstance(report, DeviceReport):
-        return replace(report, device_by_cause=report.device_by_cause | {RECOMPUTE_COPIES: copies})
-    return replace(report, heap_init=report.heap_init + copies, by_category=report.by_category | {RECOMPUTE_COPIES: copies})
-
-
 MAX_FORK_EXCLUSIONS = 64  # blobs kept private before giving up on making the fork's plan safe
 
 
@@ -489,7 +467,8 @@ def optimize(
     batch: int | None = None,
 ) -> OptimizeResult:
     """Plan every phase the user asked for (default: TRAIN and TEST for a net that
-    trains, TEST for a deploy net).  ``net``: a path, prototxt text or a NetParameter."""
+    trains, TEST for a deploy net).  ``net``: a path, prototxt text or a NetParameter.
+    Planned for a CPU run unless ``Options(device="gpu")`` (the command line's default)."""
     options = with_overrides(options, phase, inputs, batch)
     path = as_source(net)
     specs = spec_table(options)
@@ -595,7 +574,7 @@ def other_phases_rebatched(result: OptimizeResult, options: Options, text: str) 
     others = [phase for phase in net_phases(upgraded, spec_table(options), options) if phase not in planned]
     notes = []
     for phase in others:
-        before, after = (analyze(source, replace(options, phase=phase, batch=None)).nets[0].shaped for source in (result.path, NetText(text, result.path)))
+        before, after = (analyze(source, replace(options, phase=phase, batch=None), tables=False).nets[0].shaped for source in (result.path, NetText(text, result.path)))
         changed = [name for name, shape in before.blob_shapes.items() if after.blob_shapes.get(name) != shape]
         if changed:
             notes.append(f"the {phase} net reads the same data layers, so it now runs at batch {options.batch} too; its table was not planned (optimize without --phase plans both)")

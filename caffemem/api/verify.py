@@ -21,14 +21,13 @@ from dataclasses import dataclass, replace
 from caffemem.api.analyze import Options, analyze, load_source, net_batch, planning_runs, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location
-from caffemem.passes.load import NetSource, NetText
+from caffemem.passes.load import NetSource
 from caffemem.passes.schedule import build_schedule
+from caffemem.plan.carried import Table, tables_in
 from caffemem.plan.fork import fork_assignment, fork_plan_data
-from caffemem.plan.record import MadeFor, fingerprint, for_table, read_records
+from caffemem.plan.record import MadeFor, fingerprint, for_table
 from caffemem.passes.recompute import with_recomputation
-from caffemem.plan.verify import PlanData, Violation, bind_violations, read_plan, recompute_entries, verify_plan_on
-from caffemem.prototxt.write import read_exact
-from caffemem.schema import caffe_pb2
+from caffemem.plan.verify import Violation, bind_violations, read_plan, recompute_entries, verify_plan_on
 from caffemem.units import DTYPE_BYTES
 
 # The Options fields a plan's record supplies when the caller does not set them.
@@ -64,7 +63,8 @@ def verify(
     """Every phase of the table (or only ``options.phase``): the one ``net`` carries in
     its mem_param when ``plan_file`` is None, else the plan file's.  ``explicit``: the
     Options fields the caller chose; the others come from the plan's record where it has
-    one (the library default: the caller's ``options`` throughout)."""
+    one (the library default: the caller's ``options`` throughout; a plan without a record
+    is checked in a CPU run unless ``Options(device="gpu")``, the command line's default)."""
     options = with_overrides(options, phase, inputs, None)
     path = as_source(net)
     source = load_source(path, options)
@@ -72,11 +72,11 @@ def verify(
         raise CaffememError("verify takes a net definition, not a solver: pass the net file the table is for", Location(file=str(path)))
     wanted = options.phase if "phase" in explicit else None
     if plan_file is None:
-        tables = _tables_in(source, path, wanted)
+        tables = tables_in(source, path, wanted)
     else:
         where = Location(file=plan_file)
         tables = [
-            _Table(plan_phase, plan, None if record is None or plan_phase is None else for_table(MadeFor.from_json(record, where), plan_phase, f"the made_for record of the {plan_phase} entry", where))
+            Table(plan_phase, plan, None if record is None or plan_phase is None else for_table(MadeFor.from_json(record, where), plan_phase, f"the made_for record of the {plan_phase} entry", where))
             for plan_phase, plan, record in read_plan(plan_file, wanted)
         ]
     current = fingerprint(source.proto)
@@ -84,7 +84,7 @@ def verify(
     for table in tables:
         plan_phase, plan, record = table.phase, table.plan, table.record
         at = _options_at(options, record, plan_phase, explicit)
-        built = analyze(path, at).nets[0]
+        built = analyze(path, at, tables=False).nets[0]
         specs = spec_table(at)
         runs = [run for run in planning_runs(built.shaped, specs, at) if run is not None]  # GPU mode: the CPU run too
         schedules = [build_schedule(built.shaped, specs, at.dtype, run=run) for run in runs]
@@ -103,57 +103,6 @@ def verify(
             notes = (f"no slot table for {plan_phase}: optimize_{plan_phase.lower()} hands it to the memory-multiloading fork's own optimizer (yjxiong/caffe), whose plan caffemem reproduces and checks here (exclude_blob: {private})", *notes)
         verdicts.append(Verdict(built.phase, len(plan.slot_bytes), tuple(violations), record, _describe(at, built.shaped), notes, net_batch(built.shaped, specs)))
     return tuple(verdicts)
-
-
-@dataclass(frozen=True)
-class _Table:
-    """One phase's table as the file gives it: caffemem's slots (and recompute entries), or
-    none at all where the phase's ``optimize_*`` flag hands it to the fork's own optimizer
-    (``fork``: then the plan is the one that optimizer makes, reproduced by plan/fork.py)."""
-
-    phase: str
-    plan: PlanData
-    record: MadeFor | None
-    fork: bool = False
-
-
-def _tables_in(source: NetSource, path, phase: str | None) -> list[_Table]:
-    """Each phase's table from the file's mem_param, in the order Caffe reads it, with the
-    record of that phase (plan/record.py: refused where it names another phase).
-
-    A phase is caffemem's when the block has slots or recompute entries for it, or a
-    ``caffemem made-for`` record (a net with nothing to share: a table of no slot); a
-    phase whose ``optimize_*`` flag is on with none of these is the fork's (``--target
-    fork``, or a file written for the memory-multiloading fork), checked as its optimizer
-    would plan it (issue 31: both were "the file carries no slot table")."""
-    where = Location(file=source.file)
-    block = source.proto.mem_param
-    if not source.proto.HasField("mem_param"):
-        raise CaffememError("the file carries no mem_param: write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net", where)
-    tables: dict[str, PlanData] = {}
-    for slot in block.slot:
-        name = caffe_pb2.Phase.Name(slot.phase)
-        table = tables.setdefault(name, PlanData({}, ()))
-        table.slot_bytes[slot.id] = slot.bytes
-        tables[name] = PlanData(table.slot_bytes, table.assign + tuple((m.blob, m.kind, slot.id, m.offset) for m in slot.member))
-    for entry in block.recompute:  # recompute entries without slots are legal (docs/runtime.md)
-        name = caffe_pb2.Phase.Name(entry.phase)
-        table = tables.get(name, PlanData({}, ()))
-        tables[name] = replace(table, recompute=table.recompute + ((entry.layer, entry.before, entry.restore_params),))
-    # a binary NetParameter has no comments, so no record
-    records = {} if source.binary else read_records(path.text if isinstance(path, NetText) else read_exact(path), source.file)
-    flagged = {"TRAIN": block.optimize_train, "TEST": block.optimize_test}
-    found: list[_Table] = []
-    for name in ("TRAIN", "TEST"):
-        if name in tables or name in records:
-            found.append(_Table(name, tables.get(name, PlanData({}, ())), records.get(name)))
-        elif flagged[name]:
-            found.append(_Table(name, PlanData({}, ()), None, fork=True))
-    if not found:
-        raise CaffememError("the file's mem_param plans no phase (no slot table, and optimize_train and optimize_test are off): write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net", where)
-    if phase is not None and phase not in {table.phase for table in found}:
-        raise CaffememError(f"the file's mem_param has no {phase} phase (it has {', '.join(table.phase for table in found)})", where)
-    return [table for table in found if phase is None or table.phase == phase]
 
 
 def _options_at(options: Options, record: MadeFor | None, phase: str | None, explicit: Collection[str]) -> Options:

@@ -34,13 +34,15 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
 
     NET is a net (its TRAIN phase if it has a loss, else TEST, unless --phase), a solver
     (its train and test nets, and the whole training process) or a binary .caffemodel.
+    --input data=3,224,224 gives a Data layer's C,H,W (the batch is the file's);
+    --device cpu gives the CPU run's heap instead of what the card holds.
 
     \b
     Examples:
-      caffemem analyze train_val.prototxt --input data=3,224,224   # a Data layer's C,H,W; the batch from the file
+      caffemem analyze train_val.prototxt --input data=3,224,224
       caffemem analyze deploy.prototxt --phase TEST --json > memory.json
-      caffemem analyze train_val.prototxt --input data=3,224,224 --device cpu   # the CPU run's heap instead
-      caffemem analyze solver.prototxt --input data=3,224,224   # the training process: train and test nets, history
+      caffemem analyze train_val.prototxt --input data=3,224,224 --device cpu
+      caffemem analyze solver.prototxt --input data=3,224,224
     """
     from caffemem.api.analyze import analyze as run_analysis
     from caffemem.report.document import to_json

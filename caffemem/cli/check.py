@@ -8,12 +8,11 @@ every net passes, 1 a net is over the budget or grew beyond the tolerance, 2 bad
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import click
 
-from caffemem.cli.common import CAFFE_ROOT_OPTION, EXIT_CODES_HELP, GPUS_OPTION, caffe_root_given, OVERRIDE_INPUT_OPTION, Reported, console, device_flags, device_options, distinct_outputs, given_inputs, reports_errors
+from caffemem.cli.common import CAFFE_ROOT_OPTION, EXIT_CODES_HELP, GPUS_OPTION, caffe_root_given, OVERRIDE_INPUT_OPTION, Reported, console, device_flags, device_options, distinct_outputs, given_inputs, output_width, reports_errors
 from caffemem.report.check import RENDERERS, render_text
 from caffemem.units import DTYPE_BYTES
 
@@ -48,11 +47,12 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
 
     PATHs are files, folders (every *.prototxt below them) and globs; a solver is
     checked as its whole training process; a net in every phase it has (or --phase).
+    Write the baseline once with --update-baseline, then commit it.
 
     \b
     Examples:
       caffemem check models/ --budget 11GiB
-      caffemem check models/ --baseline .caffemem-baseline.json --update-baseline   # once, then commit it
+      caffemem check models/ --baseline .caffemem-baseline.json --update-baseline
       caffemem check models/ --baseline .caffemem-baseline.json --format github
     """
     from caffemem.api.analyze import Options
@@ -66,6 +66,7 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
         make_report,
         parse_tolerance,
         read_baseline,
+        replaced_budgets,
         updated_baseline,
     )
     from caffemem.errors import CaffememError, Location
@@ -96,12 +97,11 @@ def check_command(paths, budget, phase, stages, optimized, baseline, update_base
     # The baseline is updated under its lock and lands at once: everything that can fail
     # without harm (the reports, staged to land with the run; standard output) goes first.
     wrote = old.path if update_baseline and old is not None and any(isinstance(outcome, Measurement) for outcome in outcomes) else None
-    report = make_report(outcomes, gate, optimized, wrote)
+    report = make_report(outcomes, gate, optimized, wrote, replaced_budgets(config, checked, budget_bytes))
     for report_format, file in extra_reports:
         write_output(file, RENDERERS[report_format](report).encode("utf-8"), inputs=checked, flag="--report")
     if output_format == "text":
-        terminal = sys.stdout.isatty()
-        click.echo(render_text(report, shutil.get_terminal_size().columns if terminal else 160, color=terminal), nl=False)
+        click.echo(render_text(report, output_width(), color=sys.stdout.isatty()), nl=False)
     else:
         click.echo(RENDERERS[output_format](report), nl=False)
     sys.stdout.flush()

@@ -213,15 +213,37 @@ def _quiet_stdout() -> None:
 
 def console(stderr: bool = False):
     """A rich Console whose closed pipe ends the run with 0, like any other write
-    (rich's own handler exits with 1), and that prints a name like ``:smile:`` as written
-    (no emoji codes; markup in names is escaped by report.terminal.markup)."""
-    from rich.console import Console
+    (rich's own handler exits with 1), that prints a name like ``:smile:`` as written
+    (no emoji codes; markup in names is escaped by report.terminal.markup), and whose
+    text fits its width (report/wrap.py: the terminal's, else $COLUMNS, else 80)."""
+    from caffemem.report.wrap import FittingConsole
 
-    class _Console(Console):
+    class _Console(FittingConsole):
         def on_broken_pipe(self) -> None:
             raise BrokenPipeError
 
     return _Console(stderr=stderr, emoji=False)
+
+
+def output_width(stderr: bool = False) -> int | None:
+    """The width a command's plain lines fit: the terminal's, else $COLUMNS (issue 34:
+    piped, `check` took 160 columns and COLUMNS=80 was ignored); None when neither says
+    one (piped with no COLUMNS: a line a fact, for grep and a CI log)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream is not None and stream.isatty():
+        return console(stderr).width
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+def echo_wrapped(line: str, err: bool = False) -> None:
+    """One line of a report, as errors.one_line shows it, in lines that fit the output
+    (continuation lines indented two more than the line)."""
+    from caffemem.report.wrap import wrapped
+
+    width = output_width(err)
+    for part in [one_line(line)] if width is None else wrapped(one_line(line), width):
+        click.echo(part, err=err)
 
 
 def _remember_max_input(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:

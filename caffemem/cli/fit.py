@@ -11,13 +11,13 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, RecomputePolicy, net_options, options_from, progress, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, RecomputePolicy, net_options, options_from, output_width, progress, reports_errors
 
 
 @click.command("fit", epilog=EXIT_CODES_HELP)
 @net_options
 @click.option("--gpu-memory", required=True, metavar="SIZE", help="The card's memory: 12GiB, 11264MiB, 16GB (KiB/MiB/GiB binary, KB/MB/GB decimal).")
-@click.option("--reserve", metavar="SIZE", help="Left free for what the figure does not count. Default with --device gpu: an estimated margin for the library handles the net creates (stated in the output); with --device cpu: 500MiB (context and handles).")
+@click.option("--reserve", metavar="SIZE", help="Left free for what the figure does not count. Default with --device gpu: room for the kernels CUDA loads lazily, as measured (stated in the output); with --device cpu: 500MiB (context and handles).")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs training together: each runs the batch found, so the effective batch multiplies.")
 @click.option("--effective-batch", type=click.IntRange(min=1), metavar="B", help="Also give the batch and iter_size that reach B = batch × iter_size × gpus.")
 @click.option("--optimized", is_flag=True, help="Count caffemem optimize's shared-storage plan instead of stock Caffe.")
@@ -33,7 +33,8 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
     \b
     Examples:
       caffemem fit solver.prototxt --gpu-memory 11GiB --input data=3,224,224
-      caffemem fit train_val.prototxt --input data=3,224,224 --gpu-memory 16GB --gpus 4 --effective-batch 256 --optimized
+      caffemem fit train_val.prototxt --input data=3,224,224 --gpu-memory 16GB \\
+        --gpus 4 --effective-batch 256 --optimized
     """
     from caffemem.api.fit import FitRequest
     from caffemem.api.fit import fit as run_fit
@@ -45,7 +46,7 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
     request = FitRequest(parse_size(gpu_memory, "--gpu-memory"), kept_free, gpus, effective_batch, optimized, recompute)
     with progress(f"caffemem: fitting {net}"):
         result = run_fit(net, options, request)
-    click.echo(json.dumps(fit_json(result), indent=1) if as_json else "\n".join(fit_lines(result)))
+    click.echo(json.dumps(fit_json(result), indent=1) if as_json else "\n".join(fit_lines(result, output_width())))
     if not result.fits:
         click.echo(f"caffemem: {nothing_fits_message(result)}", err=True)
         sys.exit(EXIT_FINDING)

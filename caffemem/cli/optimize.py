@@ -16,6 +16,7 @@ from caffemem.cli.common import (
     RecomputePolicy,
     console,
     distinct_outputs,
+    echo_wrapped,
     input_files,
     net_options,
     options_from,
@@ -56,10 +57,13 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
 
     \b
     Examples:
-      caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
-      caffemem optimize train_val.prototxt --input data=3,224,224 --batch 16 -o train_val.b16.prototxt
-      caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json --exclude-blob fc7
-      caffemem optimize train_val.prototxt --input data=3,224,224 --recompute sqrt -o train_val.sqrt.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 -o opt.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 \\
+        --batch 16 -o train_val.b16.prototxt
+      caffemem optimize deploy.prototxt --share-buffers --plan-json plan.json \\
+        --exclude-blob fc7
+      caffemem optimize train_val.prototxt --input data=3,224,224 \\
+        --recompute sqrt -o train_val.sqrt.prototxt
     """
     from caffemem.api.optimize import RECOMPUTE_NOT_WITH_FORK, OptimizeSettings, fork_losing_phases, fork_target_exclusions, made_for, other_phases_rebatched, written_text
     from caffemem.api.optimize import optimize as run_optimize
@@ -132,8 +136,17 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         return
     report_to_stderr = STDOUT in (output, plan_json, html_file)  # standard output carries the file
     print_optimize(result, console(stderr=report_to_stderr))
-    if output and output != STDOUT:
-        click.echo(one_line(f"wrote {output}"))
+    if output is not None:
+        wrote = "standard output" if output == STDOUT else output
+        echo_wrapped(f"wrote {wrote}: {RUNS_ON[target]}", err=output == STDOUT)
+
+
+# Where the file `optimize -o` writes runs: stock Caffe stops at the mem_param field it does
+# not know (Message type "caffe.NetParameter" has no field named "mem_param").
+RUNS_ON = {
+    "caffemem": "run it with a Caffe patched by `caffemem patch CAFFE_DIR` (stock Caffe refuses mem_param)",
+    "fork": "run it with the memory-multiloading fork (yjxiong/caffe), whose own optimizer plans it (stock Caffe refuses mem_param)",
+}
 
 
 def check_written(text: str, net: str, output: str, options) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from caffemem import runtime
-from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, echo_wrapped, reports_errors
 from caffemem.errors import CaffememError
 
 
@@ -32,15 +32,17 @@ def patch_command(caffe_dir: str, check: bool, revert: bool) -> None:
         raise CaffememError("--check and --revert exclude each other")
     if check:
         status = runtime.patch_status(caffe_dir)
-        click.echo(status.describe())
+        echo_wrapped(status.describe())
         raise SystemExit(0 if status.applied else EXIT_FINDING)
     if revert:
+        before = runtime.patch_status(caffe_dir)
         status = runtime.revert_patch(caffe_dir)
-        click.echo(f"{caffe_dir}: {status.describe()} (reverted; rebuild Caffe)")
+        touched = before.changed or before.interrupted  # a clean tree: revert_patch wrote nothing
+        echo_wrapped(f"{caffe_dir}: {status.describe()}" + (" (reverted; rebuild Caffe)" if touched else ": nothing to revert, nothing changed"))
         return
     before = runtime.patch_status(caffe_dir)
     status = runtime.apply_patch(caffe_dir)
     if before.applied:
-        click.echo(f"{caffe_dir}: {status.describe()} (already; nothing changed)")
+        echo_wrapped(f"{caffe_dir}: {status.describe()} (already; nothing changed)")
     else:
-        click.echo(f"{caffe_dir}: {status.describe()}; now rebuild Caffe (e.g. make -j2 lib tools)")
+        echo_wrapped(f"{caffe_dir}: {status.describe()}; now rebuild Caffe (e.g. make -j2 lib tools)")

@@ -11,8 +11,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, net_options, options_from, reports_errors
-from caffemem.errors import one_line
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, echo_wrapped, net_options, options_from, reports_errors
 from caffemem.units import plural
 
 # The flags that override what the plan records it was made for (api/verify.py RECORDED),
@@ -37,8 +36,8 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
 
     \b
     Examples:
-      caffemem optimize train_val.prototxt --input data=3,224,224 -o train_val.optimized.prototxt
-      caffemem verify train_val.optimized.prototxt
+      caffemem optimize train_val.prototxt --input data=3,224,224 -o opt.prototxt
+      caffemem verify opt.prototxt
       caffemem optimize deploy.prototxt --plan-json plan.json
       caffemem verify deploy.prototxt plan.json
     """
@@ -61,7 +60,7 @@ def verify_command(net, plan, phase, stages, level, inputs, layers_file, lenient
             said = f"the patched Caffe stops at Net::Init: {violation.message}" if violation.step_name == "Net::Init" else str(violation)
             lines.append(f"{label}: {verdict.phase}: {said}")
     for line in lines:  # names from the net and the record, shown as one_line shows them: a CR in one cannot overprint a verdict
-        click.echo(one_line(line))
+        echo_wrapped(line)
     if not all(verdict.safe for verdict in verdicts):
         sys.exit(EXIT_FINDING)
 

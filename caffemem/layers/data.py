@@ -82,7 +82,7 @@ def resolve_tops(q: ShapeQuery, templates: Sequence[Template], why: str, placeho
         else:
             missing.append((name, template))
     if missing:
-        flags = " ".join(f"--input {name}={','.join(str(d) for d in _still_open(q, name, template))}" for name, template in missing)
+        flags = " ".join(f"--input {name}={hint_value(_still_open(q, name, template))}" for name, template in missing)
         raise NeedsInput([name for name, _ in missing], f"{why}; pass {flags}" if why else f"pass {flags}")
     return LayerShapes(tops=tuple(shapes))
 
@@ -144,6 +144,13 @@ def _still_open(q: ShapeQuery, name: str, template: Template) -> Template:
     if given is None or len(given) != len(template) or "..." in template:
         return template
     return tuple(g if g != FROM_FILE and not isinstance(d, int) else d for g, d in zip(given, template))
+
+
+def hint_value(template: Template) -> str:
+    """The ``--input`` value a hint asks for, with a stated first axis written ``_``: a
+    train_val file states one batch in TRAIN and another in TEST, and ``_`` keeps each
+    (issue 34: the TEST net's ``data=50,C,224,224`` then contradicted TRAIN's 32)."""
+    return _dims((FROM_FILE,) + template[1:] if template and isinstance(template[0], int) else template)
 
 
 def _dims(shape: Sequence[object]) -> str:

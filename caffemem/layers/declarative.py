@@ -8,6 +8,7 @@ A fork's layer that caffemem does not know can be described by its shape rule::
     top = ["like bottom 0 with axis 2 = b0[2] * 2, axis 3 = b0[3] * 2"]
     params = ["b0[1], 1, 3, 3"]             # optional: parameter blob shapes
     data = false                            # true: tops come from outside (--input)
+    loss = false                            # true: a LossLayer (top 0 the scalar loss, weight 1)
 
 A shape is ``like bottom K`` (optionally ``with axis A = EXPR, ...``), ``scalar``, or a
 comma-separated list of expressions.  An expression uses whole numbers, ``+ - * // %``,
@@ -219,12 +220,13 @@ def _shapes(value, what: str, where: Location, schema: Any = None) -> tuple[Shap
 
 def _spec(type_name: str, table: dict, file: str, schema: Any = None) -> LayerSpec:
     where = Location(file=file, layer_type=type_name)
-    known = {"bottoms", "tops", "top", "params", "data"}
+    known = {"bottoms", "tops", "top", "params", "data", "loss"}
     extra = set(table) - known
     if extra:
         raise CaffememError(f"[layer.{type_name}]: unknown key(s) {', '.join(sorted(extra))} (known: {', '.join(sorted(known))})", where)
     is_data = bool(table.get("data", False))
-    tops = _shapes(table.get("top"), "top", where, schema)
+    is_loss = bool(table.get("loss", False))  # Caffe's LossLayer: AutoTopBlobs, loss_weight 1 on top 0 unless set
+    tops = _shapes(table.get("top", ["scalar"] if is_loss else None), "top", where, schema)
     params = _shapes(table.get("params"), "params", where, schema)
     bottoms = _arity(table.get("bottoms", 0 if is_data else 1), "bottoms", where)
     top_count = _arity(table.get("tops", len(tops) or 1), "tops", where)
@@ -242,7 +244,7 @@ def _spec(type_name: str, table: dict, file: str, schema: Any = None) -> LayerSp
             raise query.fail(f"the declaration of {type_name} gives {len(tops)} top shape(s) for {len(query.layer.tops)} tops")
         return LayerShapes(tuple(t.evaluate(query) for t in tops[: len(query.layer.tops)]), tuple(p.evaluate(query) for p in params))
 
-    return LayerSpec(type=type_name, shape=rule, family="declared", bottoms=bottoms, tops=top_count, is_data=is_data, opaque_tops=True, source=file)
+    return LayerSpec(type=type_name, shape=rule, family="declared", bottoms=bottoms, tops=top_count, auto_top=is_loss, is_data=is_data, opaque_tops=True, source=file)
 
 
 def load_declarations(file: str, schema: Any = None) -> dict[str, LayerSpec]:
@@ -310,6 +312,11 @@ def layer_skeleton(type_name: str, layers: list, root: Any) -> str:
     lines.append(f"tops = {tops[0] if len(tops) == 1 else [tops[0], tops[-1]]}")
     if bottoms[-1] == 0:
         lines.append("data = true  # its tops' shapes come from --input NAME=d0,d1,...")
+    elif type_name.endswith("Loss") or any(len(layer.proto.loss_weight) for layer in layers):
+        # Caffe's LossLayer::Reshape gives top 0 no axes (the loss); any other top is the layer's own.
+        lines.append("loss = true  # a LossLayer: its top 0 is the loss, a scalar, weighted 1 unless loss_weight says otherwise")
+        others = ", ".join('"like bottom 0"' for _ in range(tops[-1] - 1))
+        lines.append(f'top = ["scalar"{", " + others if others else ""}]' + ("  # after the loss, placeholders: replace with each top's real shape" if others else ""))
     else:
         lines.append("top = [" + ", ".join('"like bottom 0"' for _ in range(tops[-1])) + "]  # a placeholder: replace with each top's real shape")
     return "".join(one_line(line) + "\n" for line in lines)  # a newline in a path of the tree cannot end a comment

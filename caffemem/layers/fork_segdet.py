@@ -43,6 +43,7 @@ from caffemem.layers.data import (
     both_or_neither,
     color_channels,
     follow_data,
+    hint_value,
     image_size,
     layer_note,
     positive_batch,
@@ -100,8 +101,7 @@ def _image_seg_tops(q: ShapeQuery) -> LayerShapes:
     named = q.layer.tops
     if any(isinstance(d, str) for d in size) and not any(name in q.inputs for name in named[:2]):
         # Only the image's size is unknown: asking for the data top is enough.
-        data = ",".join(str(d) for d in templates[0])
-        raise NeedsInput([named[0]], f"without crop_size or new_height/new_width an ImageSegData layer takes the first image's size; pass --input {named[0]}={data} (the label map takes its height and width)")
+        raise NeedsInput([named[0]], f"without crop_size or new_height/new_width an ImageSegData layer takes the first image's size; pass --input {named[0]}={hint_value(templates[0])} (the label map takes its height and width)")
     return resolve_tops(q, templates[: len(q.layer.tops)], "without crop_size or new_height/new_width an ImageSegData layer takes the first image's size")
 
 

@@ -462,7 +462,7 @@ def _annotated_data_memory(q: MemoryQuery) -> LayerMemory:
 def _annotated_data(q: ShapeQuery) -> LayerShapes:
     """data [batch, C, H, W] (C from the database; H, W from resize/crop); label from the annotations.
 
-    The label is [1, 1, N, 8] with N the boxes of the first AnnotatedDatum (at least 1) when
+    The label is [1, 1, N, 8] (all the boxes of a batch on one plane: --batch leaves it) with N the boxes of the first AnnotatedDatum (at least 1) when
     it has an annotation type (its own or anno_data_param.anno_type), else [batch, 1, 1, 1]
     (DataLayerSetUp): both come from the database when it exists (passes/sources.py),
     else from --input.  YOLO training data of eric612/MobileNet-YOLO (``yolo_data_type:
@@ -489,7 +489,9 @@ def _annotated_data(q: ShapeQuery) -> LayerShapes:
         if yolo
         else "an AnnotatedData layer's channels and its label's box count N come from its database (label is 1,1,N,8 for box annotations, batch,1,1,1 without)"
     )
-    return resolve_tops(q, [data, label], why)
+    shapes = resolve_tops(q, [data, label], why)
+    boxes = label[0] == 1 and label[1] == 1 and label[3] == BBOX_LABEL_FIELDS and not yolo  # all boxes of a batch on one plane
+    return replace(shapes, unbatched=frozenset({1})) if boxes and len(q.layer.tops) > 1 else shapes
 
 
 # --------------------------------------------------------------------------- SSD layers

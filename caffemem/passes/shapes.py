@@ -23,6 +23,7 @@ from caffemem.layers.blob import (  # Blob::Reshape's CHECKs on every blob
     int_overflow,
 )
 from caffemem.layers.declarative import layer_skeleton
+from caffemem.layers.pylayers import known_note
 from caffemem.layers.registry import LayerSpec, ShapeQuery, SpecTable
 from caffemem.passes.sources import Sources, provenance
 from caffemem.schema.forks import fork_defining
@@ -52,7 +53,7 @@ def infer_shapes(
     blob_shapes: dict[str, Shape] = {}
     layer_shapes: list[LayerShapes] = []
     missing: list[tuple[str, Layer, str]] = []
-    unknown: set[str] = set()
+    unknown: dict[str, str] = {}  # a blob whose shape is not known -> the missing data blob it waits for
     notes: list[str] = []
     data_tops: set[str] = set()
     axes = batch_axes(graph, specs, inputs, stored_params, batch, sources) if batch is not None else BatchAxes()
@@ -64,8 +65,9 @@ def infer_shapes(
         _check_counts(layer, spec, graph.source)
         if spec.is_data:
             data_tops.update(layer.tops)
-        if any(b in unknown for b in layer.bottoms):
-            unknown.update(layer.tops)
+        waiting = [b for b in layer.bottoms if b in unknown]
+        if waiting and not _sized_without_bottoms(spec, layer):
+            unknown.update(dict.fromkeys(layer.tops, unknown[waiting[0]]))
             layer_shapes.append(LayerShapes(tops=()))
             continue
         overflow = int_overflow(layer.proto)
@@ -74,15 +76,15 @@ def infer_shapes(
             raise CaffememError(f"{field}: {value} does not fit Caffe's 32-bit int (Caffe would silently wrap it to {int32_wrapped(value)})", _where(layer, graph.source))
         asked = replace(layer, proto=axes.restated[position]) if position in axes.restated else layer
         record = sources.records.get(layer.name)
-        query = ShapeQuery(asked, tuple(blob_shapes[b] for b in layer.bottoms), graph.phase, inputs, net_types, overrides & set(layer.tops), record)
+        query = ShapeQuery(asked, tuple(blob_shapes.get(b, ()) for b in layer.bottoms), graph.phase, inputs, net_types, overrides & set(layer.tops), record)
         try:
             result = spec.shape(query)
             _check_from_file(layer, result, inputs, graph.source)
             notes.extend(_override_notes(spec, query, result))
         except NeedsInput as need:
-            hint = "; ".join(h for h in (need.hint, sources.hints.get(layer.name, "")) if h)
+            hint = "; ".join(h for h in (need.hint, sources.hints.get(layer.name, ""), _bottoms_read(layer, blob_shapes, unknown)) if h)
             missing.extend((blob, layer, hint) for blob in need.blobs)
-            unknown.update(layer.tops)
+            unknown.update({top: top if top in need.blobs else need.blobs[0] for top in layer.tops})
             layer_shapes.append(LayerShapes(tops=()))
             continue
         except CaffememError as error:
@@ -90,13 +92,18 @@ def infer_shapes(
             raise error.at(file=graph.source, line=layer.line, layer=layer.name, layer_type=layer.type) from None
         except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
             raise CaffememError(f"cannot infer this layer's shapes from its parameters ({type(error).__name__}: {error})", _where(layer, graph.source)) from None
+        if waiting:  # tops given whole with --input; a bottom is still to come
+            unknown.update(dict.fromkeys(layer.tops, unknown[waiting[0]]))
+            layer_shapes.append(LayerShapes(tops=()))
+            continue
         result = _with_stored_params(layer, result, stored_params, notes, graph.source)
         if batch is not None and spec.is_data:
             fixed = spec.fixed_tops(layer.proto) if spec.fixed_tops is not None else None
             if fixed is not None:
                 _check_fixed_batch(layer, result, fixed, batch, graph.source)
             else:
-                result = LayerShapes(tuple(_with_batch(s, batch, *axes.data.get(top, (0, 1))) for top, s in zip(layer.tops, result.tops)), result.params)
+                tops = tuple(s if i in result.unbatched else _with_batch(s, batch, *axes.data.get(top, (0, 1))) for i, (top, s) in enumerate(zip(layer.tops, result.tops)))
+                result = replace(result, tops=tops)
         _check_result(layer, result, graph.source)
         if record is not None:  # after --batch: the note gives the shape analysed
             notes.extend(provenance(layer, record, result.tops, query.overrides))
@@ -331,7 +338,7 @@ def _with_stored_params(layer: Layer, result: LayerShapes, stored: Mapping[str, 
         )
     if shapes != result.params:
         notes.append(f"layer '{layer.name}': stored parameter shapes {[list(s) for s in shapes]} differ from the definition's {[list(s) for s in result.params]}; using the stored ones")
-    return LayerShapes(result.tops, shapes)
+    return replace(result, params=shapes)
 
 
 def _check_from_file(layer: Layer, result: LayerShapes, inputs: Mapping[str, Shape], file: str) -> None:
@@ -370,11 +377,36 @@ def _check_inputs_used(inputs: Mapping[str, Shape], data_tops: set[str], graph: 
             raise CaffememError(f"--input {name}: {reason}; --input gives the shapes of data-layer tops only", Location(file=graph.source))
 
 
+def _sized_without_bottoms(spec: LayerSpec, layer: Layer) -> bool:
+    """A layer whose tops come from outside whatever its bottoms hold (a Python layer
+    caffemem has no rule for, a declared data type): asked for with the others even while a
+    bottom waits for its own shape (issue 34: the colorization net's chain of Python
+    layers took one run per blob)."""
+    if not (spec.is_data and spec.opaque_tops):
+        return False
+    return layer.type != "Python" or known_note(layer.proto.python_param) is None
+
+
+def _bottoms_read(layer: Layer, known: Mapping[str, Shape], unknown: Mapping[str, str]) -> str:
+    """What a layer asked for reads, for the user who sizes its tops: each bottom's shape,
+    or the data blob it waits for."""
+    if not layer.bottoms:
+        return ""
+
+    def said(bottom: str) -> str:
+        if bottom in known:
+            return f"{bottom} [{','.join(map(str, known[bottom]))}]"
+        waits = unknown.get(bottom, bottom)
+        return f"{bottom} (asked for too)" if waits == bottom else f"{bottom} (known once {waits} is given)"
+
+    return f"layer '{layer.name}' reads {', '.join(said(bottom) for bottom in layer.bottoms)}"
+
+
 def _missing_message(missing: list[tuple[str, Layer, str]]) -> str:
     parts = [f"'{blob}' (layer '{layer.name}', {layer.type}{', line ' + str(layer.line) if layer.line else ''})" for blob, layer, _ in missing]
     hints = sorted({hint for _, _, hint in missing if hint})
     example = " ".join(f"--input {blob}=N,C,H,W" if i == 0 else f"--input {blob}=..." for i, (blob, _, _) in enumerate(missing[:2]))
-    message = f"the file does not tell the shape of {len(missing)} data blob(s): {', '.join(parts)}; give them with {example}"
-    if hints:
-        message += " (" + "; ".join(hints) + ")"
-    return message
+    message = f"the file does not tell the shape of {len(missing)} data blob(s): {', '.join(parts)}"
+    if any("--input" in hint for hint in hints):  # the hints say what to pass: the generic N,C,H,W would contradict them
+        return f"{message}: {'; '.join(hints)}"
+    return f"{message}; give them with {example}" + (" (" + "; ".join(hints) + ")" if hints else "")

@@ -190,11 +190,12 @@ def _read(kind: str, proto_bytes: bytes, layer_type: str, cwd: str) -> _Found:
     return _Found(record, tuple(files.read))
 
 
-def _library(name: str) -> Any:
+def _library(name: str, package: str | None = None) -> Any:
+    """The module ``name``; ``package``: what pip installs it as, when named otherwise."""
     try:
         return importlib.import_module(name)
     except ImportError:
-        raise _NoLibrary(f"{name} is not installed") from None
+        raise _NoLibrary(f"{package or name} is not installed" + (f" (import {name})" if package else "")) from None
 
 
 # ---- databases: Data, AnnotatedData -----------------------------------------------------
@@ -256,8 +257,10 @@ def _read_db(proto: Any, files: _Files, message_type: Any, datum_of: Callable[[A
 
     source = proto.data_param.source
     path = files.resolve(source)
-    if not source or not os.path.exists(path):
+    if not source:
         return None
+    if not os.path.exists(path):
+        raise _Absent(_not_found(source, path))
     backend = BACKENDS[proto.data_param.backend]
     value = _first_value(path, backend, files)
     try:
@@ -282,7 +285,7 @@ def _image_header(stream: Any, what: str) -> tuple[tuple[int, int], int, str]:
     The channels are those OpenCV's ``imdecode(data, -1)`` (IMREAD_UNCHANGED) gives:
     grey 1; colour 3; an alpha channel or a PNG transparency chunk 4 (grfmt_png.cpp);
     a CMYK JPEG is converted to 3."""
-    image_module = _library("PIL.Image")
+    image_module = _library("PIL.Image", "Pillow")
     limit, image_module.MAX_IMAGE_PIXELS = image_module.MAX_IMAGE_PIXELS, None  # only the header is read: no pixels to guard
     try:
         with image_module.open(stream) as image:
@@ -357,9 +360,17 @@ def _open_list(source: str, files: _Files) -> tuple[str, BinaryIO | None]:
     try:
         return path, files.open(path, "list file", f"the list {path}")
     except FileNotFoundError:
-        return path, None
+        raise _Absent(_not_found(source, path)) from None
     except OSError as error:
         raise _Unreadable(f"the list {path} cannot be opened: {error.strerror or error}") from None
+
+
+def _not_found(source: str, path: str) -> str:
+    """Where a source that does not exist was looked for (issue 34: a relative LMDB, run
+    from another folder, got the request for --input without it)."""
+    if os.path.isabs(source):
+        return f"its source {source} does not exist"
+    return f"its source {source} is not at {path} (Caffe opens a relative source from the folder it runs in: run there, or give the shape)"
 
 
 def _open_listed(files: _Files, name: str, source: str, kind: str) -> BinaryIO:

@@ -93,7 +93,7 @@ class MadeFor:
 
     def describe(self) -> str:
         """One line for people: what the table was planned for."""
-        inputs = " ".join(f"{name}={','.join(map(str, shape))}" for name, shape in self.inputs.items())
+        inputs = " ".join(f"{name}={','.join('_' if d == FROM_FILE else str(d) for d in shape)}" for name, shape in self.inputs.items())
         engine = self.engine or ("cudnn" if self.device == "gpu" else "caffe")
         batch = f"batch {self.batch}" if self.batch is not None else "the file's shapes"
         parts = [batch + (f" (--batch {self.rescale})" if self.rescale is not None else ""), inputs and f"--input {inputs}", self.dtype, f"{self.device} mode", f"{engine} engine"]

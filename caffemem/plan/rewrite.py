@@ -57,13 +57,29 @@ def with_batch(text: str, nets, specs, batch: int, net: caffe_pb2.NetParameter, 
     A layer whose batch is in no such field (a Python layer, a recurrent net's T x N
     frames) is refused, naming it, so a file is never written at one batch with a table
     for another."""
+    return replace_tokens(text, {token: str(batch) for token in _batch_tokens(text, nets, specs, net, file, f"--batch {batch} with -o")})
+
+
+def batch_line(text: str, shaped, specs, net: caffe_pb2.NetParameter, file: str) -> int | None:
+    """The line where ``text`` states the batch of the net ``shaped`` (its first data
+    layer's batch field, the one `optimize --batch` rewrites), or None where it states
+    none that caffemem can rewrite: what `check` points at when the batch changed."""
+    try:
+        found = _batch_tokens(text, [shaped], specs, net, file, "")
+    except CaffememError:
+        return None
+    return found[0].line if found else None
+
+
+def _batch_tokens(text: str, nets, specs, net: caffe_pb2.NetParameter, file: str, refuse: str) -> list[Token]:
+    """The tokens of ``text`` that state the batch of the data layers of ``nets``, in order;
+    a CaffememError starting with ``refuse`` where a layer's batch is in no such field."""
     tokens = tokenize(text)
     blocks = layer_blocks(text, tokens)
     index_at = {token.offset: i for i, token in enumerate(tokens)}
     upgraded = list(upgrade_net(net, file)[0].layer)
     upgraded = upgraded[len(upgraded) - len(blocks) :]  # less the Input layer standing for top-level inputs
-    edits: dict[Token, str] = {}
-    refuse = f"--batch {batch} with -o"
+    found: dict[Token, None] = {}
     for shaped in nets:
         for layer in shaped.graph.layers:
             spec = specs.get(layer.type)
@@ -92,8 +108,8 @@ def with_batch(text: str, nets, specs, batch: int, net: caffe_pb2.NetParameter, 
                 token = value_token(tokens, span[0], span[1], path)
                 if token is None:
                     raise CaffememError(f"{refuse}: the file does not write {_dotted(path)} for this layer (Caffe takes its default); write it and run again", where)
-                edits[token] = str(batch)
-    return replace_tokens(text, edits)
+                found[token] = None
+    return list(found)
 
 
 def _top_level_input_paths(net: caffe_pb2.NetParameter, tops) -> list[tuple[str | int, ...]]:

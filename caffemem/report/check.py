@@ -26,29 +26,64 @@ def _change(row: Row) -> str:
     return f"{signed(row.delta)} ({change_percent(row.delta, row.baseline_bytes)})" if row.delta else "0 B"
 
 
-def render_text(report: Report, width: int = 160, color: bool = False) -> str:
-    """The verdict first, then a rich table for people, then the verdict again where a CI
-    log ends (the budget, the same for every net, is in the summary line)."""
-    from rich.console import Console
+def _batch(row: Row) -> str:
+    """The batch measured, with the baseline's where it differs: `256 → 512`."""
+    if row.batch is None:
+        return ""
+    return f"{row.baseline_batch} → {row.batch}" if row.batch_changed else str(row.batch)
+
+
+UNWRAPPED = 1 << 14  # the width of a report no terminal or COLUMNS sizes: lines as long as their facts
+STATUS_STYLE = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
+
+
+def render_text(report: Report, width: int | None = 80, color: bool = False) -> str:
+    """The verdict first, then each net's figures (a table where one fits ``width``: with
+    the baseline's columns, else without them; else a line each), then what each row's
+    figure means, then the verdict again where a CI log ends.  Every line fits ``width``
+    (issue 34: at 80 columns the table cut the figures, `1,401.53 …`); None: a line a
+    fact, however long."""
+    width = width or UNWRAPPED
     from rich.table import Table
 
-    from caffemem.report.terminal import markup
+    from caffemem.report.terminal import markup, print_titled
+    from caffemem.report.wrap import FittingConsole
 
     out = io.StringIO()
-    console = Console(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False, emoji=False)
+    console = FittingConsole(file=out, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False, emoji=False)
     compared = report.gate.baseline is not None
     console.print(markup(report.summary()))
-    table = Table(title="caffemem check", header_style="bold")
-    for column in ("file", "phase", "batch", "bytes") + (("baseline", "change") if compared else ()) + ("status",):
-        table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
-    table.add_column("note", ratio=1)
-    style = {"error": "bold red", "over-budget": "bold red", "grew": "bold red", "shrank": "green", "new": "cyan", "accepted": "yellow"}
+
+    def table_of(columns: tuple[str, ...]) -> Table:
+        table = Table(header_style="bold")
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("file", "phase", "status") else "right", no_wrap=True)
+        for row in report.rows:
+            cells = {"file": markup(row.file), "phase": row.label, "batch": _batch(row), "bytes": _cell(row.bytes), "baseline": _cell(row.baseline_bytes), "change": _change(row)}
+            table.add_row(*(cells.get(column, _status(row)) for column in columns))
+        return table
+
+    columns = ("file", "phase", "batch", "bytes") + (("baseline", "change") if compared else ()) + ("status",)
+    tables = [table_of(columns)] + ([table_of(tuple(c for c in columns if c not in ("baseline", "change")))] if compared else [])
+    unbounded = console.options.update_width(1 << 16)  # the width a table needs, not the one it would be squeezed to
+    fitting = next((table for table in tables if console.measure(table, options=unbounded).maximum <= width), None)
+    if fitting is not None:
+        print_titled(console, "caffemem check", fitting)
+    else:  # a line a net: the file's name is never cut
+        for row in report.rows:
+            figures = ", ".join(part for part in (f"batch {_batch(row)}" if row.batch is not None else "", _cell(row.bytes)) if part)
+            console.print(f"{markup(row.file)} {row.label}{': ' + figures if figures else ''} — {_status(row)}")
     for row in report.rows:
-        baseline = (_cell(row.baseline_bytes), _change(row)) if compared else ()
-        table.add_row(markup(row.file), row.label, "" if row.batch is None else str(row.batch), _cell(row.bytes), *baseline, f"[{style.get(row.status, 'green')}]{row.status}[/]", markup(row.message))
-    console.print(table)
+        if row.message:
+            console.print(f"[dim]{markup(row.file)} {row.label}:[/dim] {markup(row.message)}")
     console.print(markup(report.summary()))
+    for note in report.notes:
+        console.print(f"[yellow]note: {markup(note)}[/yellow]")
     return out.getvalue()
+
+
+def _status(row: Row) -> str:
+    return f"[{STATUS_STYLE.get(row.status, 'green')}]{row.status}[/]"
 
 
 def render_json(report: Report) -> str:
@@ -64,6 +99,7 @@ def render_json(report: Report) -> str:
         "wrote_baseline": report.wrote_baseline,
         "exit_code": report.exit_code,
         "summary": {"failed": report.failed, "errors": report.errors, "passed": report.passed},
+        "notes": list(report.notes),
         "results": [
             {
                 "file": row.file,
@@ -106,11 +142,12 @@ def render_markdown(report: Report) -> str:
     lines = [
         f"{icon} **{markdown_text(report.summary())}**",
         "",
-        "| | file | phase | bytes | budget | baseline | change | note |",
-        "|---|---|---|--:|--:|--:|--:|---|",
+        "| | file | phase | batch | bytes | budget | baseline | change | note |",
+        "|---|---|---|--:|--:|--:|--:|--:|---|",
     ]
+    lines[2:2] = [line for note in report.notes for line in (f"> ⚠️ {markdown_text(note)}", "")]
     for row in report.rows:
-        cells = ["✅" if row.ok else "❌", markdown_text(row.file), row.label, _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), markdown_text(row.message)]
+        cells = ["✅" if row.ok else "❌", markdown_text(row.file), row.label, _batch(row), _cell(row.bytes), _cell(row.budget), _cell(row.baseline_bytes), _change(row), markdown_text(row.message)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -146,8 +183,11 @@ def render_github(report: Report) -> str:
         level = "error" if not row.ok else "notice"
         title = f"caffemem: {row.label} {GITHUB_TITLES[row.status]}" if row.phase else f"caffemem: {GITHUB_TITLES[row.status]}"
         lines.append(f"::{level} file={_github_property(row.at_file)},line={row.line},title={_github_property(title)}::{_github_data(row.message)}")
+    for note in report.notes:
+        lines.append(f"::warning title={_github_property('caffemem: note')}::{_github_data(note)}")
     lines.append(one_line(report.summary()))
     return "\n".join(lines) + "\n"
+
 
 
 def render_junit(report: Report) -> str:

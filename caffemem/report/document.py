@@ -98,6 +98,8 @@ def net_json(net: NetAnalysis) -> dict[str, Any]:
         "layers": layers,
         **memory_json(memory),
         **device,
+        # A file carrying optimize -o's table: the figures above are the patched Caffe's run of it.
+        "mem_param": None if net.mem_param is None else {"slots": net.mem_param.slots, "recomputed": net.mem_param.recomputed, "stock_bytes": net.mem_param.stock_bytes},
         "notes": list(net.notes + shaped.notes),
     }
 

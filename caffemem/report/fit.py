@@ -39,6 +39,7 @@ def fit_json(result: FitResult) -> dict[str, Any]:
         else {"effective_batch": schedule.effective_batch, "batch": schedule.batch, "iter_size": schedule.iter_size, "gpus": schedule.gpus, "bytes": schedule.bytes},
         "evaluations": [{"batch": e.batch, "bytes": e.bytes, "error": e.error} for e in result.evaluations],
         "notes": list(result.notes),
+        "advice": None if result.advice is None else {"batch": result.advice.batch, "commands": list(result.advice.commands), "then": result.advice.then},
     }
 
 
@@ -51,11 +52,12 @@ def _figure(n: int) -> str:
     return f"{mib_gib(n)}, {n:,} B"
 
 
-def fit_lines(result: FitResult) -> list[str]:
+def fit_lines(result: FitResult, width: int | None = None) -> list[str]:
     """The answer for a person, first: the batch per GPU and what it needs (then the
     effective batch's schedule when asked); then the budget, the next batch's bytes, the
     per-sample figures and how the batch was found.  Each line as errors.one_line shows
-    it (the net's path, a batch's error and the notes quote the user's files)."""
+    it (the net's path, a batch's error and the notes quote the user's files); with a
+    ``width``, broken to fit it (report/wrap.py; a command continued with backslashes)."""
     request, search, subject = result.request, result.search, result.subject
     counted = "caffemem optimize's plan" if request.optimized else "stock Caffe"
     what = "training process (solver)" if subject.kind == "solver" else f"{subject.phase} net"
@@ -66,7 +68,7 @@ def fit_lines(result: FitResult) -> list[str]:
     head = f"{result.path}: {what}, {counted}"
     if not result.fits:
         needed = result.at(1).bytes or 0
-        return [one_line(line) for line in [f"{head}: nothing fits: batch 1 needs {_figure(needed)}, {format_size(needed - request.budget)} more than the budget", budget] + [f"note: {note}" for note in result.notes]]
+        return _fitted([f"{head}: nothing fits: batch 1 needs {_figure(needed)}, {format_size(needed - request.budget)} more than the budget", budget] + [f"note: {note}" for note in result.notes], width)
     lines = [f"{head}: largest batch per GPU {search.batch}, needs {_figure(result.bytes or 0)}"]
     schedule = result.schedule
     if schedule is not None and (request.effective_batch is not None or schedule.gpus > 1):  # else it is the batch itself
@@ -85,7 +87,28 @@ def fit_lines(result: FitResult) -> list[str]:
     found = "confirmed" if search.guess == search.batch else "searched"
     guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
     lines.append(f"  found by: {guess}{found} with {len(result.evaluations)} exact evaluations, at {search.batch} and {search.batch + 1} among them")
-    return [one_line(line) for line in lines + [f"note: {note}" for note in result.notes]]
+    return _fitted(lines + advice_lines(result) + [f"note: {note}" for note in result.notes], width)
+
+
+def _fitted(lines: list[str], width: int | None) -> list[str]:
+    """Each line as errors.one_line shows it, broken to ``width`` when given: a command
+    (``  caffemem ...``) between its words, with backslashes, anything else at spaces."""
+    from caffemem.report.wrap import wrapped, wrapped_command
+
+    shown = [one_line(line) for line in lines]
+    if width is None:
+        return shown
+    return [part for line in shown for part in (wrapped_command(line, width, 2) if line.startswith("  caffemem ") else wrapped(line, width))]
+
+
+def advice_lines(result: FitResult) -> list[str]:
+    """--optimized: the commands that write the plan counted (one a line, to copy), then
+    what is left to do."""
+    advice = result.advice
+    if advice is None:
+        return []
+    head = f"to run the plan counted here, write it for batch {advice.batch}" + (":" if advice.commands else f": {advice.then}")
+    return [head] + [f"  {command}" for command in advice.commands] + ([f"  {advice.then}"] if advice.commands else [])
 
 
 def nothing_fits_message(result: FitResult) -> str:

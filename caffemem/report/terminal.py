@@ -82,14 +82,28 @@ def markup(text: str, width: int | None = None) -> str:
     return escape_markup(shown(text, width))
 
 
+def print_titled(console: Console, title: str, table: Table, justify: str = "center") -> None:
+    """A table under its title (markup), as rich sets one (italic, centred over the table,
+    or as ``justify`` says) where it fits the table's width, else a line of its own that
+    wraps at the console's: rich wraps a long title to the table's width, mid-phrase,
+    and pads every title with spaces (issue 34)."""
+    text = Text.from_markup(title, style="italic")
+    width = console.measure(table).maximum
+    if justify == "center" and text.cell_len < width:
+        text = Text(" " * ((width - text.cell_len) // 2)) + text
+    console.print(text)
+    console.print(table)
+
+
 def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, top: int) -> None:
     graph, memory = net.shaped.graph, net.memory
     title = f"{shown(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
     console.print(f"[bold]{escape_markup(title)}[/bold]")
+    patched = "the patched Caffe" if net.mem_param is not None else ""  # the file's mem_param table applied (its note says so)
     if net.device is not None:
-        _print_device(net.device, console)
+        _print_device(net.device, console, patched)
     else:
-        _print_answer(memory, console)
+        _print_answer(memory, console, patched)
         _print_summary(memory, console)
     _print_top_layers(net, console, top)
     columns, rows = _layer_rows(net)
@@ -105,10 +119,10 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
         console.print(f"[dim]{markup(note)}[/dim]")
 
 
-def _print_answer(memory: MemoryReport, console: Console) -> None:
+def _print_answer(memory: MemoryReport, console: Console, patched: str = "") -> None:
     """The figures a user came for, in the first lines: the total, prefetch apart, and the
-    step that allocates the most."""
-    console.print(f"Caffe will allocate [bold]{mib_gib(memory.total_bytes)}[/bold] for this net ({memory.total_bytes:,} bytes)")
+    step that allocates the most (``patched``: the Caffe that runs the file's table)."""
+    console.print(f"{(patched or 'Caffe')[:1].upper()}{(patched or 'Caffe')[1:]} will allocate [bold]{mib_gib(memory.total_bytes)}[/bold] for this net ({memory.total_bytes:,} bytes)")
     if memory.prefetch_bytes:
         console.print(f"  of which prefetch batches (data layers' threads): {mib(memory.prefetch_bytes)}")
     if memory.peak_layer is not None:
@@ -117,14 +131,14 @@ def _print_answer(memory: MemoryReport, console: Console) -> None:
         console.print(f"largest step: the {step} of layer {index} '{markup(peak.name, MAX_NAME_CELLS)}' ({markup(peak.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
 
 
-def _print_device(device: DeviceReport, console: Console) -> None:
+def _print_device(device: DeviceReport, console: Console, patched: str = "") -> None:
     """GPU mode: what one card holds (the figure of --json's total_bytes: cuDNN workspaces
     at their bound, what it holds without them beside it), the step that puts the most on
     the card, each cause on the device and on the host, then what is counted but not sized."""
     low, high = device.device_bytes_min, device.device_bytes
     bound = f"; {mib(low)} if cuDNN takes no workspace" if low != high else ""
     console.print(
-        f"A GPU run holds [bold]{mib_gib(high)}[/bold] on the card ({device.engine} engine{bound}){f', on each of {device.gpus} GPUs' if device.gpus > 1 else ''}"
+        f"A GPU run{' of ' + patched if patched else ''} holds [bold]{mib_gib(high)}[/bold] on the card ({device.engine} engine{bound}){f', on each of {device.gpus} GPUs' if device.gpus > 1 else ''}"
         f", and {mib(device.host_bytes)} on the host"
     )
     largest = device.largest_step()
@@ -132,7 +146,7 @@ def _print_device(device: DeviceReport, console: Console) -> None:
         index, stage, allocated = largest
         layer = device.layers[index]
         console.print(f"largest step on the card: the {stage} of layer {index} '{markup(layer.name, MAX_NAME_CELLS)}' ({markup(layer.type, MAX_TYPE_CELLS)}) allocates {mib(allocated)}")
-    table = Table(title="where the memory goes", header_style="bold")
+    table = Table(header_style="bold")
     table.add_column("cause")
     table.add_column("device", justify="right")
     table.add_column("host", justify="right")
@@ -142,7 +156,7 @@ def _print_device(device: DeviceReport, console: Console) -> None:
             label = cause.replace("_", " ") + (" (max)" if cause == "cudnn_workspace" else "") + (" (measured)" if cause == "cuda_context" else "")
             table.add_row(label, _cell(size), _cell(host))
     table.add_row("[bold]total[/bold]", f"[bold]{mib_column(device.device_bytes)}[/bold]", f"[bold]{mib_column(device.host_bytes)}[/bold]")
-    console.print(table)
+    print_titled(console, "where the memory goes", table)
     handles = device.handles
     console.print(f"[dim]library handles: {handles.cudnn} cuDNN, {handles.cublas} cuBLAS, {handles.curand} cuRAND (sized as measured, see 'library handles')[/dim]")
     for note in device.notes:
@@ -155,7 +169,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
         return
     whole = max(net.total_bytes, 1)  # the headline's figure
     where = " on the card" if net.device is not None else ""
-    table = Table(title=f"top {plural(len(layers), 'layer')} by bytes{where}", title_justify="left", header_style="bold", expand=False)
+    table = Table(header_style="bold", expand=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("layer", overflow="ellipsis", no_wrap=True)
     table.add_column("type", style="cyan", overflow="ellipsis", no_wrap=True)
@@ -163,7 +177,7 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
     table.add_column("share", justify="right", no_wrap=True)
     for index, layer in layers:
         table.add_row(str(index), markup(layer.name, TOP_NAME_CELLS), markup(layer.type, TOP_TYPE_CELLS), mib_column(layer.total), f"{percent_of(layer.total, whole):.1f}%")
-    console.print(table)
+    print_titled(console, f"top {plural(len(layers), 'layer')} by bytes{where}", table, justify="left")
 
 
 def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], list[list[Cell]]]:
@@ -249,13 +263,13 @@ def _table_text(title: str, columns: list[tuple[str, str, str | None]], rows: li
 
 
 def _print_summary(memory: MemoryReport, console: Console) -> None:
-    summary = Table(title="where the memory goes", show_header=False)
+    summary = Table(show_header=False)
     summary.add_column("what")
     summary.add_column("bytes", justify="right")
     for part, size in memory.parts().items():  # they add up to the total
         summary.add_row(part.replace("_", " "), mib(size))
     summary.add_row("[bold]total[/bold]", f"[bold]{mib(memory.total_bytes)}[/bold]")
-    console.print(summary)
+    print_titled(console, "where the memory goes", summary)
     if memory.unverified_types:
         console.print(f"[yellow]? = memory rule guessed (not checked against Caffe's source) for: {markup(', '.join(memory.unverified_types))}[/yellow]")
 
@@ -281,7 +295,7 @@ def _print_process(analysis: Analysis, console: Console) -> None:
     batches = [f"train batch {train.batch}"] if train.batch is not None else []
     batches += [f"test{f' #{net.index}' if len(tests) > 1 else ''} batch {net.batch}" for net in tests if net.batch is not None]
     console.print(f"[bold]Training{' on one card' if where else ''}: {mib_gib(process.total_bytes)}[/bold]" + (f" — {', '.join(batches)}" if batches else ""))
-    table = Table(title=f"training process ({markup(process.solver_type)} solver{where})", show_header=False)
+    table = Table(show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")
     table.add_row("train net (with every parameter gradient cleared)", mib(process.train_bytes))
@@ -289,7 +303,7 @@ def _print_process(analysis: Analysis, console: Console) -> None:
     for test in process.tests:
         table.add_row(f"test net #{test.index}", mib(test.bytes))
     table.add_row("[bold]total while all are alive[/bold]", f"[bold]{mib(process.total_bytes)}[/bold]")
-    console.print(table)
+    print_titled(console, f"training process ({markup(process.solver_type)} solver{where})", table)
     for test in process.tests:
         console.print(f"[dim]test net #{test.index}: {markup(test.note)}[/dim]")
     for note in process.notes:
@@ -302,12 +316,12 @@ def _print_process(analysis: Analysis, console: Console) -> None:
 def _print_inplace(inplace, console: Console) -> None:
     """--inplace: the layers rewritten, then those of an in-place type left alone, and why."""
     if inplace.rewrites:
-        table = Table(title=f"in place: {plural(len(inplace.rewrites), 'layer')} rewritten", header_style="bold")
+        table = Table(header_style="bold")
         for column in ("layer", "type", "top was", "now"):
             table.add_column(column, style="cyan" if column == "type" else None)
         for rewrite in inplace.rewrites:
             table.add_row(markup(rewrite.layer), markup(rewrite.type), markup(rewrite.top_was), markup(rewrite.now))
-        console.print(table)
+        print_titled(console, f"in place: {plural(len(inplace.rewrites), 'layer')} rewritten", table)
     else:
         console.print("in place: no layer rewritten")
     for kept in inplace.kept:
@@ -342,9 +356,9 @@ def print_optimize(result, console: Console) -> None:
         slots = len(phase.plan_data.slot_bytes)
         console.print(
             f"[bold]{phase.phase}{_batch(phase.batch)}{', on one card' if phase.devices is not None else ''}: caffemem's plan {mib_gib(totals['planned'])}[/bold]"
-            f" against stock Caffe's {mib_gib(stock)} and the fork's {mib_gib(totals['fork'])}"
+            f" against stock Caffe's {mib_gib(stock)} and the memory-multiloading fork's (yjxiong/caffe) {mib_gib(totals['fork'])}"
         )
-        table = Table(title=f"{markup(str(result.path))} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", show_header=True, header_style="bold")
+        table = Table(show_header=True, header_style="bold")
         table.add_column("")
         table.add_column("bytes", justify="right")
         table.add_column("vs stock", justify="right")
@@ -355,7 +369,7 @@ def print_optimize(result, console: Console) -> None:
         base = rows[0][1]
         for label, value in rows:
             table.add_row(label, mib(value), signed_percent(value - base, base))
-        console.print(table)
+        print_titled(console, f"{markup(str(result.path))} — {phase.phase}{where}: plan '{phase.strategy}', {plural(slots, 'shared slot')}", table)
         if phase.stock.prefetch_bytes:
             console.print(f"every figure includes the prefetch batches ({mib(phase.stock.prefetch_bytes)}, the same in every plan)")
         saved = phase.savings

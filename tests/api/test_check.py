@@ -304,10 +304,10 @@ def test_update_baseline_writes_the_file_and_the_check_then_passes(repo):
         "optimized": False,
         "device": "cpu",
         "nets": {
-            "../models/deploy/lenet_deploy.prototxt": {"TEST": {"bytes": DEPLOY_TEST, **entry}},
-            "../models/lenet.prototxt": {"TEST": {"bytes": LENET_TEST, **entry}, "TRAIN": {"bytes": LENET_TRAIN, **entry}},
-            "../models/lenet_solver.prototxt": {"process:TRAIN": {"bytes": SOLVER_PROCESS, **entry}},
-            "../models/resnet18.prototxt": {"TEST": {"bytes": RESNET_TEST, **entry}, "TRAIN": {"bytes": RESNET_TRAIN, **entry}},
+            "../models/deploy/lenet_deploy.prototxt": {"TEST": {"bytes": DEPLOY_TEST, "batch": 1, **entry}},
+            "../models/lenet.prototxt": {"TEST": {"bytes": LENET_TEST, "batch": 64, **entry}, "TRAIN": {"bytes": LENET_TRAIN, "batch": 64, **entry}},
+            "../models/lenet_solver.prototxt": {"process:TRAIN": {"bytes": SOLVER_PROCESS, "batch": 64, **entry}},
+            "../models/resnet18.prototxt": {"TEST": {"bytes": RESNET_TEST, "batch": 2, **entry}, "TRAIN": {"bytes": RESNET_TRAIN, "batch": 2, **entry}},
         },
     }
     assert run("models", "--baseline", "ci/memory.json").exit_code == 0
@@ -416,19 +416,19 @@ def test_markdown_is_a_summary_line_and_a_table(repo):
     assert result.stdout == (
         "❌ **caffemem check failed: 2 failed, 0 bad input, 2 passed (budget 64.00 MiB, baseline ci/memory.json ± 2%, stock Caffe)**\n"
         "\n"
-        "| | file | phase | bytes | budget | baseline | change | note |\n"
-        "|---|---|---|--:|--:|--:|--:|---|\n"
-        "| ❌ | models/lenet.prototxt | TRAIN | 13.99 MiB | 64.00 MiB | 13.35 MiB | +0.64 MiB (+4.8%) | 22% of the budget; grew by 0.64 MiB (+4.8%) against the baseline, more than the 2% tolerance |\n"
-        "| ✅ | models/lenet.prototxt | TEST | 7.54 MiB | 64.00 MiB | 7.54 MiB | 0 B | 12% of the budget; unchanged against the baseline |\n"
-        "| ❌ | models/resnet18.prototxt | TRAIN | 106.77 MiB | 64.00 MiB | 106.77 MiB | 0 B | 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB; unchanged against the baseline |\n"
-        "| ✅ | models/resnet18.prototxt | TEST | 56.86 MiB | 64.00 MiB | 56.86 MiB | 0 B | 89% of the budget; unchanged against the baseline |\n"
+        "| | file | phase | batch | bytes | budget | baseline | change | note |\n"
+        "|---|---|---|--:|--:|--:|--:|--:|---|\n"
+        "| ❌ | models/lenet.prototxt | TRAIN | 64 | 13.99 MiB | 64.00 MiB | 13.35 MiB | +0.64 MiB (+4.8%) | 22% of the budget; grew by 0.64 MiB (+4.8%) against the baseline, more than the 2% tolerance |\n"
+        "| ✅ | models/lenet.prototxt | TEST | 64 | 7.54 MiB | 64.00 MiB | 7.54 MiB | 0 B | 12% of the budget; unchanged against the baseline |\n"
+        "| ❌ | models/resnet18.prototxt | TRAIN | 2 | 106.77 MiB | 64.00 MiB | 106.77 MiB | 0 B | 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB; unchanged against the baseline |\n"
+        "| ✅ | models/resnet18.prototxt | TEST | 2 | 56.86 MiB | 64.00 MiB | 56.86 MiB | 0 B | 89% of the budget; unchanged against the baseline |\n"
     )
 
 
 def test_markdown_of_a_passing_run_has_a_green_summary(repo):
     result = run("models/deploy", "--budget", "2MiB", "--format", "markdown")
     assert result.stdout.splitlines()[0] == "✅ **caffemem check passed: 0 failed, 0 bad input, 1 passed (budget 2.00 MiB, stock Caffe)**"
-    assert result.stdout.splitlines()[-1] == "| ✅ | models/deploy/lenet\\_deploy.prototxt | TEST | 1.91 MiB | 2.00 MiB |  |  | 96% of the budget |"
+    assert result.stdout.splitlines()[-1] == "| ✅ | models/deploy/lenet\\_deploy.prototxt | TEST | 1 | 1.91 MiB | 2.00 MiB |  |  | 96% of the budget |"
 
 
 def test_junit_is_valid_xml_with_one_testcase_per_net_and_phase(repo):
@@ -445,22 +445,36 @@ def test_junit_is_valid_xml_with_one_testcase_per_net_and_phase(repo):
     assert errors == [("bad/broken.prototxt", "file", "9"), ("bad/data_layer.prototxt", "TRAIN", "4"), ("bad/data_layer.prototxt", "TEST", "4")]
 
 
-def test_text_is_the_verdict_a_table_and_the_verdict_again(repo):
+def test_text_is_the_verdict_a_table_each_rows_note_and_the_verdict_again(repo):
     result = run("models/lenet.prototxt", "models/resnet18.prototxt", "--budget", "64MiB")
     assert result.exit_code == 1
-    assert [line.rstrip() for line in result.stdout.splitlines()] == [
+    assert result.stdout.splitlines() == [
         "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
-        "                                                         caffemem check",
-        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
-        "┃ file                     ┃ phase ┃ batch ┃      bytes ┃ status      ┃ note                                                    ┃",
-        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ models/lenet.prototxt    │ TRAIN │    64 │  13.99 MiB │ pass        │ 22% of the budget                                       │",
-        "│ models/lenet.prototxt    │ TEST  │    64 │   7.54 MiB │ pass        │ 12% of the budget                                       │",
-        "│ models/resnet18.prototxt │ TRAIN │     2 │ 106.77 MiB │ over-budget │ 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB │",
-        "│ models/resnet18.prototxt │ TEST  │     2 │  56.86 MiB │ pass        │ 89% of the budget                                       │",
-        "└──────────────────────────┴───────┴───────┴────────────┴─────────────┴─────────────────────────────────────────────────────────┘",
+        "                            caffemem check",
+        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┓",
+        "┃ file                     ┃ phase ┃ batch ┃      bytes ┃ status      ┃",
+        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━┩",
+        "│ models/lenet.prototxt    │ TRAIN │    64 │  13.99 MiB │ pass        │",
+        "│ models/lenet.prototxt    │ TEST  │    64 │   7.54 MiB │ pass        │",
+        "│ models/resnet18.prototxt │ TRAIN │     2 │ 106.77 MiB │ over-budget │",
+        "│ models/resnet18.prototxt │ TEST  │     2 │  56.86 MiB │ pass        │",
+        "└──────────────────────────┴───────┴───────┴────────────┴─────────────┘",
+        "models/lenet.prototxt TRAIN: 22% of the budget",
+        "models/lenet.prototxt TEST: 12% of the budget",
+        "models/resnet18.prototxt TRAIN: 106.77 MiB is over the budget of 64.00 MiB by 42.77 MiB",
+        "models/resnet18.prototxt TEST: 89% of the budget",
         "caffemem check failed: 1 failed, 0 bad input, 3 passed (budget 64.00 MiB, stock Caffe)",
     ]
+
+
+def test_at_80_columns_no_figure_is_cut(repo):
+    # Issue 34: at 80 columns the table cut the key figures (`1,401.53 …`, `pa…`).
+    assert run("models", "--baseline", "ci/memory.json", "--update-baseline").exit_code == 0
+    result = CliRunner().invoke(main, ["check", "models", "--baseline", "ci/memory.json", "--budget", "64MiB"], env={"COLUMNS": "80"})
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in result.stdout and not any(line != line.rstrip() for line in lines)
+    assert "┏" not in result.stdout  # no table fits 80 columns here, even without the baseline's columns: a line a net
+    assert "models/resnet18.prototxt TRAIN: batch 2, 106.77 MiB — over-budget" in lines
 
 
 # ----------------------------------------------------------------------------- CI integrations
@@ -487,7 +501,7 @@ def test_the_action_installs_itself_and_runs_caffemem_check_with_its_inputs(repo
     setup, cache, install, check = action["runs"]["steps"]
     assert action["runs"]["using"] == "composite"
     assert re.fullmatch(r"actions/setup-python@v\d+\.\d+\.\d+", setup["uses"]) and re.fullmatch(r"actions/cache@v\d+\.\d+\.\d+", cache["uses"])  # pinned versions
-    assert install["run"] == 'python -m pip install --quiet "$GITHUB_ACTION_PATH"'
+    assert install["run"].endswith('python -m pip install --quiet "$GITHUB_ACTION_PATH${CAFFEMEM_EXTRAS:+[$CAFFEMEM_EXTRAS]}"\n')
     inputs = {name: spec.get("default", "") for name, spec in action["inputs"].items()}
     assert inputs["device"] == "gpu"  # as the command's own default; this test checks the CPU figures
     inputs |= {"paths": "models/lenet.prototxt bad/*.prototxt", "budget": "13MiB", "device": "cpu", "args": "--input pixels=64,1,28,28 --jobs 1"}
@@ -525,6 +539,20 @@ def test_a_grown_net_is_explained_by_the_layers_that_grew_and_annotated_at_the_f
     assert "file=models/lenet.prototxt,line=40" in line and "fc1 +" in line
     row = json.loads(run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "json").stdout)["results"][0]
     assert row["message"].split("; ")[1].startswith("fc1 +")
+
+
+def test_a_batch_change_is_named_first_and_annotated_at_the_batch_line(repo):
+    # Issue 34: AlexNet 256 -> 512 was blamed on norm1, line 73; the batch was never named.
+    assert run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--update-baseline", "--phase", "TRAIN").exit_code == 0
+    net = repo / "models" / "lenet.prototxt"
+    net.write_text(net.read_text().replace("shape { dim: 64 dim: 1 dim: 28 dim: 28 } shape { dim: 64 }", "shape { dim: 128 dim: 1 dim: 28 dim: 28 } shape { dim: 128 }"))
+    result = run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "github")
+    assert result.exit_code == 1
+    (line,) = [l for l in result.stdout.splitlines() if l.startswith("::error")]
+    assert line.startswith("::error file=models/lenet.prototxt,line=8,title=caffemem%3A TRAIN memory grew beyond the tolerance::batch 64 → 128 (the file's batch changed); grew by ")
+    markdown = run("models/lenet.prototxt", "--baseline", "ci/memory.json", "--phase", "TRAIN", "--format", "markdown").stdout.splitlines()
+    assert markdown[2] == "| | file | phase | batch | bytes | budget | baseline | change | note |"
+    assert markdown[4].startswith("| ❌ | models/lenet.prototxt | TRAIN | 64 → 128 | ")
 
 
 def test_a_new_layer_is_named_in_the_explanation(repo):

@@ -10,6 +10,8 @@ open), features/ (an Input layer without a shape) and caffemem.toml.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import shlex
 import shutil
 from pathlib import Path
@@ -144,3 +146,27 @@ def test_the_pre_commit_hook_gives_the_changed_nets_their_config_inputs(repo):
     result = CliRunner().invoke(main, [*arguments, "--device", "cpu", "--format", "json", "--jobs", "1", "digits/train_val.prototxt", "features/deploy.prototxt"])
     assert result.exit_code == 0, result.output
     assert rows(result.stdout) == ROWS[2:]
+
+
+def test_a_budget_flag_that_replaces_the_configs_budgets_says_so_in_every_report(repo):
+    # Issue 34: the README workflow's `budget:` silently replaced caffemem.toml's budgets.
+    result = CliRunner().invoke(main, ["check", "--device", "cpu", "--jobs", "1", "--budget", "100MiB", "--format", "markdown", "digits", "cifar"])
+    note = "--budget 100.00 MiB replaces the budgets caffemem.toml gives 2 of the files checked (8.00 MiB to 64.00 MiB): leave it out to hold each file to its own"
+    assert result.exit_code == 0 and f"> ⚠️ {note}" in result.stdout.splitlines()
+    assert json.loads(check("--budget", "100MiB", "digits", "cifar").stdout)["notes"] == [note]
+    assert f"::warning title=caffemem%3A note::{note}" in CliRunner().invoke(main, ["check", "--device", "cpu", "--jobs", "1", "--budget", "100MiB", "--format", "github", "digits", "cifar"]).stdout
+    assert json.loads(check("--budget", "64MiB", "digits").stdout)["notes"] == []  # the same budget: nothing replaced
+
+
+def test_the_action_installs_the_extras_it_is_given():
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    install = action["runs"]["steps"][2]
+    assert action["inputs"]["extras"]["default"] == ""
+    assert install["env"] == {"CAFFEMEM_EXTRAS": "${{ inputs.extras }}"}
+    assert "replaces the per-net budgets" in action["inputs"]["budget"]["description"]
+    for extras, installed in (("", "/action"), ("data,fork", "/action[data,fork]")):
+        script = install["run"].replace("python -m pip install --quiet", "echo")
+        done = subprocess.run(["bash", "-eo", "pipefail", "-c", script], env={"PATH": os.environ["PATH"], "GITHUB_ACTION_PATH": "/action", "CAFFEMEM_EXTRAS": extras}, capture_output=True, text=True)
+        assert (done.returncode, done.stdout) == (0, installed + "\n")
+    refused = subprocess.run(["bash", "-eo", "pipefail", "-c", install["run"]], env={"PATH": os.environ["PATH"], "GITHUB_ACTION_PATH": "/action", "CAFFEMEM_EXTRAS": "data]; rm -rf ~"}, capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stdout.startswith("::error title=caffemem action::extras")

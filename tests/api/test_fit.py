@@ -346,10 +346,11 @@ def test_optimized_prints_an_optimize_command_that_runs_and_verifies(tmp_path, m
 
     monkeypatch.chdir(tmp_path)
     result = run(LENET, "--gpu-memory", "64MiB", "--reserve", "0", "--optimized")
-    (note,) = [line for line in result.output.splitlines() if line.startswith("note: to run the plan counted here")]
-    batch = int(note.split("write it for batch ")[1].split(":")[0])
-    command = shlex.split(note.split(": ", 2)[2])
-    assert command[:3] == ["caffemem", "optimize", LENET] and command[-4:] == ["--batch", str(batch), "-o", f"lenet_train.b{batch}.prototxt"]
+    lines = result.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("to run the plan counted here"))
+    batch = int(lines[head].split("write it for batch ")[1].rstrip(":"))
+    command = shlex.split(lines[head + 1])
+    assert command[:5] == ["caffemem", "optimize", LENET, "--phase", "TRAIN"] and command[-4:] == ["--batch", str(batch), "-o", f"lenet_train.b{batch}.prototxt"]
     written = CliRunner().invoke(main, command[1:])
     assert written.exit_code == 0, written.output
     checked = CliRunner().invoke(main, ["verify", f"lenet_train.b{batch}.prototxt"])

@@ -174,7 +174,7 @@ def fed_by(tmp_path, data_layer: str):
 def test_an_underscore_on_an_axis_the_file_leaves_open_still_asks_for_it(tmp_path):
     net = fed_by(tmp_path, 'layer { name: "d" type: "Data" top: "data" data_param { source: "db" batch_size: 8 } }')
     result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=_,3,_,_"])
-    assert result.exit_code == 2 and "--input data=8,3,H,W" in result.output
+    assert result.exit_code == 2 and "--input data=_,3,H,W" in result.output
 
 
 def test_an_underscore_where_the_file_states_nothing_is_refused(tmp_path):
@@ -204,3 +204,15 @@ def test_a_contradicted_input_dim_is_named_at_its_line(tmp_path):
     result = CliRunner().invoke(main, ["analyze", str(net), "--input", "data=1,3,64,64"])
     assert result.exit_code == 2
     assert result.output.startswith(f"caffemem: error: {net}:2: TEST net: layer 'input' (Input): --input data=1,3,64,64 contradicts the file: it states 1,3,32,32")
+
+
+DOCS = FIXTURES / "docs"  # train_val.prototxt: Data layers of batch 32 (TRAIN) and 50 (TEST), crop 224, no database here
+
+
+def test_the_input_hint_of_a_solver_works_for_every_phase_as_given(tmp_path):
+    # Issue 34: `fit solver.prototxt` asked for data=50,C,224,224 (the TEST net's batch),
+    # which then contradicted the TRAIN net's 32.
+    first = CliRunner().invoke(main, ["fit", str(DOCS / "solver.prototxt"), "--gpu-memory", "12GiB"])
+    assert first.exit_code == 2 and "; pass --input data=_,C,224,224; its source examples/imagenet/val_lmdb is not at " in first.output
+    second = CliRunner().invoke(main, ["fit", str(DOCS / "solver.prototxt"), "--gpu-memory", "12GiB", "--input", "data=_,3,224,224"])
+    assert second.exit_code == 0, second.output

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from conftest import FIXTURES
 
+import pytest
+
 import caffemem
 
 LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
@@ -83,3 +85,19 @@ def test_results_carry_the_json_documents_field_names():
     planned = json.loads(CliRunner().invoke(main, ["optimize", LENET, "--json"]).output)["phases"]
     phases = caffemem.optimize(LENET).phases
     assert [(p.phase, p.strategy, p.bytes, p.fork_plan_safe) for p in phases] == [(d["phase"], d["strategy"], d["bytes"], d["fork_plan_safe"]) for d in planned]
+
+
+@pytest.mark.gpu_default
+def test_the_library_measures_a_cpu_run_unless_told_the_card_as_the_command_does():
+    # Issue 34: the README's API snippet printed the CPU heap where `caffemem analyze` gave
+    # the card's figure, and nothing said the defaults differ.
+    import json
+
+    from click.testing import CliRunner
+
+    from caffemem.cli import main
+
+    printed = json.loads(CliRunner().invoke(main, ["analyze", LENET, "--json"]).output)["total_bytes"]
+    assert caffemem.analyze(LENET, caffemem.Options(device="gpu")).nets[0].total_bytes == printed != caffemem.analyze(LENET).nets[0].total_bytes
+    for documented in (caffemem.Options, caffemem.analyze, caffemem.optimize, caffemem.fit, caffemem.verify, caffemem):
+        assert 'device="gpu"' in " ".join(documented.__doc__.split()), documented

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from click.testing import CliRunner
 from conftest import FIXTURES
 
@@ -111,3 +114,59 @@ def test_a_damaged_record_is_bad_input_naming_its_line(tmp_path):
         handle.write("\n".join(lines))
     result = run("verify", out)
     assert result.exit_code == 2 and f"{out}:{number}: the plan's '{TAG}' record is damaged (expected one of float32, float16, float64" in result.output
+
+
+# A train_val file as the tool's own errors ask --input of: Data layers of batch 4 (TRAIN)
+# and 2 (TEST) with a crop, the channels in a database that is not here.
+TRAIN_VAL = """
+layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  transform_param { crop_size: 8 } data_param { source: "no_train_lmdb" batch_size: 4 backend: LMDB } }
+layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TEST }
+  transform_param { crop_size: 8 } data_param { source: "no_val_lmdb" batch_size: 2 backend: LMDB } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "relu" }
+layer { name: "ip" type: "InnerProduct" bottom: "relu" top: "ip" inner_product_param { num_output: 5 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+_AXIS = {"C": "3", "H": "8", "W": "8"}
+
+
+@st.composite
+def data_spellings(draw):
+    """A --input value for `data` that every phase takes: the batch left out (C,H,W), or
+    each stated axis as _ or its number where both phases state the same, the channels a
+    number; with a TRAIN:/TEST: pair instead of a plain name now and then."""
+    if draw(st.booleans()):
+        axes = [draw(st.sampled_from([_AXIS[a], "_"])) if a != "C" else "3" for a in "CHW"]
+        return [f"data={','.join(axes)}"]
+    crop = [draw(st.sampled_from(["8", "_"])) for _ in range(2)]
+    if draw(st.booleans()):
+        return [f"data=_,3,{','.join(crop)}"]
+    return [f"TRAIN:data=4,3,{','.join(crop)}", f"TEST:data={draw(st.sampled_from(['2', '_']))},3,{','.join(crop)}"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spelling=data_spellings(), batch=st.sampled_from([None, 3]), phase=st.sampled_from([None, "TRAIN", "TEST"]))
+def test_verify_reads_back_every_record_optimize_writes(tmp_path, spelling, batch, phase):
+    # Issue 34 item 1: an `_` in --input was recorded as -1 and refused on reading back.
+    net = tmp_path / "train_val.prototxt"
+    net.write_text(TRAIN_VAL)
+    out = tmp_path / "out.prototxt"
+    flags = [flag for value in spelling for flag in ("--input", value)]
+    flags += ["--batch", str(batch)] if batch is not None else []
+    flags += ["--phase", phase] if phase is not None else []
+    written = run("optimize", net, *flags, "-o", out)
+    assert written.exit_code == 0, written.output
+    checked = run("verify", out)
+    assert checked.exit_code == 0, checked.output
+    phases = [phase] if phase else ["TRAIN", "TEST"]
+    assert [line.split(": ")[1].split(",")[0] for line in checked.output.splitlines()[: len(phases)]] == phases
+
+
+def test_the_record_is_described_with_the_input_as_it_was_given(tmp_path):
+    net = tmp_path / "train_val.prototxt"
+    net.write_text(TRAIN_VAL)
+    out = tmp_path / "out.prototxt"
+    assert run("optimize", net, "--phase", "TEST", "--input", "data=_,3,_,_", "-o", out).exit_code == 0
+    assert f"{out}: TEST: planned for batch 2, --input data=_,3,_,_, float32, cpu mode, caffe engine" in run("verify", out).output.splitlines()

@@ -46,3 +46,18 @@ def test_the_strategy_a_report_names_can_be_passed_back():
     assert chosen in STRATEGY_NAMES
     again = json.loads(CliRunner().invoke(main, ["optimize", LENET, "--phase", "TRAIN", "--json", "--strategy", chosen]).output)
     assert again["phases"][0]["bytes"] == first["phases"][0]["bytes"]
+
+
+def test_optimize_says_the_file_it_wrote_needs_the_patched_caffe(tmp_path):
+    # Issue 34: stock Caffe refuses mem_param, and optimize never said so.
+    out = tmp_path / "out.prototxt"
+    result = CliRunner().invoke(main, ["optimize", LENET, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert " ".join(result.output.split()).endswith(f"wrote {out}: run it with a Caffe patched by `caffemem patch CAFFE_DIR` (stock Caffe refuses mem_param)")
+    fork = CliRunner().invoke(main, ["optimize", LENET, "--target", "fork", "-o", str(tmp_path / "fork.prototxt")])
+    assert " ".join(fork.output.split()).endswith("run it with the memory-multiloading fork (yjxiong/caffe), whose own optimizer plans it (stock Caffe refuses mem_param)")
+
+
+def test_optimizes_headline_names_the_fork():
+    result = CliRunner().invoke(main, ["optimize", LENET, "--phase", "TEST"])
+    assert " ".join(result.output.split()[:40]).count("and the memory-multiloading fork's (yjxiong/caffe) ") == 1

@@ -81,3 +81,30 @@ def test_bad_shape_expressions_name_the_layer(tmp_path, expression, message):
     with pytest.raises(CaffememError, match=message) as caught:
         analyze(NET, Options(layers_file=str(path), inputs=INPUTS))
     assert "layer 'up'" in str(caught.value)
+
+
+# A fork's loss layer caffemem has no rule for (the colorization fork's own loss).
+LOSS_NET = (
+    'layer { name: "in" type: "Input" top: "x" top: "y" input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 4 } } }\n'
+    'layer { name: "ip" type: "InnerProduct" bottom: "x" top: "ip" inner_product_param { num_output: 4 } }\n'
+    'layer { name: "loss" type: "ColorLoss" bottom: "ip" bottom: "y" top: "loss" }\n'
+)
+
+
+def test_the_skeleton_of_a_loss_declares_a_scalar_loss_that_trains(tmp_path):
+    # Issue 34: its placeholder top = ["like bottom 0"] is no loss's shape.
+    from types import SimpleNamespace
+
+    from google.protobuf import text_format
+
+    from caffemem.layers.declarative import layer_skeleton
+    from caffemem.schema import caffe_pb2
+
+    proto = text_format.Parse(LOSS_NET.splitlines()[2], caffe_pb2.NetParameter()).layer[0]
+    root = SimpleNamespace(schema=SimpleNamespace(view=lambda proto: None), registered={"ColorLoss": SimpleNamespace(file="src/caffe/layers/color_loss_layer.cpp", line=9)}, relative=lambda file: file)
+    skeleton = layer_skeleton("ColorLoss", [SimpleNamespace(bottoms=tuple(proto.bottom), tops=tuple(proto.top), proto=proto)], root)
+    assert skeleton.splitlines()[-2:] == ["loss = true  # a LossLayer: its top 0 is the loss, a scalar, weighted 1 unless loss_weight says otherwise", 'top = ["scalar"]']
+    layers = tmp_path / "layers.toml"
+    layers.write_text(skeleton)
+    net = analyze(LOSS_NET, Options(layers_file=str(layers))).nets[0]
+    assert (net.phase, net.blobs["loss"], net.memory.by_category["parameter_gradients"] > 0) == ("TRAIN", (), True)

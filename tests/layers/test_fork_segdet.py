@@ -44,7 +44,7 @@ def test_image_seg_data_size_from_new_size_or_input(shape_of):
     # neither: the image's own size, which only --input can give; the label follows data
     with pytest.raises(NeedsInput) as asked:
         shape_of(seg(transform=""))
-    assert asked.value.blobs == ["data"] and "--input data=2,3,H,W (the label map takes its height" in asked.value.hint
+    assert asked.value.blobs == ["data"] and "--input data=_,3,H,W (the label map takes its height" in asked.value.hint
     got = shape_of(seg(transform=""), inputs={"data": (3, 9, 11)})
     assert got.tops == ((2, 3, 9, 11), (2, 1, 9, 11))
 

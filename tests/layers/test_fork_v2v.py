@@ -54,7 +54,7 @@ def test_voxel_truth_data_needs_the_clip_channels_and_length(shape_of):
     # SetUp reads C and L from the first blob file of the list, which the net does not name
     with pytest.raises(NeedsInput) as caught:
         shape_of(VOXEL_TRUTH.format(p="batch_size: 4 crop_size: 8 num_truth_channels: 2"))
-    assert caught.value.blobs == ["data"] and "--input data=4,C,L,8,8" in caught.value.hint
+    assert caught.value.blobs == ["data"] and "--input data=_,C,L,8,8" in caught.value.hint
 
 
 def test_voxel_truth_data_with_a_crop(shape_of):

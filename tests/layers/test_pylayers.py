@@ -70,6 +70,36 @@ def test_an_unknown_python_layer_still_asks_for_every_top():
     assert all(message.count(f"'{top}' (layer") == 1 for top in "abc")
 
 
+# The colorization net's chain (richzhang/colorization train prototxts): Python layers fed
+# by Python layers, a Slice between them.
+COLORIZATION = (
+    python_layer("caffe_traininglayers", "Data", [], ["img"])
+    + python_layer("caffe_traininglayers", "BGR2LabLayer", ["img"], ["img_lab"])
+    + 'layer { name: "slice" type: "Slice" bottom: "img_lab" top: "l" top: "ab" slice_param { axis: 1 slice_point: 1 } }\n'
+    + python_layer("caffe_traininglayers", "NNEncLayer", ["ab"], ["ab_enc"])
+    + 'layer { name: "conv" type: "Convolution" bottom: "l" top: "conv" convolution_param { num_output: 313 kernel_size: 1 } }\n'
+    + 'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "conv" bottom: "ab_enc" top: "loss" }\n'
+)
+
+
+def test_python_layers_behind_python_layers_are_asked_for_in_one_run():
+    # Issue 34: the colorization net took one run per missing blob.
+    with pytest.raises(caffemem.CaffememError) as error:
+        caffemem.analyze(COLORIZATION, phase="TRAIN")
+    message = str(error.value)
+    assert "the file does not tell the shape of 3 data blob(s): 'img' (layer 'Data', Python, line 1), 'img_lab' (layer 'BGR2LabLayer', Python, line 2), 'ab_enc' (layer 'NNEncLayer', Python, line 4)" in message
+
+
+def test_the_request_gives_the_bottoms_it_knows():
+    with pytest.raises(caffemem.CaffememError) as error:
+        caffemem.analyze(COLORIZATION, phase="TRAIN", inputs={"img": (40, 3, 176, 176)})
+    message = str(error.value)
+    assert "the file does not tell the shape of 2 data blob(s): 'img_lab' (layer 'BGR2LabLayer', Python, line 2), 'ab_enc' (layer 'NNEncLayer', Python, line 4)" in message
+    assert "layer 'BGR2LabLayer' reads img [40,3,176,176]" in message and "layer 'NNEncLayer' reads ab (known once img_lab is given)" in message
+    net = caffemem.analyze(COLORIZATION, phase="TRAIN", inputs={"img": (40, 3, 176, 176), "img_lab": (40, 3, 176, 176), "ab_enc": (40, 1, 176, 176)}).nets[0]
+    assert net.blobs["ab"] == (40, 2, 176, 176)
+
+
 def python_shapes(layer_text: str, bottoms=(), phase: str = "TRAIN", inputs=None, net_types=()) -> tuple:
     """One Python layer's tops, as the shape pass asks for them in a net holding ``net_types``."""
     proto = text_format.Parse(layer_text, caffe_pb2.LayerParameter())

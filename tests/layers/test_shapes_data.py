@@ -123,7 +123,7 @@ def test_data_needs_channels_from_the_database(shape_of):
     text = 'type: "Data" top: "data" top: "label" data_param { batch_size: 64 } transform_param { crop_size: 227 }'
     error = needs_input(shape_of, text)
     assert error.blobs == ["data"]
-    assert "--input data=64,C,227,227" in error.hint
+    assert "--input data=_,C,227,227" in error.hint
 
 
 def test_data_label_is_derived_when_data_is_given(shape_of):
@@ -139,7 +139,7 @@ def test_data_without_label(shape_of):
 
 def test_data_template_without_crop(shape_of):
     error = needs_input(shape_of, 'type: "Data" top: "data" top: "label" data_param { batch_size: 100 }')
-    assert "--input data=100,C,H,W" in error.hint
+    assert "--input data=_,C,H,W" in error.hint
 
 
 # ---------------------------------------------------------------- ImageData
@@ -167,7 +167,7 @@ def test_image_data_crop_only(shape_of):
 def test_image_data_without_size_needs_input(shape_of):
     error = needs_input(shape_of, 'type: "ImageData" top: "data" top: "label" image_data_param { batch_size: 2 }')
     assert error.blobs == ["data"]
-    assert "--input data=2,3,H,W" in error.hint
+    assert "--input data=_,3,H,W" in error.hint
 
 
 def test_image_data_new_height_and_width_together(shape_of):
@@ -212,7 +212,7 @@ def test_window_data_needs_crop_size(shape_of):
 def test_hdf5_data_needs_every_top(shape_of):
     error = needs_input(shape_of, 'type: "HDF5Data" top: "data" top: "label" hdf5_data_param { batch_size: 16 }')
     assert error.blobs == ["data", "label"]
-    assert "--input data=16," in error.hint
+    assert "--input data=_,..." in error.hint
 
 
 def test_hdf5_data_from_inputs(shape_of):

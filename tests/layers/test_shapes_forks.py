@@ -75,7 +75,7 @@ def test_video_data_tsn_frame_size_from_input(shape_of):
     with pytest.raises(NeedsInput) as info:
         shape_of(text)
     assert info.value.blobs == ["data"]
-    assert "--input data=2,6,H,W" in info.value.hint
+    assert "--input data=_,6,H,W" in info.value.hint
 
 
 def test_video_data_c3d_is_five_dimensional(shape_of):
@@ -150,7 +150,7 @@ def test_image_labelmap_data_without_size(shape_of):
     text = 'type: "ImageLabelmapData" top: "data" top: "label" image_data_param { batch_size: 1 new_height: 0 new_width: 0 }'
     with pytest.raises(NeedsInput) as info:
         shape_of(text)
-    assert "--input data=1,3,H,W" in info.value.hint and "--input label=1,1,H,W" in info.value.hint
+    assert "--input data=_,3,H,W" in info.value.hint and "--input label=_,1,H,W" in info.value.hint
     assert shape_of(text, inputs={"data": (1, 3, 321, 481)}).tops == ((1, 3, 321, 481), (1, 1, 321, 481))
 
 
@@ -165,8 +165,8 @@ def test_annotated_data_warp_resize(shape_of):
     with pytest.raises(NeedsInput) as info:
         shape_of(text)
     assert info.value.blobs == ["data", "label"]
-    assert "--input data=4,C,300,300" in info.value.hint
-    assert "--input label=1,1,N,8" in info.value.hint
+    assert "--input data=_,C,300,300" in info.value.hint
+    assert "--input label=_,1,N,8" in info.value.hint
 
 
 def test_annotated_data_from_inputs(shape_of):
@@ -179,7 +179,7 @@ def test_annotated_data_crop_overrides_resize(shape_of):
     text = ANNOTATED.format(transform="crop_h: 200 crop_w: 250 resize_param { height: 300 width: 300 }")
     with pytest.raises(NeedsInput) as info:
         shape_of(text)
-    assert "--input data=4,C,200,250" in info.value.hint
+    assert "--input data=_,C,200,250" in info.value.hint
 
 
 def test_annotated_data_fit_small_size_needs_batch_one(shape_of):

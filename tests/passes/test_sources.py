@@ -228,14 +228,16 @@ def test_a_relative_source_resolves_against_the_working_directory_not_the_nets_f
     assert analyze("models/lenet.prototxt").blobs["data"] == (64, 1, 28, 28)
     monkeypatch.chdir(in_tmp / "models")  # the net's folder: no examples/ there
     result = run("analyze", "lenet.prototxt")
-    assert result.exit_code == 2 and "--input data=64,C,H,W" in result.output
+    assert result.exit_code == 2 and "--input data=_,C,H,W" in result.output
+    # Issue 34: the request said nothing of where the source was looked for.
+    assert f"; its source examples/mnist/mnist_train_lmdb is not at {in_tmp / 'models'}/examples/mnist/mnist_train_lmdb (Caffe opens a relative source from the folder it runs in" in result.output
 
 
 def test_a_missing_source_keeps_the_precise_request_for_input(in_tmp):
     result = run("analyze", str(ALEXNET))
     assert result.exit_code == 2
     assert "the file does not tell the shape of 1 data blob(s): 'data' (layer 'data', Data, line 2)" in result.output
-    assert "--input data=256,C,227,227" in result.output and "caffemem[data]" not in result.output
+    assert "--input data=_,C,227,227" in result.output and "caffemem[data]" not in result.output
 
 
 def test_a_corrupt_lmdb_is_one_message_naming_the_file_and_the_layer(in_tmp):
@@ -271,8 +273,8 @@ def test_without_the_extra_the_request_for_input_names_it_once(in_tmp, monkeypat
     monkeypatch.setitem(sys.modules, "PIL.Image", None)  # as if not installed: importing it raises ImportError
     result = run("analyze", str(ALEXNET))
     assert result.exit_code == 2
-    assert "--input data=256,C,227,227" in result.output
-    assert result.output.count("pip install 'caffemem[data]'") == 1 and "(PIL.Image is not installed)" in result.output
+    assert "--input data=_,C,227,227" in result.output
+    assert result.output.count("pip install 'caffemem[data]'") == 1 and "(Pillow is not installed (import PIL.Image))" in result.output
 
 
 def test_a_database_needs_no_library(in_tmp, monkeypatch):
@@ -449,7 +451,7 @@ def test_a_listed_image_that_is_missing_keeps_the_request_for_input_and_names_it
     net = net_copy(FLICKR, **{"new_height: 256\n    new_width: 256\n": "", "crop_size: 227\n    mean_file": "mean_file"})
     result = run("analyze", net)
     assert result.exit_code == 2
-    assert "--input data=50,3,H,W" in result.output and "the first image images/gone.jpg that data/flickr_style/train.txt lists does not exist" in result.output
+    assert "--input data=_,3,H,W" in result.output and "the first image images/gone.jpg that data/flickr_style/train.txt lists does not exist" in result.output
 
 
 # ---- the forks' image-and-label-map lists -------------------------------------------

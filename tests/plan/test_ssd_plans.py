@@ -35,3 +35,46 @@ def test_permute_reads_the_bottom_and_the_top_diff():
     rule = net.memory.rules[1]
     touches = [(a.blob.name, a.part, a.write) for a in rule.forward + rule.backward if isinstance(a, Touch) and a.blob.kind == "blob"]
     assert touches == [("x", "data", False), ("y", "data", True), ("y", "diff", False), ("x", "diff", True)]
+
+
+BOXES = (
+    'layer { name: "data" type: "AnnotatedData" top: "data" top: "label" include { phase: TRAIN }\n'
+    '  data_param { source: "no_lmdb" batch_size: 4 backend: LMDB } transform_param { resize_param { height: 8 width: 8 } } }\n'
+    'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 8 } }\n'
+    'layer { name: "loss" type: "EuclideanLoss" bottom: "ip" bottom: "ip" top: "l" }\n'
+    'layer { name: "sink" type: "Silence" bottom: "label" }\n'
+)
+
+
+def test_batch_scales_the_images_but_not_the_box_label():
+    # Issue 34: AnnotatedData's label holds every box of the batch on one 1 x 1 x N x 8
+    # plane (annotated_data_layer.cpp): its axis 0 is not the batch.
+    net = caffemem.analyze(BOXES, inputs={"data": "_,3,_,_", "label": "_,_,5,_"}, batch=32).nets[0]
+    assert (net.blobs["data"], net.blobs["label"]) == ((32, 3, 8, 8), (1, 1, 5, 8))
+
+
+def test_optimize_writes_a_box_net_at_another_batch_and_verify_reads_it_back(tmp_path):
+    net, out = tmp_path / "boxes.prototxt", tmp_path / "boxes32.prototxt"
+    net.write_text(BOXES)
+    result = CliRunner().invoke(main, ["optimize", str(net), "--input", "data=_,3,_,_", "--input", "label=_,_,5,_", "--batch", "32", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "batch_size: 32" in out.read_text()
+    assert CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0
+
+
+@needs_shared
+def test_ssd_train_is_written_at_batch_32(tmp_path):
+    out = tmp_path / "ssd32.prototxt"
+    result = CliRunner().invoke(main, ["optimize", str(SSD), "--input", "data=_,3,_,_", "--input", "label=_,_,8,_", "--batch", "32", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    net = caffemem.analyze(str(out), inputs={"data": "_,3,_,_", "label": "_,_,8,_"}).nets[0]
+    assert (net.blobs["data"], net.blobs["label"]) == ((32, 3, 300, 300), (1, 1, 8, 8))
+
+
+def test_a_batch_the_file_cannot_state_is_refused_at_the_users_net(tmp_path):
+    net, out = tmp_path / "python.prototxt", tmp_path / "python4.prototxt"
+    net.write_text('layer { name: "data" type: "Python" top: "data" python_param { module: "m" layer: "L" } }\n'
+                   'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 8 } }\n')
+    result = CliRunner().invoke(main, ["optimize", str(net), "--input", "data=2,3", "--batch", "4", "-o", str(out)])
+    assert result.exit_code == 2 and result.output.startswith(f"caffemem: error: {net}:1: layer 'data' (Python): --batch 4 with -o:")
+    assert not out.exists()

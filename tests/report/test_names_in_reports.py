@@ -44,7 +44,7 @@ HOSTILE_MESSAGE = "layer '<img src=x onerror=alert(1)>': see [here](http://e.vil
 def test_markdown_shows_html_mentions_links_and_cells_in_a_name_as_text():
     row = render_markdown(error_report(HOSTILE_FILE, HOSTILE_MESSAGE)).splitlines()[-1]
     assert row == (
-        f"| ❌ | a\\|b\\`&lt;c&gt;@{ZWJ}x\\_y.prototxt | file |  |  |  |  | "
+        f"| ❌ | a\\|b\\`&lt;c&gt;@{ZWJ}x\\_y.prototxt | file |  |  |  |  |  | "
         f"layer '&lt;img src=x onerror=alert(1)&gt;': see \\[here\\](http://e.vil) !\\[i\\](http://t) @{ZWJ}octocat \\*b\\* \\~s\\~ \\$m\\$"
         "\\\\n::error::forged\\\\r\\\\x1b\\[2J |"
     )

@@ -119,7 +119,7 @@ def test_optimize_answers_first_with_the_plan_against_stock_and_the_fork():
     lines = analyze(LENET, "--phase", "TRAIN", columns=200, command="optimize")
     bytes_ = as_json(LENET, "--phase", "TRAIN", command="optimize")["bytes"]
     figure = {name: f"{n / 2**20:,.2f} MiB ({n / 2**30:.2f} GiB)" for name, n in bytes_.items()}
-    assert lines[0] == f"TRAIN, batch 64: caffemem's plan {figure['planned']} against stock Caffe's {figure['stock']} and the fork's {figure['fork']}"
+    assert lines[0] == f"TRAIN, batch 64: caffemem's plan {figure['planned']} against stock Caffe's {figure['stock']} and the memory-multiloading fork's (yjxiong/caffe) {figure['fork']}"
     # LeNet's packed plan is one slot; the stock row compares with itself.
     title = " ".join(line.strip() for line in lines[1:4])  # the table's title, wrapped to the table
     assert "plan 'packed', 1 shared slot " in title and "slots" not in title

@@ -130,6 +130,13 @@ def test_the_patch_command(bvlc):
     assert result.exit_code == 1
 
 
+def test_reverting_a_clean_tree_says_there_was_nothing_to_revert(bvlc):
+    # Issue 34: it said "(reverted; rebuild Caffe)" of a tree it had not touched.
+    result = patch(str(bvlc), "--revert")
+    assert result.exit_code == 0
+    assert result.output.startswith(f"{bvlc}: caffemem runtime patch not applied (") and result.output.endswith("): nothing to revert, nothing changed\n")
+
+
 def test_the_patch_command_refuses_a_folder_that_is_no_caffe_tree_in_one_line(tmp_path):
     result = patch(str(tmp_path))
     assert result.exit_code == 2

@@ -207,7 +207,7 @@ def help_examples() -> dict[str, list[Example]]:
     for name, command in main.commands.items():
         text = command.help or ""
         after = text.split("Examples:", 1)[1] if "Examples:" in text else ""
-        lines = [line.strip() for line in after.splitlines() if names_caffemem(line)]
+        lines = [line.strip() for line in _joined(tuple(after.splitlines())) if names_caffemem(line)]  # a long example continues with a backslash
         examples[name] = [Example(part, f"caffemem {name} --help") for line in lines for part in _PART_SEPARATORS.split(_without_comment(line)) if _CAFFEMEM.match(part)]
     return examples
 
