@@ -7,6 +7,7 @@ verify → render).  The CLI is a thin layer over :func:`analyze`.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -129,6 +130,14 @@ class Options:
         if not isinstance(self.overrides, (set, frozenset, Sequence)) or isinstance(self.overrides, str) or not all(isinstance(name, str) for name in self.overrides):
             raise CaffememError(f"overrides {excerpt(repr(self.overrides))}: expected a set of input names")
         fix("overrides", frozenset(self.overrides))
+        for name in ("layers_file", "caffe_root"):  # paths, as --layers and --caffe-root give them
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise CaffememError(f"{name} {excerpt(repr(value))}: expected a path, or None")
+            if value is not None:
+                fix(name, os.fspath(value))
+        if not isinstance(self.lenient, bool):
+            raise CaffememError(f"lenient {excerpt(repr(self.lenient))}: expected True or False")
 
     @property
     def build_engine(self) -> str:

@@ -28,6 +28,9 @@ LENET = str(FIXTURES / "examples" / "lenet_train.prototxt")
         ({"overrides": "data"}, "overrides 'data': expected a set of input names"),
         ({"inputs": {"data": (64, 1.5)}}, "inputs: data's shape (64, 1.5): expected whole numbers from 0 to 2147483647 (or -1, the file's own value), e.g. (64, 1, 28, 28) or \"64,1,28,28\""),
         ({"inputs": {"data": "64,x"}}, "--input 'data=64,x': expected NAME=d0,d1,... with whole numbers from 0 to 2147483647 or _ (the file's own value), e.g. data=1,3,224,224 or data=_,3,_,_"),
+        ({"layers_file": 5}, "layers_file 5: expected a path, or None"),
+        ({"caffe_root": 5}, "caffe_root 5: expected a path, or None"),
+        ({"lenient": "yes"}, "lenient 'yes': expected True or False"),
         ({"inputs": ["data"]}, "inputs ['data']: expected a mapping of blob name to shape, e.g. {'data': (64, 1, 28, 28)}"),
     ],
 )
