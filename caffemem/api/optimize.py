@@ -74,6 +74,11 @@ class OptimizeSettings:
         object.__setattr__(self, "exclude", tuple(exclude))
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", parse_policy(self.recompute, "recompute="))
+        if self.recompute is not None and not isinstance(self.recompute, Policy):
+            raise CaffememError(f"recompute {excerpt(repr(self.recompute))}: expected a policy (\"cheap\", \"sqrt\", \"budget=6GiB\"), or None")
+        for name in ("share_buffers", "inplace"):
+            if not isinstance(getattr(self, name), bool):
+                raise CaffememError(f"{name} {excerpt(repr(getattr(self, name)))}: expected True or False")
         if self.recompute is not None and self.strategy == "fork":
             raise CaffememError(RECOMPUTE_NOT_WITH_FORK)
 

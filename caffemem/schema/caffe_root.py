@@ -61,7 +61,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from caffemem.errors import CaffememError, Location, excerpt
-from caffemem.userfiles import open_input
+from caffemem.userfiles import note_read_path, open_input
 
 PROTO = Path("src", "caffe", "proto", "caffe.proto")
 MAX_PROTO_BYTES = 16 * 1024 * 1024
@@ -507,11 +507,16 @@ def registered_types(root: Path) -> dict[str, Registration]:
     ``typeLayer``, e.g. ``REGISTER_LAYER_CLASS(Concat);`` in concat_layer.cpp) and
     ``REGISTER_LAYER_CREATOR(type, creator)`` (layer_factory.cpp's engine switches)."""
     found: dict[str, Registration] = {}
-    for folder in (root / "src" / "caffe", root / "include"):
-        for path in _sources(folder):
-            for line_number, name in _registrations(path):
-                found.setdefault(name, Registration(name, path, line_number))
+    for path in source_files(root):
+        for line_number, name in _registrations(path):
+            found.setdefault(name, Registration(name, path, line_number))
     return found
+
+
+def source_files(root: Path) -> list[Path]:
+    """The tree's C++ and CUDA sources that registrations are read from (src/caffe and
+    include/, tests left out)."""
+    return [path for folder in (root / "src" / "caffe", root / "include") for path in _sources(folder)]
 
 
 def _registrations(path: Path) -> list[tuple[int, str]]:
@@ -551,6 +556,10 @@ class CaffeRoot:
     def registered(self) -> dict[str, Registration]:
         return registered_types(self.root)
 
+    @functools.cached_property
+    def sources(self) -> tuple[Path, ...]:
+        return tuple(source_files(self.root))
+
     def relative(self, path: Path) -> str:
         """``path`` as the user would write it: under the root they gave."""
         try:
@@ -567,7 +576,14 @@ def caffe_root(root: str | os.PathLike) -> CaffeRoot:
         version = (status.st_mtime_ns, status.st_size)
     except OSError:
         version = None
-    return _caffe_root(str(root), version)
+    tree = _caffe_root(str(root), version)
+    # Its caffe.proto and sources are inputs of every run given the tree, read this time
+    # or from the cache, so no output may land on one (issue 31: `--html` on a registered
+    # .cpp with a warm cache, or with the type declared in --layers, overwrote it).
+    note_read_path(tree.root / PROTO)
+    for path in tree.sources:
+        note_read_path(path)
+    return tree
 
 
 @functools.lru_cache(maxsize=8)

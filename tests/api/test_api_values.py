@@ -63,6 +63,8 @@ def test_a_stage_given_as_one_string_is_one_stage():
         ({"strategy": "bogus"}, "strategy 'bogus': expected one of auto, fork, "),
         ({"strategy": "fork", "recompute": "sqrt"}, "--recompute is run by caffemem's patched Caffe from its own table: it cannot go with --strategy fork"),
         ({"exclude": [3]}, "exclude [3]: expected a list of blob names"),
+        ({"recompute": 5}, "recompute 5: expected a policy (\"cheap\", \"sqrt\", \"budget=6GiB\"), or None"),
+        ({"share_buffers": "yes"}, "share_buffers 'yes': expected True or False"),
     ],
 )
 def test_a_wrong_optimize_setting_is_a_caffemem_error(values, message):

@@ -157,6 +157,22 @@ def test_o_over_the_caffe_proto_of_caffe_root_is_refused(tmp_path, monkeypatch):
     assert proto.read_bytes() == before
 
 
+@pytest.mark.skipif(tree_module._grpc_tools_spec() is None and shutil.which("protoc") is None, reason="no protoc")
+def test_an_output_over_a_source_file_of_caffe_root_is_refused_even_unread(tmp_path, monkeypatch):
+    # The hostile campaign: with the cache warm (or no unknown type to look up) the tree's
+    # .cpp files were not read this run, and `--html` overwrote one of them.
+    root = fork_tree(tmp_path / "caffe")
+    source = root / "src" / "caffe" / "layers" / "up_layer.cpp"
+    source.parent.mkdir(parents=True)
+    source.write_text("REGISTER_LAYER_CLASS(Up);\n")
+    monkeypatch.setenv("CAFFEMEM_CACHE_DIR", str(tmp_path / "cache"))
+    assert run("analyze", LENET, "--caffe-root", root).exit_code == 0  # the cache is warm now
+    result = run("analyze", LENET, "--caffe-root", root, "--html", source)
+    assert result.exit_code == 2
+    assert one_error_line(result) == f"caffemem: error: {source}: --html names a file this run read; choose another file"
+    assert source.read_text() == "REGISTER_LAYER_CLASS(Up);\n"
+
+
 def test_check_report_over_the_config_it_read_is_refused(tmp_path, monkeypatch):
     # Issue 31, item 12: `check ... --report json:caffemem.toml` replaced the settings.
     shutil.copy(LENET, tmp_path / "net.prototxt")
