@@ -136,3 +136,20 @@ def check_plans(tmp_path, text: str, phase: str = "TRAIN", name: str = "net.prot
         assert runner.invoke(main, ["optimize", str(path), "--phase", phase, "--plan-json", str(plan), *given]).exit_code == 0
         assert runner.invoke(main, ["verify", str(path), str(plan), *given]).exit_code == 0
     return result
+
+
+def run_cli(*args):
+    """A caffemem command through its click entry point, every argument as text."""
+    from click.testing import CliRunner
+
+    from caffemem.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_error_line(result) -> str:
+    """The one line a refused command prints on stderr (the contract: one line, no
+    traceback)."""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]

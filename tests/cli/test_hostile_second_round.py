@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES, REPO, SHARED, needs_shared
+from conftest import FIXTURES, REPO, SHARED, needs_shared, one_error_line, run_cli
 
 from caffemem.cli import main
 
@@ -21,14 +21,7 @@ FORK_DEFECT_NET = FIXTURES / "plan" / "fork_defect.prototxt"  # docs/fork-memopt
 HERE = {**os.environ, "PYTHONPATH": str(REPO), "CAFFEMEM_DEVICE": "cpu"}  # this checkout's caffemem, whatever the folder
 
 
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_error_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
+run = run_cli
 
 
 def shell(command: str, cwd, env=None, **kwargs) -> subprocess.CompletedProcess:

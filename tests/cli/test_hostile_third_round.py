@@ -15,10 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, one_error_line, run_cli
 
-from caffemem.cli import main
 from caffemem.schema import caffe_root as tree_module
 
 LENET = FIXTURES / "examples" / "lenet_train.prototxt"
@@ -26,14 +24,7 @@ SCRIPT = Path(sys.executable).parent / "caffemem"  # the installed `caffemem` co
 MARKER_CODE = "import pathlib, os\npathlib.Path(os.environ['CAFFEMEM_TEST_MARKER']).write_text('ran')\n"
 
 
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_error_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
+run = run_cli
 
 
 def fork_tree(root: Path) -> Path:

@@ -17,11 +17,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from conftest import SHARED
+from conftest import SHARED, one_error_line, run_cli
 
 from caffemem.api.analyze import Options, analyze
-from caffemem.cli import main
 from caffemem.passes.load import load
 from caffemem.schema import caffe_root as tree_module
 from caffemem.schema.caffe_root import PROTO, CaffeRoot, compile_proto, registered_types
@@ -109,19 +107,12 @@ def rule(tmp_path) -> Path:
     return path
 
 
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+run = run_cli
 
 
 def blobs(result) -> dict:
     """name -> shape of `analyze --json`'s one net."""
     return {blob["name"]: blob["shape"] for blob in json.loads(result.stdout)["blobs"]}
-
-
-def one_error_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 def refusal(*args) -> str:
