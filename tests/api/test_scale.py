@@ -1,6 +1,6 @@
 """Generated nets of 1,000 layers (chains, wide DAGs, Inception-style) and ResNet-152 plan
 correctly.  Their speed and memory are measured by benchmarks/scale.py (figures of one
-run, in the README), never asserted here: CI machines are shared and noisy."""
+run, in docs/benchmarks.md), never asserted here: CI machines are shared and noisy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""benchmarks/recompute.py: the README's table "Recompute in backward" is its output, and
+"""benchmarks/recompute.py: the table of docs/recompute.md ("Recompute in backward") is its output, and
 on the issue's net (ResNet-50 with force_backward, batch 32, CPU mode) the best policy's plan
 is at most half the plan without recomputation."""
 
@@ -20,8 +20,8 @@ def rows():
 
 
 @needs_shared
-def test_the_readme_table_is_the_benchmarks_output(rows):
-    assert load_script(SCRIPT).markdown(rows) in (REPO / "README.md").read_text()
+def test_the_guides_table_is_the_benchmarks_output(rows):
+    assert load_script(SCRIPT).markdown(rows) in (REPO / "docs" / "recompute.md").read_text()
 
 
 @needs_shared

@@ -1,7 +1,7 @@
 """Bounded memory for hostile inputs (issue 26, item 6).  Each reproduction of the issue
 runs `caffemem analyze` in a process whose address space is capped (RLIMIT_AS) far below
 what it took before, and must still give its one-line answer: memory is asserted, not
-time.  (benchmarks/memory.py measures the peak against the input's size; README:
+time.  (benchmarks/memory.py measures the peak against the input's size; docs/benchmarks.md:
 "Memory for any input".)"""
 
 from __future__ import annotations

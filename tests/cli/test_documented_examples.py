@@ -1,9 +1,10 @@
-"""Every example the README and the commands' --help show runs as written, on the bundled
-fixtures (``fixtures/docs/``), and prints what the README shows (issue 25 item 4).
+"""Every example the README, the user guide (``docs/*.md``) and the commands' --help show runs
+as written, on the bundled fixtures (``fixtures/docs/``), and prints what its page shows
+(issue 25 item 4; the guide, issue 34).
 
-The conventions (which README blocks run, which are outputs, ``...`` for elided lines) are
-in ``tests/tools/readme_examples.py``; ``python tests/tools/readme_examples.py --update``
-rewrites the README's shown outputs after a change of wording.
+The conventions (which blocks run, which are outputs, ``...`` for elided lines) are in
+``tests/tools/readme_examples.py``; ``python tests/tools/readme_examples.py --update``
+rewrites the pages' shown outputs after a change of wording.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import pytest
 from conftest import REPO
 from tools import readme_examples as docs
 
-README_TEXT = (REPO / "README.md").read_text(encoding="utf-8")
-README_RUNS = docs.readme_runs(README_TEXT)
+README_RUNS = docs.readme_runs((REPO / "README.md").read_text(encoding="utf-8"))
+DOCUMENTED_RUNS = docs.documented_runs()
 HELP_EXAMPLES = docs.help_examples()
 
 
@@ -22,12 +23,12 @@ def _run(examples: list[docs.Example]) -> None:
         pytest.skip(f"no Caffe source tree to patch in {docs.CAFFE_TARBALLS}")
     outcomes = docs.run_examples(examples)
     problems = [problem for outcome in outcomes for problem in [outcome.problem()] if problem]
-    assert not problems, "\n\n".join(problems) + "\n\n(python tests/tools/readme_examples.py --update refreshes the README's shown outputs)"
+    assert not problems, "\n\n".join(problems) + "\n\n(python tests/tools/readme_examples.py --update refreshes the pages' shown outputs)"
     assert len(outcomes) == len(examples)
 
 
-@pytest.mark.parametrize("block, examples", README_RUNS, ids=[block.where for block, _ in README_RUNS])
-def test_the_readme_example_runs_and_prints_what_the_readme_shows(block, examples):
+@pytest.mark.parametrize("block, examples", DOCUMENTED_RUNS, ids=[block.where for block, _ in DOCUMENTED_RUNS])
+def test_the_documented_example_runs_and_prints_what_its_page_shows(block, examples):
     _run(examples)
 
 
@@ -41,12 +42,27 @@ def test_every_command_shows_examples_in_its_help():
 
 
 def test_the_readme_shows_a_transcript_and_the_sh_examples_are_run():
-    # The fit transcript compares its output; the quick start's `.venv/bin/caffemem` runs.
-    kinds = {block.kind for block, _ in README_RUNS}
-    assert {"console", "sh", "python"} <= kinds
+    # The transcripts compare their output; the quick start's `.venv/bin/caffemem` runs.
+    assert {"console", "sh"} <= {block.kind for block, _ in README_RUNS}
     commands = [example.command for _, examples in README_RUNS for example in examples]
     assert ".venv/bin/caffemem analyze fixtures/examples/lenet_train.prototxt" in commands
     assert not any(command.startswith(("pip", "make", "git", "python3 -m venv")) for command in commands)
+
+
+def test_the_guide_pages_examples_are_collected_with_the_readmes():
+    pages = {block.page for block, _ in DOCUMENTED_RUNS}
+    assert {"README.md", "docs/analyze.md", "docs/fit.md", "docs/api.md"} <= pages
+    assert "python" in {block.kind for block, _ in DOCUMENTED_RUNS}  # the library's example, docs/api.md
+    assert README_RUNS == [run for run in DOCUMENTED_RUNS if run[0].page == "README.md"]
+
+
+def test_a_guide_page_names_its_blocks_by_its_path():
+    [(block, _)] = docs.readme_runs("x\n```sh\ncaffemem --version\n```\n", "docs/fit.md")
+    assert block.where == "docs/fit.md:2"
+
+
+def test_the_documented_pages_are_the_readme_then_every_guide_page():
+    assert docs.documented_pages() == [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
 def test_a_block_that_shows_caffemem_without_saying_what_it_is_is_refused():

@@ -1,19 +1,23 @@
-"""The examples the README and every command's ``--help`` show, run as written (issue 25).
+"""The examples the README, the user guide (``docs/*.md``) and every command's ``--help``
+show, run as written (issues 25 and 34).
 
 A documented example that does not run is worse than none, so the tests run them all
-(``tests/cli/test_documented_examples.py``) and this script refreshes the outputs the README
-shows after a change of wording:
+(``tests/cli/test_documented_examples.py``) and this script refreshes the outputs the pages
+show after a change of wording:
 
     python tests/tools/readme_examples.py            # run every example, say what differs (exit 1)
-    python tests/tools/readme_examples.py --update   # rewrite the README's shown outputs
+    python tests/tools/readme_examples.py --update   # rewrite the pages' shown outputs
 
-**Which README blocks are what.** The fence's info string says it:
+The pages are ``documented_pages()``: README.md, then every ``docs/*.md``; a block is named by
+its page and line (``docs/fit.md:12``).  Every page follows the same conventions.
+
+**Which blocks are what.** The fence's info string says it:
 
 - ```` ```console ````: a transcript.  Each ``$ `` line is a command (run by bash); the lines
   after it, up to the next ``$ `` line, are its standard output, compared line by line (trailing
   spaces and trailing empty lines aside).  A line that is exactly ``...`` stands for any number
   of lines, at most once per output: ``--update`` keeps as many lines before and after it as
-  the README shows.
+  the page shows.
 - ```` ```sh ````: commands to copy.  Each ``caffemem`` command in it runs and must exit 0:
   a line, or a part of a line joined by ``&&`` or ``;``, whose program is ``caffemem`` (also
   as ``.venv/bin/caffemem``).  Other programs (pip, make, git, caffe) are not run.
@@ -23,7 +27,7 @@ shows after a change of wording:
 - Any other block with a line that starts with ``caffemem `` or ``$ caffemem `` is an
   error: say what it is.  Inline ``code`` in prose is not run.
 
-**Where they run.** Each README block, and each command's ``--help`` examples (in their
+**Where they run.** Each block of a page, and each command's ``--help`` examples (in their
 order), run in a fresh folder that starts as a copy of ``fixtures/docs/`` (the
 ``train_val.prototxt``, ``deploy.prototxt``, ``solver.prototxt`` and ``models/`` the
 examples name) with ``fixtures`` linking the repository's ``fixtures/``.  ``HOME`` is that
@@ -48,6 +52,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 DOCS_FIXTURES = ROOT / "fixtures" / "docs"
 CAFFE_TARBALLS = ROOT.parent / "shared" / "caffe"
 ELIDED = "..."
@@ -62,12 +67,14 @@ _CAFFEMEM = re.compile(r"^(?:\S*/)?caffemem(?=\s|$)")
 
 @dataclass(frozen=True)
 class Block:
-    """A fenced block of the README: its info string and its lines (``first`` is the
-    0-based index in the README of the line after the opening fence)."""
+    """A fenced block of a page: its info string and its lines (``first`` is the 0-based
+    index in the page of the line after the opening fence; ``page``, its path from the
+    repository's root)."""
 
     info: str
     first: int
     lines: tuple[str, ...]
+    page: str = "README.md"
 
     @property
     def kind(self) -> str:
@@ -75,13 +82,13 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.first}"  # the opening fence's 1-based line number
+        return f"{self.page}:{self.first}"  # the opening fence's 1-based line number
 
 
 @dataclass(frozen=True)
 class Example:
-    """One command to run; ``shown`` is the output the README shows (``None``: only its
-    exit code, 0, is checked), at README lines ``shown_at`` (0-based, end excluded)."""
+    """One command to run; ``shown`` is the output its page shows (``None``: only its
+    exit code, 0, is checked), at the page's lines ``shown_at`` (0-based, end excluded)."""
 
     command: str
     where: str
@@ -105,11 +112,22 @@ class Outcome:
         if self.returncode != 0:
             return f"{self.example.where}: `{self.example.command}` exited {self.returncode}:\n{self.stderr.strip() or self.stdout.strip()}"
         if self.example.shown is not None and not output_matches(self.example.shown, self.lines):
-            return f"{self.example.where}: `{self.example.command}` printed\n" + "\n".join(self.lines) + "\nbut the README shows\n" + "\n".join(self.example.shown)
+            return f"{self.example.where}: `{self.example.command}` printed\n" + "\n".join(self.lines) + f"\nbut {self.example.where.rsplit(':', 1)[0]} shows\n" + "\n".join(self.example.shown)
         return None
 
 
-def readme_blocks(text: str) -> list[Block]:
+def documented_pages() -> list[Path]:
+    """The pages whose examples run: README.md, then the user guide's ``docs/*.md``."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def page_name(path: Path) -> str:
+    """A page's name in messages: its path from the repository's root (else its file name)."""
+    resolved = path.resolve()
+    return resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else path.name
+
+
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
     """Every fenced block, with its info string (```` ```sh synopsis ```` -> "sh synopsis")."""
     blocks, lines, i = [], text.splitlines(), 0
     while i < len(lines):
@@ -118,7 +136,7 @@ def readme_blocks(text: str) -> list[Block]:
             i += 1
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == opening.group(1)), len(lines))
-        blocks.append(Block(opening.group(2).strip(), i + 1, tuple(lines[i + 1 : end])))
+        blocks.append(Block(opening.group(2).strip(), i + 1, tuple(lines[i + 1 : end]), page))
         i = end + 1
     return blocks
 
@@ -130,7 +148,7 @@ def names_caffemem(line: str) -> bool:
 
 
 def block_examples(block: Block) -> list[Example]:
-    """The commands of a README block, by the conventions above (ValueError: unclassified)."""
+    """The commands of a block, by the conventions above (ValueError: unclassified)."""
     if block.kind == "console":
         return _transcript(block)
     if block.kind == "sh":
@@ -257,18 +275,24 @@ def run_examples(examples: list[Example]) -> list[Outcome]:
     return outcomes
 
 
-def readme_runs(text: str) -> list[tuple[Block, list[Example]]]:
-    """The README's blocks that run something, with their examples."""
-    return [(block, examples) for block in readme_blocks(text) for examples in [block_examples(block)] if examples]
+def readme_runs(text: str, page: str = "README.md") -> list[tuple[Block, list[Example]]]:
+    """A page's blocks that run something, with their examples."""
+    return [(block, examples) for block in readme_blocks(text, page) for examples in [block_examples(block)] if examples]
+
+
+def documented_runs() -> list[tuple[Block, list[Example]]]:
+    """The runs of every documented page, README first."""
+    return [run for path in documented_pages() for run in readme_runs(path.read_text(encoding="utf-8"), page_name(path))]
 
 
 def update_readme(path: Path = README) -> list[str]:
-    """Rewrite the outputs the README shows from the commands' real output; the commands
-    that changed, by README position.  Raises RuntimeError naming a command that fails."""
+    """Rewrite the outputs a page (the README by default) shows from the commands' real
+    output; the commands that changed, by page position.  Raises RuntimeError naming a
+    command that fails."""
     text = path.read_bytes().decode("utf-8")  # its own line endings kept
     lines = text.splitlines(keepends=True)
     changes: list[tuple[tuple[int, int], list[str], str]] = []
-    for _block, examples in readme_runs(text):
+    for _block, examples in readme_runs(text, page_name(path)):
         if needs_caffe_tree(examples) and caffe_tarball() is None:
             continue
         for outcome in run_examples(examples):
@@ -291,7 +315,7 @@ def update_readme(path: Path = README) -> list[str]:
 def problems() -> list[str]:
     """What is wrong with every documented example now (empty: all run as shown)."""
     found: list[str] = []
-    groups = [examples for _, examples in readme_runs(README.read_text(encoding="utf-8"))] + list(help_examples().values())
+    groups = [examples for _, examples in documented_runs()] + list(help_examples().values())
     for examples in groups:
         if needs_caffe_tree(examples) and caffe_tarball() is None:
             print(f"skipped (no Caffe tree in {CAFFE_TARBALLS}): {examples[0].where}", file=sys.stderr)
@@ -302,11 +326,11 @@ def problems() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--update", action="store_true", help="rewrite the outputs README.md shows from the commands' real output")
+    parser.add_argument("--update", action="store_true", help="rewrite the outputs README.md and docs/*.md show from the commands' real output")
     args = parser.parse_args(argv)
     if args.update:
-        changed = update_readme()
-        print("\n".join(f"updated {what}" for what in changed) or "README.md already shows every output as the commands print it")
+        changed = [what for path in documented_pages() for what in update_readme(path)]
+        print("\n".join(f"updated {what}" for what in changed) or "every page already shows every output as the commands print it")
         return 0
     found = problems()
     print("\n\n".join(found) or "every documented example runs as shown")
