@@ -5,7 +5,7 @@ and environment would make them, each judged against the contract the README pro
     python benchmarks/hostile.py --cases 300 --seed 7 --json summary.json
     python benchmarks/hostile.py --only 1234 --seed 0 --keep   # one case again: its folder, command, verdict
     python benchmarks/hostile.py --surfaces cwd,patch --cases 100   # only those surfaces
-    python benchmarks/hostile.py --markdown summary.json  # the README's tables of a --json summary
+    python benchmarks/hostile.py --markdown summary.json  # docs/hostile.md's tables of a --json summary
 
 A seeded generator (:func:`generate`) draws each case from one of the surfaces of
 :data:`SURFACES`, each with its share.  The first six are the families of the first
@@ -91,7 +91,7 @@ under a time limit (20 s for issue 31's surfaces) and an address-space cap
 
 The summary counts runs, exit codes, tracebacks, hangs, altered inputs, round-trip
 failures, unsafe tables and peak memory, and per surface its cases, exit codes and
-defects; it lists every defect with its case number.  ``--markdown`` prints the README's
+defects; it lists every defect with its case number.  ``--markdown`` prints docs/hostile.md's
 tables of a summary.
 """
 
@@ -2587,7 +2587,7 @@ def summarize(results: list[Result], seconds: float) -> dict:
 
 
 def markdown(summary: dict) -> str:
-    """The summary as the README's two tables: per surface, then the whole campaign."""
+    """The summary as docs/hostile.md's two tables: per surface, then the whole campaign."""
     lines = ["| surface | what it tries | cases | exit codes | defects |", "|---|---|--:|---|---|"]
     for name, row in summary["surfaces"].items():
         codes = ", ".join(f"{code}: {n:,}" for code, n in row["exit_codes"].items())
@@ -2718,7 +2718,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--surfaces", help="comma-separated: draw only these surfaces (another sequence: give it with --only too)")
     parser.add_argument("--json", type=Path, help="write the summary here too")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (each forks its cases)")
-    parser.add_argument("--markdown", type=Path, metavar="JSON", help="only print the README's tables of a summary written by --json")
+    parser.add_argument("--markdown", type=Path, metavar="JSON", help="only print docs/hostile.md's tables of a summary written by --json")
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())), end="")

@@ -6,7 +6,7 @@ its peak resident memory (VmHWM) read as it exits.
     python benchmarks/memory.py --sizes 1 2 4 8 16       # MB
     python benchmarks/memory.py --layers 5000 20000      # the per-layer table only at these counts
 
-Prints three Markdown tables (the README's "Memory for any input"): peak against input
+Prints three Markdown tables (docs/benchmarks.md, "Memory for any input"): peak against input
 bytes per kind, with the slope of a least-squares line through (input bytes, peak bytes);
 peak and seconds against the layers of a valid chain net, text and binary, with the slope
 per layer (what the layer limit, passes/load.py MAX_LAYERS, bounds); and a fork tree

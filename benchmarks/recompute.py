@@ -95,7 +95,7 @@ def markdown(found: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--markdown", action="store_true", help="print the README's table")
+    parser.add_argument("--markdown", action="store_true", help="print docs/recompute.md's table")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args(argv)
     found = rows(args.device)

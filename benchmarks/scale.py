@@ -5,7 +5,7 @@ ResNet-152, each command a fresh process, as a user runs it.
     python benchmarks/scale.py                      # 1k and 10k layers, ResNet-152
     python benchmarks/scale.py --sizes 1000 10000 100000 --repeat 1
 
-Prints a Markdown table (the README's "Benchmarks" section) and the machine it ran on.
+Prints a Markdown table (docs/benchmarks.md) and the machine it ran on.
 The last column is the growth of the time per layer against the smallest size, divided by
 what n log n allows (log n / log n₀): 1.00 or less means the command grows no faster than
 n log n.  These are figures of one run on one machine; no test asserts on them.

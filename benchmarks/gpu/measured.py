@@ -3,7 +3,7 @@ made by `gpu_groundtruth.py run-bundle`) beside caffemem's figures for the same 
 command is benchmarks/gpu_measured.py:
 
     python benchmarks/gpu_measured.py [ARCHIVE] [--json OUT] [--nets SUBSTRING ...]
-    python benchmarks/gpu_measured.py [ARCHIVE] --readme-table   # the README's table
+    python benchmarks/gpu_measured.py [ARCHIVE] --readme-table   # docs/gpu-mode.md's table
 
 For each run it reads the probe's counts and asks the model the same question:
 - Caffe's own allocations: every byte the probe counted at Caffe's cudaMalloc sites
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("archive", nargs="?", type=Path, default=ARCHIVE)
     parser.add_argument("--json", type=Path, help="write every row and the fit here")
     parser.add_argument("--nets", nargs="*", default=(), help="only the files whose name contains one of these")
-    parser.add_argument("--readme-table", action="store_true", help="print the README's table of this measurement and stop")
+    parser.add_argument("--readme-table", action="store_true", help="print docs/gpu-mode.md's table of this measurement and stop")
     args = parser.parse_args(argv)
     if args.readme_table:
         with tarfile.open(args.archive) as tar:

@@ -32,7 +32,7 @@ PROGRESS_MIN_FILES = 8  # fewer files finish before a bar is worth drawing
 @click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top, for every file that has one of that name: the axes the file leaves open, _ for one it states (repeatable).")
 @OVERRIDE_INPUT_OPTION
 @click.option("--config", "config_file", metavar="FILE", help="Per-file inputs, phase, stages and budget (default: caffemem.toml or pyproject.toml's [tool.caffemem] here or above, up to the repository's root).")
-@click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see README).")
+@click.option("--layers", "layers_file", metavar="FILE", help="Declarations of custom layer types (see docs/forks.md).")
 @CAFFE_ROOT_OPTION
 @click.option("--lenient", is_flag=True, help="Skip unknown fields with a warning instead of failing.")
 @click.option("--dtype", type=click.Choice(list(DTYPE_BYTES)), default="float32", show_default=True, help="Caffe's Dtype.")

@@ -307,7 +307,7 @@ CAFFE_ROOT_OPTION = click.option(
     show_envvar=True,
     expose_value=False,
     callback=_remember_caffe_root,
-    help="Your Caffe fork's source tree: its src/caffe/proto/caffe.proto is read with caffemem's schema, and the layer types it registers tell a fork's type from a typo (see README: 'A fork through its caffe.proto').",
+    help="Your Caffe fork's source tree: its src/caffe/proto/caffe.proto is read with caffemem's schema, and the layer types it registers tell a fork's type from a typo (see docs/forks.md).",
 )
 
 
@@ -325,7 +325,7 @@ def device_flags(command: Callable) -> Callable:
         metavar="MIB",
         expose_value=False,
         callback=_remember("context_mib"),
-        help="GPU mode: the CUDA context with the main thread's cuBLAS and cuRAND per card, as measured on yours (default: 594.8 MiB, measured on an H100; see README).",
+        help="GPU mode: the CUDA context with the main thread's cuBLAS and cuRAND per card, as measured on yours (default: 594.8 MiB, measured on an H100; see docs/gpu-mode.md).",
     )(command)
     return click.option(
         "--device",
@@ -362,7 +362,7 @@ class RecomputePolicy(click.ParamType):
 RECOMPUTE_HELP = (
     "Run some layers' Forward again inside Backward instead of keeping their outputs (TRAIN): cheap (MXNet's mirror: "
     "cheap layers), sqrt (Chen et al.'s checkpoints), budget=SIZE (the least recomputation that fits SIZE); "
-    "implies --share-buffers; the patched Caffe runs it (see README)."
+    "implies --share-buffers; the patched Caffe runs it (see docs/recompute.md)."
 )
 
 
@@ -413,7 +413,7 @@ def net_options(command: Callable) -> Callable:
         click.option("--level", type=click.IntRange(-(2**31), 2**31 - 1), help="NetState level."),  # an int32 in NetState
         click.option("--input", "inputs", multiple=True, metavar="NAME=d0,d1,...", help="Shape of a data-layer top: the axes the file leaves open, _ for one it states (repeatable)."),
         OVERRIDE_INPUT_OPTION,
-        click.option("--layers", "layers_file", type=str, metavar="FILE", help="Declarations of custom layer types (see README)."),
+        click.option("--layers", "layers_file", type=str, metavar="FILE", help="Declarations of custom layer types (see docs/forks.md)."),
         click.option("--lenient", is_flag=True, help="Skip unknown fields with a warning instead of failing."),
         click.option("--dtype", type=click.Choice(["float32", "float16", "float64"]), default="float32", show_default=True, help="Caffe's Dtype."),
         click.option("--batch", type=click.IntRange(min=1), help="Rescale the batch axis of every data layer."),

@@ -296,7 +296,7 @@ def layer_skeleton(type_name: str, layers: list, root: Any) -> str:
                 params.append(described.name)
     lines = [
         f"# {type_name}: registered by the fork in {root.relative(found.file)}:{found.line}; caffemem has no shape rule for it.",
-        "# Write each top's shape as the layer's Reshape computes it (README: 'Custom layers'), then pass this file with --layers.",
+        "# Write each top's shape as the layer's Reshape computes it (docs/forks.md), then pass this file with --layers.",
     ]
     for name in params:
         message = views[0].DESCRIPTOR.fields_by_name[name].message_type

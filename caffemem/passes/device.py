@@ -27,7 +27,7 @@ handles) are kept apart, as constants measured on a card (CUDA_CONTEXT, CUDNN_HA
 Caffe's own allocations in this model equal what an H100 counted at Caffe's cudaMalloc
 sites, byte for byte, on every run of benchmarks/gpu-groundtruth (320 runs, two measurements).
 ../shared/caffe/GPU-MEMORY.md cites every fact used here (for the developers; no output
-names a file an installed user does not have: :func:`gpu_caveat` points to the README).
+names a file an installed user does not have: :func:`gpu_caveat` points to the user guide).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Constant:
     measured_for_caffe: bool
 
 
-# Measured on the card (README "GPU mode (--device)", benchmarks/gpu-groundtruth): one
+# Measured on the card (docs/gpu-mode.md, benchmarks/gpu-groundtruth): one
 # NVIDIA H100 80GB HBM3, driver 580.159.04, CUDA 13.0, cuDNN 9, BVLC Caffe 9b89154.
 MEASURED_ON = "an H100 80GB (driver 580, CUDA 13.0, cuDNN 9)"
 CUDA_CONTEXT = Constant(
@@ -438,7 +438,7 @@ def _grouped_handles_note(run: Run) -> tuple[str, ...]:
 
 def gpu_caveat(device: DeviceReport) -> str:
     """The one line every output in GPU mode carries once (not per net): what its figures
-    rest on, and where the README says more."""
+    rest on, and where the user guide says more."""
     parts = [
         f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 320 runs), the context and handles as "
         f"measured there (--context-mib gives yours), kernels loaded lazily not counted ({LAZY_KERNELS_LOW / 2**20:+.0f} to "
@@ -448,4 +448,4 @@ def gpu_caveat(device: DeviceReport) -> str:
         parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")
     if device.gpus > 1:
         parts.append(f"with --gpus {device.gpus} every card holds the figure (NCCL's buffers not counted)")
-    return "; ".join(parts) + " — README: 'GPU mode (--device)'"
+    return "; ".join(parts) + " — docs/gpu-mode.md"

@@ -256,7 +256,7 @@ def _spec_for(layer: Layer, specs: SpecTable, graph: Graph) -> LayerSpec:
     hint += f": it belongs to {fork}" if fork else ""
     raise CaffememError(
         f"unknown layer type '{layer.type}'{hint}; describe it in a file passed with --layers "
-        "(see README: 'Custom layers')",
+        "(see docs/forks.md)",
         _where(layer, file),
     )
 
@@ -278,7 +278,7 @@ def _unknown_in_tree(layer: Layer, specs: SpecTable, graph: Graph) -> CaffememEr
     others = f" (and {len(missing) - 1} more of the fork's types)" if len(missing) > 1 else ""
     return NoShapeRule(
         f"type '{layer.type}' is registered by the fork in {root.relative(found.file)}:{found.line} but caffemem has no shape rule for it{others}; "
-        "describe it in a file passed with --layers: a skeleton for it is on standard output (see README: 'Custom layers')",
+        "describe it in a file passed with --layers: a skeleton for it is on standard output (see docs/forks.md)",
         where,
         skeleton,
     )

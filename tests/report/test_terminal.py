@@ -102,7 +102,7 @@ def test_gpu_caveats_are_one_line_per_output_pointing_to_the_readme():
     for command, args in (("analyze", (SOLVER,)), ("optimize", (LENET,))):
         result = CliRunner().invoke(main, [command, *args, "--device", "gpu"], env={"COLUMNS": "400"})
         caveats = [line for line in result.output.splitlines() if "kernels loaded lazily not counted" in line]
-        assert len(caveats) == 1 and caveats[0].endswith("— README: 'GPU mode (--device)'"), caveats
+        assert len(caveats) == 1 and caveats[0].endswith("— docs/gpu-mode.md"), caveats
         assert "../shared" not in result.output and "benchmarks/" not in result.output and ".md" not in result.output
         document = json.dumps(as_json(*args, "--device", "gpu", command=command))
         assert document.count("kernels loaded lazily not counted") == 1 and "../shared" not in document and "benchmarks/" not in document

@@ -210,13 +210,13 @@ def test_a_type_the_fork_registers_without_a_rule_gets_a_ready_skeleton_on_stand
     assert one_error_line(result) == (
         f"caffemem: error: {net}:3: TEST net: layer 'up' (MyUpsample): type 'MyUpsample' is registered by the fork in "
         f"{fork}/src/caffe/layers/my_upsample_layer.cpp:6 but caffemem has no shape rule for it; describe it in a file passed "
-        "with --layers: a skeleton for it is on standard output (see README: 'Custom layers')"
+        "with --layers: a skeleton for it is on standard output (see docs/forks.md)"
     )
     proto = (fork / PROTO).read_text()
     scale, mode = (proto[: proto.index(field)].count("\n") + 1 for field in ("optional uint32 scale", "optional Mode mode"))
     assert result.stdout == (
         f"# MyUpsample: registered by the fork in {fork}/src/caffe/layers/my_upsample_layer.cpp:6; caffemem has no shape rule for it.\n"
-        "# Write each top's shape as the layer's Reshape computes it (README: 'Custom layers'), then pass this file with --layers.\n"
+        "# Write each top's shape as the layer's Reshape computes it (docs/forks.md), then pass this file with --layers.\n"
         "# my_upsample_param (MyUpsampleParameter), fields the expressions may read:\n"
         f"#   my_upsample_param.scale: uint32 = 2, caffe.proto:{scale}; this net: 4\n"
         f"#   my_upsample_param.mode: MyUpsampleParameter.Mode = NEAREST, caffe.proto:{mode}; this net: BILINEAR\n"

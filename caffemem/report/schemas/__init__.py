@@ -10,7 +10,7 @@ Every document carries ``schema_version``, an integer read here from its schema 
 one place it is written).  It goes up when a field the schema requires is removed, renamed
 or changes its type; a new field does not change it, and the schemas allow fields they do
 not name, so a program written against version N keeps working while N stays.  They are
-strict about the fields the README documents and their types, and the tests validate real
+strict about the fields the user guide documents and their types, and the tests validate real
 outputs against them (``tests/report/test_json_schemas.py``).
 """
 
