@@ -448,4 +448,4 @@ def gpu_caveat(device: DeviceReport) -> str:
         parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")
     if device.gpus > 1:
         parts.append(f"with --gpus {device.gpus} every card holds the figure (NCCL's buffers not counted)")
-    return "; ".join(parts) + " — docs/gpu-mode.md"
+    return "; ".join(parts) + " — user guide: GPU mode (docs/gpu-mode.md)"

@@ -410,7 +410,7 @@ def test_a_solvers_page_opens_with_the_training_process_and_one_caveat_in_gpu_mo
     header = text.split("</header>")[0]
     # LeNet's solver on one card: train net, SGD history, the test net without its shared parameters.
     assert f'<p class="answer">Training on one card: {mib_gib(process.total_bytes)}, all alive at once — train net {mib(process.train_bytes)}' in header
-    assert text.count("kernels loaded lazily not counted") == 1 and "docs/gpu-mode.md" in header
+    assert text.count("kernels loaded lazily not counted") == 1 and "user guide: GPU mode (docs/gpu-mode.md)" in header
     assert "../shared" not in text and "benchmarks/" not in text
 
 

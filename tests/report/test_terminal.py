@@ -98,12 +98,12 @@ def test_the_host_column_is_in_mib_throughout():
     assert cells and all(cell.endswith(" MiB") for cell in cells), cells
 
 
-def test_gpu_caveats_are_one_line_per_output_pointing_to_the_readme():
+def test_gpu_caveats_are_one_line_per_output_pointing_to_the_guide():
     for command, args in (("analyze", (SOLVER,)), ("optimize", (LENET,))):
         result = CliRunner().invoke(main, [command, *args, "--device", "gpu"], env={"COLUMNS": "400"})
         caveats = [line for line in result.output.splitlines() if "kernels loaded lazily not counted" in line]
-        assert len(caveats) == 1 and caveats[0].endswith("— docs/gpu-mode.md"), caveats
-        assert "../shared" not in result.output and "benchmarks/" not in result.output and ".md" not in result.output
+        assert len(caveats) == 1 and caveats[0].endswith("— user guide: GPU mode (docs/gpu-mode.md)"), caveats
+        assert "../shared" not in result.output and "benchmarks/" not in result.output and result.output.count(".md") == 1
         document = json.dumps(as_json(*args, "--device", "gpu", command=command))
         assert document.count("kernels loaded lazily not counted") == 1 and "../shared" not in document and "benchmarks/" not in document
 
