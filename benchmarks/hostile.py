@@ -2231,11 +2231,15 @@ def _value_of(argv: tuple[str, ...], flag: str) -> str | None:
 
 def interrupted_before_caffemem(case: Case, stderr: str) -> bool:
     """Ctrl-C in a fresh interpreter before it reached caffemem's first line (Python's
-    own start-up: site, .pth files, runpy): its traceback has no frame in the package.
+    own start-up: site, .pth files, runpy, the package's __init__): its traceback has no
+    frame in the package past the lines that set __main__'s handler.
     No program can catch that; the summary counts these apart."""
     package = str(REPO / "caffemem") + os.sep
+    # The package's own first lines run before __main__ can set its handler: importing
+    # caffemem/__init__.py (and its _version), and __main__'s two imports above the handler.
+    before_the_handler = {package + name for name in ("__init__.py", "_version.py", "__main__.py")}
     frames = re.findall(r'File "([^"]+)"', stderr)
-    return case.fresh and case.interrupt_after is not None and not any(frame.startswith(package) for frame in frames)
+    return case.fresh and case.interrupt_after is not None and all(frame in before_the_handler for frame in frames if frame.startswith(package))
 
 
 def _outputs_hold_what_they_claim(case: Case, folder: Path, written: list[str]) -> list[str]:

@@ -224,3 +224,17 @@ def test_the_guides_tables_are_the_summary_of_the_last_full_campaign():
     summary = json.loads(SUMMARY.read_text())
     assert summary["runs"] >= 7000 and set(summary["surfaces"]) == set(hostile.SURFACES)
     assert hostile.markdown(summary) in (REPO / "docs" / "hostile.md").read_text()
+
+
+def test_ctrl_c_before_mains_handler_is_start_up_and_after_it_a_defect():
+    # The CI sample once met Ctrl-C inside caffemem/__init__.py, before __main__ can set
+    # its handler: as uncatchable as Python's own start-up.
+    case = hostile.Case(0, "signal", ("analyze", "net.prototxt"), interrupt_after=0.1, fresh=True)
+    package = hostile.REPO / "caffemem"
+
+    def traceback(*files: str) -> str:
+        return "Traceback (most recent call last):\n" + "".join(f'  File "{name}", line 1, in <module>\n' for name in files) + "KeyboardInterrupt\n"
+
+    assert hostile.interrupted_before_caffemem(case, traceback("<frozen runpy>", "/usr/lib/python3.11/site.py"))
+    assert hostile.interrupted_before_caffemem(case, traceback("<frozen runpy>", str(package / "__init__.py"), str(package / "_version.py")))
+    assert not hostile.interrupted_before_caffemem(case, traceback(str(package / "__main__.py"), str(package / "cli" / "__init__.py")))
