@@ -25,7 +25,7 @@ from pathlib import Path
 from caffemem._version import __version__
 from caffemem.api.analyze import Options, analyze, load_source, net_phases, spec_table
 from caffemem.api.config import CheckConfig
-from caffemem.errors import CaffememError, Location
+from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.passes.load import NetSource, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
@@ -221,6 +221,9 @@ class CheckSettings:
 def check_file(path: str, settings: CheckSettings) -> tuple[Outcome, ...]:
     """Every net and phase of one file, measured; bad input becomes a Problem (a phase
     that fails does not hide the phase that builds)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise CaffememError(f"check_file: {excerpt(repr(path))} is not a path")
+    path = os.fspath(path)
     try:
         options, budget = settings.config.settings_for(path, settings.options, settings.budget) if settings.config else (settings.options, None)
         source = load_source(path, options)

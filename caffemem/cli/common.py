@@ -167,6 +167,23 @@ def raise_on_interrupt() -> None:
         for number in TERMINATING_SIGNALS:
             if signal.getsignal(number) == signal.SIG_DFL:
                 signal.signal(number, _terminate)
+        sys.unraisablehook = functools.partial(redeliver_signals, sys.unraisablehook)
+
+
+def redeliver_signals(otherwise, unraisable) -> None:
+    """sys.unraisablehook: Ctrl-C or SIGTERM that Python raised inside a weakref callback
+    or a ``__del__`` (importlib's module-lock callback, say) cannot propagate from there:
+    Python would print "Exception ignored ... KeyboardInterrupt" and drop it, and the run
+    would go on as if never interrupted (the hostile campaign's case 3959).  The signal is
+    sent again, to be raised where the command's own code runs; anything else goes to
+    ``otherwise``, the hook before ours."""
+    error = unraisable.exc_value
+    if isinstance(error, KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    elif isinstance(error, Terminated):
+        signal.raise_signal(error.signum)
+    else:
+        otherwise(unraisable)
 
 
 TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))

@@ -78,3 +78,11 @@ def test_a_wrong_optimize_setting_is_a_caffemem_error(values, message):
 def test_a_wrong_fit_request_is_a_caffemem_error(values):
     with pytest.raises(CaffememError):
         FitRequest(**values)
+
+
+def test_check_file_of_something_not_a_path_is_a_caffemem_error():
+    from caffemem.api import CheckSettings, check_file
+
+    with pytest.raises(CaffememError) as refused:
+        check_file(5, CheckSettings())
+    assert refused.value.message == "check_file: 5 is not a path"

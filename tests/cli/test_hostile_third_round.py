@@ -481,3 +481,28 @@ def test_a_file_whose_mem_param_plans_no_phase_is_refused(tmp_path):
     net.write_text(LENET.read_text() + "mem_param { optimize_train: false }\n")
     result = run("verify", net)
     assert result.exit_code == 2 and one_error_line(result).endswith("the file's mem_param plans no phase (no slot table, and optimize_train and optimize_test are off): write one with `caffemem optimize NET -o OUT`, or give a plan JSON after the net")
+
+
+# ----------------------------------------------------------------------------- Ctrl-C where Python cannot raise it
+
+
+def test_ctrl_c_dropped_inside_a_weakref_callback_is_sent_again():
+    # The campaign's case 3959: Ctrl-C landed in importlib's module-lock callback; Python
+    # printed "Exception ignored ... KeyboardInterrupt" and the run went on.
+    import signal
+    from types import SimpleNamespace
+
+    from caffemem.cli.common import redeliver_signals
+
+    passed_on = []
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            redeliver_signals(passed_on.append, SimpleNamespace(exc_value=KeyboardInterrupt()))
+            for _ in range(1000):  # the handler runs at the next bytecode boundary
+                pass
+        other = SimpleNamespace(exc_value=ValueError("in a __del__"))
+        redeliver_signals(passed_on.append, other)
+        assert passed_on == [other]
+    finally:
+        signal.signal(signal.SIGINT, previous)
