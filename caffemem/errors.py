@@ -30,7 +30,7 @@ class Location:
     def describe(self) -> str:
         """`file:line:col: PHASE net: layer 'name' (Type)` with the unknown parts left out."""
         parts: list[str] = []
-        position = self.file or ""
+        position = str(self.file or "")  # a path object from a library caller, too
         if self.line is not None:
             position += f":{self.line}"
             if self.column is not None:

@@ -15,12 +15,13 @@ another phase than its table is refused (record.py ``for_table``).  Then, in ord
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from caffemem.api.analyze import Options, analyze, load_source, net_batch, planning_runs, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
-from caffemem.errors import CaffememError, Location
+from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.passes.load import NetSource
 from caffemem.passes.schedule import build_schedule
 from caffemem.plan.carried import Table, tables_in
@@ -66,6 +67,8 @@ def verify(
     one (the library default: the caller's ``options`` throughout; a plan without a record
     is checked in a CPU run unless ``Options(device="gpu")``, the command line's default)."""
     options = with_overrides(options, phase, inputs, None)
+    if plan_file is not None and not isinstance(plan_file, (str, os.PathLike)):
+        raise CaffememError(f"plan_file {excerpt(repr(plan_file))}: expected a path to a --plan-json file, or None (the table the net carries)")
     path = as_source(net)
     source = load_source(path, options)
     if not isinstance(source, NetSource):
@@ -74,7 +77,7 @@ def verify(
     if plan_file is None:
         tables = tables_in(source, path, wanted)
     else:
-        where = Location(file=plan_file)
+        where = Location(file=os.fspath(plan_file))
         tables = [
             Table(plan_phase, plan, None if record is None or plan_phase is None else for_table(MadeFor.from_json(record, where), plan_phase, f"the made_for record of the {plan_phase} entry", where))
             for plan_phase, plan, record in read_plan(plan_file, wanted)

@@ -86,3 +86,15 @@ def test_check_file_of_something_not_a_path_is_a_caffemem_error():
     with pytest.raises(CaffememError) as refused:
         check_file(5, CheckSettings())
     assert refused.value.message == "check_file: 5 is not a path"
+
+
+def test_verify_of_a_plan_file_not_a_path_is_a_caffemem_error():
+    with pytest.raises(CaffememError) as refused:
+        caffemem.verify(LENET, 5)
+    assert refused.value.message.startswith("plan_file 5: expected a path")
+
+
+def test_a_location_whose_file_is_a_path_object_still_describes_itself(tmp_path):
+    from caffemem import Location
+
+    assert str(CaffememError("bad", Location(file=tmp_path / "net.prototxt", line=3))) == f"{tmp_path / 'net.prototxt'}:3: bad"
