@@ -421,8 +421,10 @@ def test_in_gpu_mode_the_live_values_are_the_cards_not_the_cpu_runs():
     options = Options(device="gpu")
     result = optimize(str(SHARED / "models" / "fcn_voc-fcn8s" / "deploy.prototxt"), options, OptimizeSettings(share_buffers=True))
     (section,) = plan_sections(result)  # the result knows its own options (issue 34: without them, the merged run's)
-    card = result.phases[0].devices.stock
-    assert min(section.timeline.live) == section.timeline.allocated[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
+    # The live values are the planned run's on the card (issue 34 item 10): at step 0 it
+    # holds what Net::Init put there, no slot yet, and no value is live.
+    card = result.phases[0].devices.planned
+    assert min(section.timeline.live) == section.timeline.planned[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
 
 
 def test_in_gpu_mode_the_table_marks_the_largest_step_on_the_card():
