@@ -132,8 +132,8 @@ def _print_layer_paragraphs(title: str, columns: list[tuple[str, str, str | None
     for row in rows:
         index, name, kind, blobs, params, *figures = ("".join(fragment for fragment, _ in cell) for cell in row)
         facts = [f"params {params}"] if params else []
-        facts += [f"{header} {figure}" for (header, _, _), figure in zip(columns[5:], figures) if figure]
-        for line in wrapped(f"{index:>4} {name} ({kind}): {blobs}" + (f"; {', '.join(facts)}" if facts else ""), console.width, hang=7):
+        facts += [", ".join(f"{header} {figure}" for (header, _, _), figure in zip(columns[5:], figures) if figure)]
+        for line in wrapped("; ".join([f"{index:>4} {name} ({kind}): {blobs}", *filter(None, facts)]), console.width, hang=7):
             console.print(Text(line), soft_wrap=True)
 
 

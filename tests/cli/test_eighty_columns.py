@@ -117,7 +117,7 @@ def test_the_wide_per_layer_table_asked_for_is_a_paragraph_a_layer_with_every_fi
     assert lines[start - 1] == "SmallNet — net (TRAIN, batch 32, float32)"
     # conv1: its shapes, then each figure named by its column, a figure never cut from its unit.
     assert lines[start + 3 : start + 6] == [
-        "   1 conv1 (Convolution): data → conv1 [32×64×54×54]; params 64×3×11×11, 64,",
+        "   1 conv1 (Convolution): data → conv1 [32×64×54×54]; params 64×3×11×11, 64;",
         "       outputs 22.78 MiB, gradients 18.38 MiB, buffers 4.05 MiB, parameters",
         "       0.18 MiB, total 45.38 MiB",
     ]
