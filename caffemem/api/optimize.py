@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, run_schedule, spec_table, with_overrides
+from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
 from caffemem.api.source import NetLike, as_source
 from caffemem.api.timeline import Timeline, run_timeline
 from caffemem.errors import CaffememError, Location, UnsafePlan, excerpt
@@ -135,10 +135,9 @@ class PhasePlan:
     def timeline(self) -> Timeline:
         """The planned run step by step in the figures' mode (api/timeline.py), computed
         when a view first asks (``optimize --html``).  Its slots are placed over the run
-        planned; in GPU mode its live values are the card's run alone."""
+        planned; in GPU mode its live values are the planned run's on the card."""
         figures = (self.devices.stock, self.devices.planned) if self.devices is not None else (self.stock, self.planned)
-        live = lifetimes(run_schedule(self.shaped, self.specs, self.options)) if self.devices is not None else None
-        return run_timeline(self.schedule, self.liveness, *figures, self.totals()["lower_bound"], self.plan_data, live)
+        return run_timeline(self.schedule, self.liveness, *figures, self.totals()["lower_bound"], self.plan_data)
 
     @property
     def peak(self) -> Peak:

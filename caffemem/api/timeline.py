@@ -10,6 +10,7 @@ views (report/html.py) only format it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from caffemem.passes.device import DeviceReport
@@ -82,23 +83,28 @@ def run_timeline(
     planned: MemoryReport | DeviceReport | None = None,
     lower_bound: int | None = None,
     plan: PlanData | None = None,
-    live: Liveness | None = None,
 ) -> Timeline:
     """The timeline of one run: ``stock`` (and a plan's ``planned``) reports in the run's
-    mode (a DeviceReport: the card's bytes), ``plan`` whose slots to place, ``live``: the
-    liveness of the live series where it is not ``liveness`` (GPU mode: the card's run
-    alone, not the merged run a plan must also be right in)."""
+    mode (a DeviceReport: the card's bytes), ``plan`` whose slots to place.  The live
+    series is of the run the figures are of: in GPU mode with a plan, the planned run on
+    the card (:func:`planned_live_by_step`), so that the plan's line never dips below it."""
     allocated = _series(schedule, stock)
     storage = storage_uses(schedule, liveness)
+    members = slot_members(schedule, storage, plan) if plan is not None else ()
+    series = _series(schedule, planned) if planned is not None else None
+    if isinstance(planned, DeviceReport) and series is not None:
+        live = planned_live_by_step(schedule, planned, series, members)
+    else:
+        live = live_by_step(liveness, allocated)
     return Timeline(
         step_names=tuple(schedule.step_name(step) for step in schedule.steps),
         step_kinds=tuple(step.kind for step in schedule.steps),
         allocated=allocated,
-        planned=_series(schedule, planned) if planned is not None else None,
-        live=live_by_step(live or liveness, allocated),
+        planned=series,
+        live=live,
         lower_bound=lower_bound,
         storage=storage,
-        slot_members=slot_members(schedule, storage, plan) if plan is not None else (),
+        slot_members=members,
     )
 
 
@@ -132,12 +138,39 @@ def card_by_step(schedule: Schedule, device: DeviceReport) -> tuple[int, ...]:
     add what they cudaMalloc (``LayerSides.device``); everything else is there after step 0
     (Net::Init, the inputs, the prefetch batches, the CUDA context), so the series ends at
     the card's figure, ``device.device_bytes``."""
-    steps = [0 if step.layer is None or step.kind == "recompute" else device.layers[step.layer].device[1 if step.kind == "forward" else 2] for step in schedule.steps]
-    total, series = device.device_bytes - sum(steps), []
+    return _by_step(schedule, [layer.device for layer in device.layers], device.device_bytes)
+
+
+def _by_step(schedule: Schedule, layer_steps: Sequence[tuple[int, int, int]], total: int) -> tuple[int, ...]:
+    """A running total that ends at ``total``: each layer's Forward and Backward add their
+    part of ``layer_steps`` (SetUp, Forward, Backward) at their step, the rest is there
+    after step 0 (a Forward run again allocates nothing)."""
+    steps = [0 if step.layer is None or step.kind == "recompute" else layer_steps[step.layer][1 if step.kind == "forward" else 2] for step in schedule.steps]
+    held, series = total - sum(steps), []
     for added in steps:
-        total += added
-        series.append(total)
+        held += added
+        series.append(held)
     return tuple(series)
+
+
+def planned_live_by_step(schedule: Schedule, planned: DeviceReport, series: tuple[int, ...], members: tuple[SlotMember, ...]) -> tuple[int, ...]:
+    """GPU mode: what the planned run on the card holds live after each step, its bytes
+    (``series``) less the free space of the slots it has cudaMalloc'd: each slot counted
+    only for its members that hold a value then (issue 34: the live values of the card's
+    stock run, its cuDNN workspaces at their bound and nothing shared, lay above the
+    plan's line).  A verified plan never puts two members live at once in the same bytes,
+    so the series never exceeds ``series``."""
+    slots = _by_step(schedule, planned.slot_device, planned.slot_device_bytes) if planned.slot_device else (0,) * len(series)
+    alive = [0] * (len(series) + 1)  # a difference array of the members' live bytes
+    for member in members:
+        for first, last in member.storage.spans:
+            alive[first] += member.storage.bytes
+            alive[last + 1] -= member.storage.bytes
+    live, held = [], 0
+    for step, total in enumerate(series):
+        held += alive[step]
+        live.append(total - slots[step] + held)
+    return tuple(live)
 
 
 def with_outside(series: tuple[int, ...], outside: int) -> tuple[int, ...]:

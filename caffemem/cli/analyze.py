@@ -12,6 +12,7 @@ from caffemem.cli.common import (
     GPUS_OPTION,
     HTML_HELP,
     console,
+    output_width,
     distinct_outputs,
     net_options,
     options_from,
@@ -57,4 +58,4 @@ def analyze_command(net, phase, stages, level, inputs, layers_file, lenient, dty
     if as_json:
         click.echo(json.dumps(to_json(analysis), indent=1))
         return
-    print_tables(analysis, console(), layers_table, top)
+    print_tables(analysis, console(), layers_table, top, fit_table=output_width() is not None)

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, RecomputePolicy, net_options, options_from, output_width, progress, reports_errors
+from caffemem.cli.common import EXIT_CODES_HELP, EXIT_FINDING, RecomputePolicy, echo_wrapped, net_options, options_from, output_width, progress, reports_errors
 
 
 @click.command("fit", epilog=EXIT_CODES_HELP)
@@ -48,7 +48,7 @@ def fit_command(net, phase, stages, level, inputs, layers_file, lenient, dtype, 
         result = run_fit(net, options, request)
     click.echo(json.dumps(fit_json(result), indent=1) if as_json else "\n".join(fit_lines(result, output_width())))
     if not result.fits:
-        click.echo(f"caffemem: {nothing_fits_message(result)}", err=True)
+        echo_wrapped(f"caffemem: {nothing_fits_message(result)}", err=True)
         sys.exit(EXIT_FINDING)
 
 

@@ -90,7 +90,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
         where = "on the card" if options.device == "gpu" else "in all"
         for phase in losing:
             totals = phase.totals()
-            click.echo(
+            echo_wrapped(
                 f"caffemem: the {phase.strategy} plan of {phase.phase} holds {mib(totals['planned'])} {where}, more than stock Caffe's "
                 f"{mib(totals['stock'])}: nothing written ({one_line(net)}). --strategy auto never plans above stock Caffe.",
                 err=True,
@@ -104,7 +104,7 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
             added = fork_target_exclusions(result, options)
             if added is None:
                 unsafe = [p.phase for p in result.phases if not p.fork_safe]
-                click.echo(
+                echo_wrapped(
                     f"caffemem: the fork's own optimizer would corrupt this net in {' and '.join(unsafe)} "
                     f"(its plan fails caffemem's verifier: {one_line(net)}), and keeping blobs private does not make it safe; nothing written. "
                     "Write caffemem's verified slot table instead (--target caffemem, run by `caffemem patch`).",
@@ -113,19 +113,19 @@ def optimize_command(net, phase, stages, level, inputs, layers_file, lenient, dt
                 sys.exit(EXIT_FINDING)
             if added:
                 exclude_written = result.exclude + added
-                click.echo(one_line(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)"), err=True)
+                echo_wrapped(f"caffemem: kept private so that the fork's own optimizer is safe on this net: {', '.join(added)} (exclude_blob)", err=True)
             fork_off = fork_losing_phases(result, options, exclude_written)
             if len(fork_off) == len(result.phases):
-                click.echo(one_line(f"caffemem: the fork's own optimizer would hold more than stock Caffe in {' and '.join(fork_off)} ({net}); nothing written"), err=True)
+                echo_wrapped(f"caffemem: the fork's own optimizer would hold more than stock Caffe in {' and '.join(fork_off)} ({net}); nothing written", err=True)
                 sys.exit(EXIT_FINDING)
             for losing, (figure, stock) in fork_off.items():
-                click.echo(f"caffemem: the fork's own optimizer would hold {mib(figure)} in {losing}, more than stock Caffe's {mib(stock)}: left off there (optimize_{losing.lower()}: false)", err=True)
+                echo_wrapped(f"caffemem: the fork's own optimizer would hold {mib(figure)} in {losing}, more than stock Caffe's {mib(stock)}: left off there (optimize_{losing.lower()}: false)", err=True)
         original = result.inplace.text if result.inplace is not None else read_exact(net)
         text = written_text(result, options, original, exclude_written, target, frozenset(fork_off))
         if batch is not None and target == "caffemem":
             check_written(text, net, output, options)
         for note in other_phases_rebatched(result, options, text) if batch is not None and phase else ():
-            click.echo(one_line(f"caffemem: note: {note}"), err=True)
+            echo_wrapped(f"caffemem: note: {note}", err=True)
         write_output(output, encode_exact(text), inputs=inputs_read, may_replace=net if in_place_file else None)
     if plan_json is not None:
         write_output(plan_json, (json.dumps(document, indent=1) + "\n").encode("utf-8"), inputs=inputs_read, flag="--plan-json")

@@ -166,6 +166,11 @@ class DeviceReport:
     # Every (blob, part) the run touches on the device: a plan may share only these on the
     # card, where the patched runtime cudaMallocs every slot whole (api/optimize.py).
     on_device: frozenset[tuple[BlobId, str]] = frozenset()
+    # With a plan's slots: the part of each layer's ``device`` (SetUp, Forward, Backward)
+    # that cudaMallocs a slot, and all the slots put on the card (api/timeline.py: what the
+    # planned run holds live is its bytes less the slots' free space).
+    slot_device: tuple[tuple[int, int, int], ...] = ()
+    slot_device_bytes: int = 0
 
     @property
     def device_bytes(self) -> int:
@@ -228,6 +233,8 @@ class _TwoSidedHeap:
         self.charged: dict[tuple[str, Bucket], int] = {}
         self.by_cause: dict[tuple[str, str], int] = {}
         self.on_device: set[tuple[BlobId, str]] = set()
+        self.slots: dict[int, _Copies] = {}  # id -> a plan's slot storage (kept, so an id is never reused)
+        self.slot_charged: dict[Bucket, int] = {}  # device bytes of slots, by step
 
     def _charge(self, blob_id: BlobId, category: str, amount: int, side: str = "host") -> None:
         key = (side, self.bucket)
@@ -265,6 +272,8 @@ class _TwoSidedHeap:
         if copies is not None and not getattr(copies, side):
             setattr(copies, side, True)
             self._charge(blob_id, copies.category, copies.bytes, side)
+            if side == "device" and id(copies) in self.slots:
+                self.slot_charged[self.bucket] = self.slot_charged.get(self.bucket, 0) + copies.bytes
 
     share = Heap.share  # ShareData/ShareDiff: the same pointer swap as in a CPU run
 
@@ -281,7 +290,10 @@ class _TwoSidedHeap:
 
     # The plan's slots replace the members' own storage, as the runtime binds one buffer per
     # slot at the end of Net::Init (on the device in a GPU run).
-    take_over = Heap.take_over
+    def take_over(self, slots: SlotAssignment) -> None:
+        Heap.take_over(self, slots)
+        found = (getattr(self.blob(blob_id), part) for blob_id, part in slots.slot_of)
+        self.slots = {id(storage): storage for storage in found if storage is not None}
 
 
 def layer_sides(run: Run, specs: SpecTable) -> tuple[tuple[str, str], ...]:
@@ -389,6 +401,8 @@ def device_footprint(
         gpus=gpus,
         notes=notes,
         on_device=frozenset(heap.on_device),
+        slot_device=tuple(tuple(heap.slot_charged.get(Bucket(stage, layer.index), 0) for stage in ("init", "forward", "backward")) for layer in layers) if slots is not None else (),
+        slot_device_bytes=sum(heap.slot_charged.values()),
     )
 
 

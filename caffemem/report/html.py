@@ -178,15 +178,19 @@ def layer_table(shaped: ShapedGraph, stock: MemoryReport, planned: MemoryReport 
     """Every layer: its name, type and tops with shapes in one cell, what its
     SetUp/Forward/Backward allocated by category, and per step (with a plan: the planned
     run's Forward/Backward too).  ``card`` (GPU mode: stock's and the plan's device
-    reports): the steps are what the card gets, the categories those of a CPU run, and
-    the headers say so.  Eleven columns at most, none of them wider than its figures or
-    a wrapped name, so the table fits a 1024-pixel window."""
+    reports): every figure is the GPU run's, what the card gets at each step and what the
+    host gets in all, and no column is a CPU run's (issue 34: its categories stood beside
+    the card's steps).  Eleven columns at most, none of them wider than its figures or a
+    wrapped name, so the table fits a 1024-pixel window."""
     on_card = card is not None
-    where = "on the card" if on_card else "per step"
-    groups = [("", 2), ("by category" + (" (a CPU run)" if on_card else ""), len(CATEGORIES)), (f"allocated {where}", 3 if planned is None else 5)]
-    headers = ["#", "layer · type · tops [shape]", *(c.replace("_", " ") for c in CATEGORIES), "SetUp", "Forward", "Backward"]
+    kinds = () if on_card else tuple(c.replace("_", " ") for c in CATEGORIES)
+    groups = [("", 2)] + ([("by category", len(kinds))] if kinds else []) + [(f"allocated {'on the card' if on_card else 'per step'}", 3 if planned is None else 5)]
+    headers = ["#", "layer · type · tops [shape]", *kinds, "SetUp", "Forward", "Backward"]
     if planned is not None:
         headers += ["Forward, planned", "Backward, planned"]
+    if on_card:
+        groups.append(("on the host", 1))
+        headers.append("in all")
     stock_steps = card[0].layers if on_card else stock.layers
     largest = card[0].largest_step() if on_card else None
     peak = (card[0].layers[largest[0]].name if largest else None) if on_card else stock.peak_layer
@@ -201,11 +205,13 @@ def layer_table(shaped: ShapedGraph, stock: MemoryReport, planned: MemoryReport 
             f'<td class="name" title="bottoms: {escape(", ".join(layer.bottoms) or "none")}"><b>{escape(layer.name)}</b>{marks} <span class="type">{escape(layer.type)}{guessed}</span>'
             + (f'<div class="tops">{tops}</div>' if tops else "")
             + "</td>",
-            *(_cell(own.by_category[c]) for c in CATEGORIES),
+            *(_cell(own.by_category[c]) for c in CATEGORIES if not on_card),
             *(_cell(n) for n in _steps(stock_steps, layer.index, on_card)),
         ]
         if planned_steps is not None:
             cells += [_cell(n) for n in _steps(planned_steps, layer.index, on_card)[1:]]
+        if on_card:
+            cells.append(_cell(stock_steps[layer.index].host_total))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     group_row = "".join(f'<th colspan="{span}" class="group">{escape(name)}</th>' for name, span in groups)
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
@@ -233,7 +239,7 @@ def _batch(batch: int | None) -> str:
 def analysis_sections(analysis: Analysis, options: Options) -> tuple[Section, ...]:
     """One section per net of the file (a solver: its train net and each test net).  In
     GPU mode every figure is the card's: the facts, the causes, the largest layers, the
-    timeline and the table's steps (its categories, a CPU run's, say so)."""
+    timeline and the per-layer table (no column of it a CPU run's)."""
     sections = []
     for i, net in enumerate(analysis.nets):
         memory, device, timeline = net.memory, net.device, net.timeline
@@ -446,7 +452,7 @@ def _section_html(section: Section) -> str:
 <p class="note">{escape(section.gantt.note)} Hover a bar for its blob, bytes and steps.</p>
 <div class="chart gantt"></div>
 <details open><summary>Per-layer table ({layers} layers)</summary>
-<p class="note">MiB each layer's SetUp, Forward and Backward make Caffe allocate, by category and by step{" (by step: on the card; by category: in a CPU run)" if section.on_card else ""}; hover a figure for its exact bytes, a name for its bottoms.</p>{section.table}</details>
+<p class="note">MiB each layer's SetUp, Forward and Backward make Caffe allocate, {"on the card by step and on the host in all (a GPU run's figures only)" if section.on_card else "by category and by step"}; hover a figure for its exact bytes, a name for its bottoms.</p>{section.table}</details>
 {f'<ul class="notes">{notes}</ul>' if notes else ""}
 <script type="application/json" class="data">{_json_for_script(chart_data(section))}</script>
 </section>"""

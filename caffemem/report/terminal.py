@@ -15,6 +15,7 @@ from rich.text import Span, Text
 from caffemem.api.analyze import Analysis, DeviceReport, LayerSides, MemoryReport, NetAnalysis
 from caffemem.errors import one_line
 from caffemem.graph import Shape
+from caffemem.report.wrap import wrapped
 from caffemem.units import format_flops, mib, mib_column, mib_gib, percent_of, plural, signed_percent
 
 
@@ -26,19 +27,21 @@ def _cell(n: int) -> str:
     return "" if n == 0 else mib_column(n)
 
 
-def print_tables(analysis: Analysis, console: Console, layers_table: bool | None = None, top: int = 10) -> None:
+def print_tables(analysis: Analysis, console: Console, layers_table: bool | None = None, top: int = 10, fit_table: bool = True) -> None:
     """The answer first: for a solver the training process (train net, solver history,
     test nets), then per net what Caffe will allocate with its batch (prefetch on its own
     line), the largest step, where the memory goes and the ``top`` layers by bytes; then
     the full per-layer table when asked (``layers_table``), or, when not said, when it
     fits the terminal.  In GPU mode every figure is the card's, and what they rest on is
-    said once, last.  Every line fits ``console.width`` except the full table asked for."""
+    said once, last.  Every line fits ``console.width``: the full table asked for where it
+    is wider, a paragraph per layer (``fit_table`` False: the table as it is, a line a
+    layer, for a pipe that gave no width)."""
     if analysis.process is not None:
         _print_process(analysis, console)
     for note in analysis.notes:
         console.print(f"[dim]{markup(note)}[/dim]")
     for net in analysis.nets:
-        _print_net(net, console, layers_table, top)
+        _print_net(net, console, layers_table, top, fit_table)
     devices = [net.device for net in analysis.nets if net.device is not None]
     if devices:
         console.print(f"[dim]{devices[0].caveat}[/dim]")
@@ -95,7 +98,7 @@ def print_titled(console: Console, title: str, table: Table, justify: str = "cen
     console.print(table)
 
 
-def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, top: int) -> None:
+def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, top: int, fit_table: bool = True) -> None:
     graph, memory = net.shaped.graph, net.memory
     title = f"{shown(graph.name or net.file, MAX_BLOBS_CELLS)} — {net.role}{f' #{net.index}' if net.role == 'test' else ''} ({graph.phase}{_batch(net.batch)}, {memory.dtype})"
     console.print(f"[bold]{escape_markup(title)}[/bold]")
@@ -109,7 +112,9 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
     columns, rows = _layer_rows(net)
     texts = list(_table_text(title, columns, rows))
     widest = max(cell_len(line) for text in texts for line in text.plain.splitlines())
-    if layers_table or (layers_table is None and console.is_terminal and widest <= console.width):
+    if layers_table and fit_table and widest > console.width:
+        _print_layer_paragraphs(title, columns, rows, widest, console)
+    elif layers_table or (layers_table is None and console.is_terminal and widest <= console.width):
         for text in texts:
             console.print(text, soft_wrap=True)
     else:
@@ -117,6 +122,19 @@ def _print_net(net: NetAnalysis, console: Console, layers_table: bool | None, to
     _print_log_line(net, console)
     for note in net.notes + net.shaped.notes:
         console.print(f"[dim]{markup(note)}[/dim]")
+
+
+def _print_layer_paragraphs(title: str, columns: list[tuple[str, str, str | None]], rows: list[list[Cell]], widest: int, console: Console) -> None:
+    """The per-layer table too wide for the terminal (issue 34: 239 columns at 80): each
+    layer a paragraph, its figures named by their column, broken at spaces."""
+    console.print(Text(title, style="italic"))
+    console.print(Text(f"every layer, one a paragraph (as a table: {widest} columns)", style="dim"))
+    for row in rows:
+        index, name, kind, blobs, params, *figures = ("".join(fragment for fragment, _ in cell) for cell in row)
+        facts = [f"params {params}"] if params else []
+        facts += [", ".join(f"{header} {figure}" for (header, _, _), figure in zip(columns[5:], figures) if figure)]
+        for line in wrapped("; ".join([f"{index:>4} {name} ({kind}): {blobs}", *filter(None, facts)]), console.width, hang=7):
+            console.print(Text(line), soft_wrap=True)
 
 
 def _print_answer(memory: MemoryReport, console: Console, patched: str = "") -> None:
@@ -183,8 +201,9 @@ def _print_top_layers(net: NetAnalysis, console: Console, top: int) -> None:
 def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], list[list[Cell]]]:
     graph, memory = net.shaped.graph, net.memory
     columns = [("#", "right", "dim"), ("layer", "left", None), ("type", "left", "cyan"), ("bottoms → tops", "left", None), ("params", "left", "magenta")]
-    columns += [(column, "right", None) for column in ("outputs", "gradients", "buffers", "parameters", "total" if net.device is None else "CPU total")]
-    if net.device is not None:
+    if net.device is None:
+        columns += [(column, "right", None) for column in ("outputs", "gradients", "buffers", "parameters", "total")]
+    else:  # the GPU run's figures only (issue 34: a CPU run's categories stood beside them)
         columns += [("runs on", "left", "dim"), ("device", "right", None), ("host", "right", None)]
     blobs = net.shaped.blob_shapes
     rows: list[list[Cell]] = []
@@ -202,8 +221,7 @@ def _layer_rows(net: NetAnalysis) -> tuple[list[tuple[str, str, str | None]], li
                 [(elide(f"{bottoms} → {tops}", MAX_BLOBS_CELLS), None)],
                 [(elide(params, MAX_PARAMS_CELLS), None)],
             ]
-            + [[(_cell(n), None)] for n in numbers]
-            + ([] if net.device is None else _sides_cells(net.device.layers[layer.index]))
+            + ([[(_cell(n), None)] for n in numbers] if net.device is None else _sides_cells(net.device.layers[layer.index]))
         )
     return columns, rows
 

@@ -21,6 +21,9 @@ MIN_ROOM = 20  # the least a continuation line keeps for its words, however deep
 # Where a word too long for a line may break: after a path's separator, else after one of
 # these (a list's comma, an assignment's sign), else anywhere.
 _BREAKS = ("/", ",", "=", ":", "-", "_", ".")
+# A word, where a figure and its unit ("8.25 MiB", "<0.01 MiB,") count as one: a line
+# never ends between them.
+_WORD = re.compile(r"\S*\d (?:[KMGT]i?B|B)(?![\w])\S*|\S+")
 
 
 def _word_pieces(word: str, room: int, first_room: int) -> list[str]:
@@ -47,11 +50,12 @@ def _word_pieces(word: str, room: int, first_room: int) -> list[str]:
 
 def line_spans(text: str, width: int, hang: int = 0) -> list[tuple[int, int]]:
     """Where ``text`` (one line) breaks to fit ``width`` cells: (start, end) of each line's
-    part of it, breaking at spaces (which are dropped) and, for a word wider than a line,
+    part of it, breaking at spaces (which are dropped; not between a figure and its
+    unit) and, for a word wider than a line,
     inside it (:func:`_word_pieces`).  Continuation lines are to be indented ``hang`` cells;
     the text's own leading spaces stay on its first line."""
     room = max(width - hang, MIN_ROOM)
-    words = [match.span() for match in re.finditer(r"\S+", text)]
+    words = [match.span() for match in _WORD.finditer(text)]
     if not words:
         return [(0, 0)]
     spans: list[tuple[int, int]] = []

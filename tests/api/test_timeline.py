@@ -71,3 +71,36 @@ def test_a_result_computes_its_timeline_only_when_a_view_asks(chain):
     net, phase = analyze(chain, TEST).nets[0], optimize(chain, TEST).phases[0]
     assert "timeline" not in vars(net) and "timeline" not in vars(phase)
     assert net.timeline is net.timeline and phase.timeline is phase.timeline  # computed once
+
+
+PLANNED_RUNS = [
+    ("examples/lenet_train.prototxt", {}),
+    ("docs/train_val.prototxt", {"data": (3, 224, 224)}),
+    ("plan/recompute_resnet.prototxt", {}),
+]
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+@pytest.mark.parametrize("settings", [OptimizeSettings(), OptimizeSettings(share_buffers=True), OptimizeSettings(recompute="sqrt")], ids=["blobs", "share-buffers", "recompute"])
+@pytest.mark.parametrize("net, inputs", PLANNED_RUNS, ids=[net for net, _ in PLANNED_RUNS])
+def test_the_plans_line_never_dips_below_the_live_values_of_the_run_it_is_of(net, inputs, settings, device):
+    # Issue 34 item 10: in GPU mode the live values were the card's stock run (no shared
+    # buffers, no recomputation, each cuDNN workspace at its bound): 72 MiB above the plan
+    # of docs/train_val.prototxt with --share-buffers at step 0.
+    from conftest import FIXTURES
+
+    for phase in optimize(str(FIXTURES / net), Options(device=device, inputs=inputs), settings).phases:
+        timeline = phase.timeline
+        assert len(timeline.live) == len(timeline.planned) == len(timeline.step_names)
+        below = [(step, planned - live) for step, (planned, live) in enumerate(zip(timeline.planned, timeline.live)) if planned < live]
+        assert not below, f"{phase.phase}: the plan's line below the live values at (step, bytes) {below[:3]}"
+        assert min(timeline.live) > 0
+
+
+def test_in_gpu_mode_the_live_values_are_the_planned_runs_on_the_card(chain):
+    phase = optimize(chain, Options(phase="TEST", device="gpu"), OptimizeSettings(strategy="best-fit")).phases[0]
+    # Slot 0 (r1, r3) is cudaMalloc'd by r1's Forward, slot 1 (r2) by r2's, 64 B each.
+    assert phase.devices.planned.slot_device == ((0, 0, 0), (0, 64, 0), (0, 64, 0), (0, 0, 0), (0, 0, 0))
+    # Each slot holds a live value until step 4, where r2 (slot 1) has had its last read.
+    timeline = phase.timeline
+    assert [planned - live for planned, live in zip(timeline.planned, timeline.live)] == [0, 0, 0, 0, 64]

@@ -395,8 +395,9 @@ def test_the_per_layer_table_is_readable_in_a_1400_and_a_1024_pixel_window(brows
         layout = json.loads(dom.split('<pre id="layout">')[1].split("</pre>")[0])
         assert layout["viewport"] == width and layout["page"] <= width, f"{name}: the page scrolls sideways at {width} pixels"
         for table in layout["tables"]:
-            # lenet: #, layer, 5 categories, SetUp, Forward, Backward and the plan's two steps.
-            assert table["columns"] == 12
+            # #, layer, 5 categories (a CPU run: lenet), SetUp, Forward, Backward, the plan's
+            # two steps, and in GPU mode the host's bytes instead of the categories.
+            assert table["columns"] == (8 if name.endswith("gpu") else 12)
             assert table["scroll"] == 0 and table["right"] <= width, f"{name}: the per-layer table runs off a {width}-pixel window"
             assert table["clipped"] == 0 and table["smallest"] >= 11
 
@@ -421,8 +422,10 @@ def test_in_gpu_mode_the_live_values_are_the_cards_not_the_cpu_runs():
     options = Options(device="gpu")
     result = optimize(str(SHARED / "models" / "fcn_voc-fcn8s" / "deploy.prototxt"), options, OptimizeSettings(share_buffers=True))
     (section,) = plan_sections(result)  # the result knows its own options (issue 34: without them, the merged run's)
-    card = result.phases[0].devices.stock
-    assert min(section.timeline.live) == section.timeline.allocated[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
+    # The live values are the planned run's on the card (issue 34 item 10): at step 0 it
+    # holds what Net::Init put there, no slot yet, and no value is live.
+    card = result.phases[0].devices.planned
+    assert min(section.timeline.live) == section.timeline.planned[0] == card.device_bytes - sum(layer.device[1] + layer.device[2] for layer in card.layers)
 
 
 def test_in_gpu_mode_the_table_marks_the_largest_step_on_the_card():
@@ -431,6 +434,21 @@ def test_in_gpu_mode_the_table_marks_the_largest_step_on_the_card():
     # The terminal's line: the Forward of layer 1 'conv1' allocates 3.01 MiB on the card.
     marked = [row for row in section.table.split("<tr>") if "◀ largest step" in row]
     assert len(marked) == 1 and "<b>conv1</b>" in marked[0]
+
+
+def test_in_gpu_mode_the_per_layer_table_states_the_gpu_runs_figures_only():
+    # Issue 34 item 10: the GPU page's table set a CPU run's categories ("by category (a
+    # CPU run)") beside the card's steps.  LeNet's conv1 on the card: SetUp nothing,
+    # Forward 3.01 MiB (its top and column buffer), Backward its diffs; the host its share.
+    options = Options(device="gpu")
+    (section,) = analysis_sections(analyze(LENET, options), options)
+    head = section.table.split("</thead>")[0]
+    assert "CPU run" not in section.table and "by category" not in head and "activations" not in head
+    assert re.findall(r'<th colspan="(\d+)" class="group">([^<]*)</th>', head) == [("2", ""), ("3", "allocated on the card"), ("1", "on the host")]
+    device = analyze(LENET, options).nets[0].device
+    conv1 = next(row for row in section.table.split("<tr>") if "<b>conv1</b>" in row)
+    figures = [int(n.replace(",", "")) for n in re.findall(r'title="([\d,]+) bytes"', conv1)]
+    assert figures == [n for n in (*device.layers[1].device, device.layers[1].host_total) if n]
 
 
 def test_the_pages_columns_of_figures_stay_in_mib():

@@ -48,8 +48,17 @@ def test_the_top_layers_come_largest_first_and_top_sets_how_many():
 
 @pytest.mark.parametrize("flag", ["--layers-table", "-v"])
 def test_the_full_table_is_printed_when_asked(flag):
-    lines = analyze(LENET, flag)
+    lines = analyze(LENET, flag, columns=300)
     assert any("bottoms → tops" in line for line in lines)
+
+
+def test_the_full_table_asked_for_where_it_is_wider_is_a_paragraph_a_layer():
+    # Issue 34: at 80 columns the table ran to 239.
+    lines = analyze(LENET, "--layers-table")
+    assert not any("bottoms → tops" in line for line in lines) and max(len(line) for line in lines) <= 80
+    start = next(i for i, line in enumerate(lines) if line.startswith("every layer, one a paragraph (as a table: "))
+    conv1 = next(line for line in lines[start:] if line.startswith("   1 "))
+    assert conv1 == "   1 conv1 ◀ peak (Convolution): data → conv1 [64×20×24×24]; params 20×1×5×5,"
 
 
 def test_the_full_table_is_left_out_when_it_does_not_fit():
