@@ -139,13 +139,13 @@ def environment_problem(error: OSError) -> str:
 
 
 def say(line: str) -> None:
-    """A line on stderr as the run ends (its error, or what it wrote), broken at spaces
-    where stderr has a width (:func:`echo_wrapped`; piped with no COLUMNS: one line); a
-    closed or full stderr only loses the line, the exit code stays.  A Ctrl-C now cannot
-    add a line."""
+    """A line on stderr as the run ends (its error, or what it wrote): one line whatever
+    the width, the contract scripts and CI logs read (`caffemem: error: FILE:LINE: ...`;
+    a terminal wraps it for the eye); a closed or full stderr only loses the line, the
+    exit code stays.  A Ctrl-C now cannot add a line."""
     ignore_late_interrupts()
     with contextlib.suppress(OSError, ValueError):
-        echo_wrapped(line, err=True)  # a path or a name in it cannot add a line or an escape
+        click.echo(one_line(line), err=True)  # a path or a name in it cannot add a line or an escape
 
 
 def interrupted() -> None:
@@ -523,11 +523,7 @@ class _OneLineUsageError(click.UsageError):
     def show(self, file=None) -> None:
         command = f" (see '{self.ctx.command_path} --help')" if self.ctx else ""
         with contextlib.suppress(OSError, ValueError):  # a closed stderr loses the line, not the exit code
-            line = f"caffemem: error: {self.format_message()}{command}"
-            if file is None:
-                echo_wrapped(line, err=True)
-            else:
-                click.echo(one_line(line), file=file)
+            click.echo(f"caffemem: error: {one_line(self.format_message())}{command}", file=file, err=file is None)
 
 
 class CaffememGroup(click.Group):

@@ -25,6 +25,11 @@ def _run(examples: list[docs.Example]) -> None:
     problems = [problem for outcome in outcomes for problem in [outcome.problem()] if problem]
     assert not problems, "\n\n".join(problems) + "\n\n(python tests/tools/readme_examples.py --update refreshes the pages' shown outputs)"
     assert len(outcomes) == len(examples)
+    # Issue 34: each fits 80 columns, as run (COLUMNS=80, piped), machine formats exempt.
+    for outcome in outcomes:
+        if not any(flag in outcome.example.command for flag in docs.MACHINE_FORMATS):
+            wide = docs.overlong(outcome.stdout) + docs.overlong(outcome.stderr, error_line=outcome.returncode != 0)
+            assert not wide, f"`{outcome.example.command}` does not fit {docs.WIDTH} columns:\n" + "\n".join(wide)
 
 
 @pytest.mark.parametrize("block, examples", DOCUMENTED_RUNS, ids=[block.where for block, _ in DOCUMENTED_RUNS])

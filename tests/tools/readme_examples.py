@@ -57,7 +57,7 @@ DOCS_FIXTURES = ROOT / "fixtures" / "docs"
 CAFFE_TARBALLS = ROOT.parent / "shared" / "caffe"
 ELIDED = "..."
 PROMPT = "$ "
-COLUMNS = "80"
+COLUMNS = "80"  # the width the examples run at, piped (issue 34: every report fits it)
 RUN_TIMEOUT_S = 300
 
 _FENCE = re.compile(r"^(```+)\s*(.*)$")
@@ -114,6 +114,23 @@ class Outcome:
         if self.example.shown is not None and not output_matches(self.example.shown, self.lines):
             return f"{self.example.where}: `{self.example.command}` printed\n" + "\n".join(self.lines) + f"\nbut {self.example.where.rsplit(':', 1)[0]} shows\n" + "\n".join(self.example.shown)
         return None
+
+
+WIDTH = int(COLUMNS)
+MACHINE_FORMATS = ("--json", "--format json", "--format markdown", "--format github", "--format junit", "--report")
+
+
+def overlong(text: str, error_line: bool = False) -> list[str]:
+    """The lines of ``text`` wider than WIDTH terminal cells or ending in spaces, with their
+    widths.  ``error_line``: ``text`` is a failed run's stderr, whose one line
+    (``caffemem: error: FILE:LINE: ...``, the contract scripts read) may be as long as
+    its message: a terminal wraps it, and breaking it would make it two."""
+    from rich.cells import cell_len
+
+    lines = text.splitlines()
+    if error_line and len(lines) == 1 and lines[0].startswith("caffemem: error: "):
+        lines = [lines[0]] if lines[0] != lines[0].rstrip() else []
+    return [f"{cell_len(line)}: {line!r}" for line in lines if cell_len(line) > WIDTH or line != line.rstrip()]
 
 
 def documented_pages() -> list[Path]:
