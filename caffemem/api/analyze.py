@@ -337,11 +337,8 @@ def as_run(source: NetSource, path, shaped: ShapedGraph, specs: SpecTable, optio
     parameter copies), else stock Caffe's ``memory`` and ``device``.  A table that would
     stop the patched Caffe (another batch, another net) leaves stock figures, saying why.
     Returns ((memory, device), CarriedTable or None, notes)."""
-    from caffemem.passes.recompute import with_recomputation
-    from caffemem.passes.schedule import build_schedule
-    from caffemem.plan.carried import assignment_of, tables_in, with_copies
+    from caffemem.plan.carried import assignment_of, tables_in, taken_by_init, with_copies
     from caffemem.plan.recompute import restored_bytes
-    from caffemem.plan.verify import bind_violations, recompute_entries
     from caffemem.units import mib
 
     phase = shaped.graph.phase
@@ -355,10 +352,7 @@ def as_run(source: NetSource, path, shaped: ShapedGraph, specs: SpecTable, optio
         return (memory, device), None, ()
     plan = found[0].plan
     run, _ = planning_runs(shaped, specs, options)
-    schedule = build_schedule(shaped, specs, options.dtype, run=run)
-    recomputed, stops = recompute_entries(schedule, plan, specs, shaped.graph.name)
-    schedule = with_recomputation(schedule, recomputed)
-    stops = stops or bind_violations(schedule, plan, shaped.graph.name)
+    (schedule,), recomputed, stops = taken_by_init([build_schedule(shaped, specs, options.dtype, run=run)], plan, specs, shaped.graph.name)
     stock = (device or memory).total_bytes
     if stops:
         return (memory, device), None, (

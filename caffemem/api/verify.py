@@ -24,11 +24,10 @@ from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.passes.load import NetSource
 from caffemem.passes.schedule import build_schedule
-from caffemem.plan.carried import Table, tables_in
+from caffemem.plan.carried import Table, tables_in, taken_by_init
 from caffemem.plan.fork import fork_assignment, fork_plan_data
 from caffemem.plan.record import MadeFor, fingerprint, for_table
-from caffemem.passes.recompute import with_recomputation
-from caffemem.plan.verify import Violation, bind_violations, read_plan, recompute_entries, verify_plan_on
+from caffemem.plan.verify import Violation, read_plan, verify_plan_on
 from caffemem.units import DTYPE_BYTES
 
 # The Options fields a plan's record supplies when the caller does not set them.
@@ -93,9 +92,8 @@ def verify(
         schedules = [build_schedule(built.shaped, specs, at.dtype, run=run) for run in runs]
         if table.fork:  # the fork's optimizer plans this phase at run time: its plan, reproduced
             plan = fork_plan_data(fork_assignment(built.shaped, specs, tuple(source.proto.mem_param.exclude_blob), DTYPE_BYTES[at.dtype], runs[0].flags))
-        recomputed, violations = recompute_entries(schedules[0], plan, specs, built.shaped.graph.name)
-        schedules = [with_recomputation(schedule, recomputed) for schedule in schedules]
-        violations = violations or bind_violations(schedules[0], plan, built.shaped.graph.name) or verify_plan_on(schedules, plan)
+        schedules, _, violations = taken_by_init(schedules, plan, specs, built.shaped.graph.name)
+        violations = violations or verify_plan_on(schedules, plan)
         notes = ()
         if record is not None and record.net != current:
             notes = (f"the net is not the one the table was planned for (fingerprint {current}, planned for {record.net}): checked against the net as it is now",)

@@ -3,21 +3,25 @@ takes it: each phase's slots and recompute entries, every planned storage pointe
 slot, and the runtime's copies of the parameters it restores.
 
 Entry points: :func:`tables_in` (the tables of a file, read by `verify` and by `analyze`,
-which reports a file as the patched Caffe runs it), :func:`assignment_of` and
-:func:`with_copies` (shared with `optimize`, which plans the tables).
+which reports a file as the patched Caffe runs it), :func:`taken_by_init` (what the
+patched Net::Init does with one, for both), :func:`assignment_of` and :func:`with_copies`
+(shared with `optimize`, which plans the tables).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from caffemem.errors import CaffememError, Location
 from caffemem.passes.device import DeviceReport
 from caffemem.passes.load import NetSource, NetText
 from caffemem.passes.memory import MemoryReport, SlotAssignment
+from caffemem.layers.registry import SpecTable
+from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.plan.record import MadeFor, read_records
-from caffemem.plan.verify import PlanData
+from caffemem.plan.verify import PlanData, Violation, bind_violations, recompute_entries
 from caffemem.prototxt.write import read_exact
 from caffemem.schema import caffe_pb2
 
@@ -71,6 +75,16 @@ def tables_in(source: NetSource, path, phase: str | None) -> list[Table]:
     if phase is not None and phase not in {table.phase for table in found}:
         raise CaffememError(f"the file's mem_param has no {phase} phase (it has {', '.join(table.phase for table in found)})", where)
     return [table for table in found if phase is None or table.phase == phase]
+
+
+def taken_by_init(schedules: Sequence[Schedule], plan: PlanData, specs: SpecTable, net: str) -> tuple[list[Schedule], tuple[Recomputation, ...], list[Violation]]:
+    """What the patched Caffe's Net::Init does with a table, on each run it must hold in
+    (the first is the one it binds): the schedules with the table's recompute entries
+    run, those entries, and what stops Init (an entry it refuses, a member that does not
+    bind to its slot), empty where the table is taken."""
+    recomputed, stops = recompute_entries(schedules[0], plan, specs, net)
+    schedules = [with_recomputation(schedule, recomputed) for schedule in schedules]
+    return schedules, recomputed, stops or bind_violations(schedules[0], plan, net)
 
 
 def assignment_of(data: PlanData, schedule: Schedule) -> SlotAssignment:

@@ -506,8 +506,13 @@ def registered_types(root: Path) -> dict[str, Registration]:
     (include/caffe/layer_factory.hpp) are ``REGISTER_LAYER_CLASS(type)`` (a class
     ``typeLayer``, e.g. ``REGISTER_LAYER_CLASS(Concat);`` in concat_layer.cpp) and
     ``REGISTER_LAYER_CREATOR(type, creator)`` (layer_factory.cpp's engine switches)."""
+    return registrations_in(source_files(root))
+
+
+def registrations_in(sources: list[Path] | tuple[Path, ...]) -> dict[str, Registration]:
+    """:func:`registered_types` of sources already listed."""
     found: dict[str, Registration] = {}
-    for path in source_files(root):
+    for path in sources:
         for line_number, name in _registrations(path):
             found.setdefault(name, Registration(name, path, line_number))
     return found
@@ -554,7 +559,7 @@ class CaffeRoot:
 
     @functools.cached_property
     def registered(self) -> dict[str, Registration]:
-        return registered_types(self.root)
+        return registrations_in(self.sources)  # the files every run notes as read: one walk of the tree
 
     @functools.cached_property
     def sources(self) -> tuple[Path, ...]:
