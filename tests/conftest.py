@@ -17,6 +17,13 @@ def pytest_configure(config):
     fixtures run commands too), except the tests marked ``gpu_default``."""
     os.environ["CAFFEMEM_DEVICE"] = "cpu"
     os.environ.pop("CAFFE_ROOT", None)  # a developer's own Caffe tree is no input of these tests (--caffe-root)
+    # pytest imports pdb, hence GNU readline, which exports the terminal's size (80x24 with
+    # none) into the process's C environment behind os.environ's back (rl_change_environment):
+    # every command a test starts would inherit a COLUMNS it never set and wrap its report
+    # (tests/runtime parse verify's lines).  A child sees what os.environ says.
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
 
 
 @pytest.fixture(autouse=True)
