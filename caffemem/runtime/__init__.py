@@ -10,7 +10,9 @@ The patch is package data under ``caffemem/runtime/cpp/``:
 - ``<flavour>/edits.txt``: exact-text edits of existing files (FIND occurs exactly once,
   becomes REPLACE), for ``caffe.proto``, ``net.hpp``/``net.cpp``, ``layer.hpp``, the
   headers of the layers whose scratch buffers can be bound and (BVLC) the cuDNN
-  convolution and deconvolution, whose workspace a plan may hold.
+  convolution and deconvolution, whose workspace a plan may hold, and every cuDNN layer,
+  whose handles, streams and workspace come from one pool per device
+  (``util/cudnn_pool.hpp``, v6).
 
 Applying is all or nothing, under any interruption (issue 26): every file is read and
 every anchor checked before the first byte is written.  Then a journal
@@ -78,8 +80,10 @@ __all__ = [
 # v3: the cuDNN (de)convolutions' workspaces as planned buffers (util/planned_workspace.hpp);
 # v4 (BVLC): Forwards run again in Net::Backward, mem_param's recompute entries
 # (util/mem_recompute.hpp, issue 23);
-# v5 (BVLC): a recompute entry naming a name two layers share stops Net::Init (issue 31).
-PATCH_VERSION = 5
+# v5 (BVLC): a recompute entry naming a name two layers share stops Net::Init (issue 31);
+# v6 (BVLC): the cuDNN layers share one pool of handles, streams and workspace per device,
+# CAFFEMEM_CUDA_STACK_BYTES (util/cudnn_pool.hpp, issue 32).
+PATCH_VERSION = 6
 _MARKER = "caffemem runtime patch v"
 _CPP = Path(__file__).resolve().parent / "cpp"
 

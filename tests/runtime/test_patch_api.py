@@ -147,16 +147,26 @@ def test_the_patch_command_refuses_a_folder_that_is_no_caffe_tree_in_one_line(tm
 def test_patch_files_are_package_data():
     files = runtime.patch_files(runtime.Flavour.BVLC)
     assert all(p.is_file() for p in files)
-    assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp", "planned_workspace.hpp", "mem_recompute.hpp", "mem_recompute.cpp"}
+    assert {p.name for p in files} >= {"edits.txt", "mem_slots.cpp", "mem_slots.hpp", "layer_buffers.hpp", "planned_workspace.hpp", "mem_recompute.hpp", "mem_recompute.cpp", "cudnn_pool.hpp", "cudnn_pool.cpp"}
 
 
-@pytest.mark.parametrize("older", [1, 2, 3, 4])
+@pytest.mark.parametrize("older", [1, 2, 3, 4, 5])
 def test_a_tree_patched_by_an_older_caffemem_is_named_and_left_alone(bvlc, pristine, older):
     """The patch's C++ changed in v2 (device slots), v3 (planned cuDNN workspaces), v4
-    (recompute in Backward) and v5 (a recompute entry naming a name two layers share is
-    refused at Net::Init): an older tree is reported as such, and applying over it
-    refuses rather than mixing two versions' files."""
+    (recompute in Backward), v5 (a recompute entry naming a name two layers share is
+    refused at Net::Init) and v6 (the cuDNN layers' handles, streams and workspace from one
+    pool per device): an older tree is reported as such, and applying over it refuses
+    rather than mixing two versions' files."""
     runtime.apply_patch(bvlc)
+    if older <= 5:  # before v6 there was no util/cudnn_pool.*, and the cuDNN layers' .cu and single-handle layers were stock's
+        for rel in ("include/caffe/util/cudnn_pool.hpp", "src/caffe/util/cudnn_pool.cpp"):
+            (bvlc / rel).unlink()
+        for name in ("relu", "sigmoid", "tanh", "pooling", "lrn", "lcn", "softmax"):
+            for rel in (f"include/caffe/layers/cudnn_{name}_layer.hpp", f"src/caffe/layers/cudnn_{name}_layer.cpp"):
+                (bvlc / rel).write_bytes((pristine / rel).read_bytes())
+        for name in ("conv", "deconv"):
+            rel = f"src/caffe/layers/cudnn_{name}_layer.cu"
+            (bvlc / rel).write_bytes((pristine / rel).read_bytes())
     if older <= 3:  # before v4 there was no util/mem_recompute.*
         for rel in ("include/caffe/util/mem_recompute.hpp", "src/caffe/util/mem_recompute.cpp"):
             (bvlc / rel).unlink()

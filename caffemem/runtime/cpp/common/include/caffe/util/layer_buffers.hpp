@@ -1,4 +1,4 @@
-// caffemem runtime patch v5: added by `caffemem patch` (caffemem/runtime/cpp).
+// caffemem runtime patch v6: added by `caffemem patch` (caffemem/runtime/cpp).
 #ifndef CAFFE_UTIL_LAYER_BUFFERS_HPP_
 #define CAFFE_UTIL_LAYER_BUFFERS_HPP_
 

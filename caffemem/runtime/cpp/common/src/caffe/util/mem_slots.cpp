@@ -1,4 +1,4 @@
-// caffemem runtime patch v5: added by `caffemem patch` (caffemem/runtime/cpp).
+// caffemem runtime patch v6: added by `caffemem patch` (caffemem/runtime/cpp).
 // Binds the storages named in NetParameter.mem_param's slot table to shared
 // buffers; see include/caffe/util/mem_slots.hpp.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// caffemem runtime patch v5: added by `caffemem patch` (caffemem/runtime/cpp).
+// caffemem runtime patch v6: added by `caffemem patch` (caffemem/runtime/cpp).
 // Runs again, in Net::Backward, the Forwards listed by NetParameter.mem_param's
 // recompute entries; see include/caffe/util/mem_recompute.hpp.
 #include <map>
