@@ -19,8 +19,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_groundtruth.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
+from gpu.builds import CHECK_OBJECTS, make  # noqa: E402
 from gpu.paths import TARBALL  # noqa: E402
 from gpu.toolkit import toolkit_path  # noqa: E402
+
+from caffemem import runtime  # noqa: E402
 
 
 def _need_toolkit() -> None:
@@ -37,6 +40,60 @@ def checked_tree() -> Path:
     proc = subprocess.run([sys.executable, str(SCRIPT), "check"], check=False, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, f"CUDA compile check failed:\n{proc.stderr[-8000:]}"
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def patch_objects() -> list[str]:
+    """Every translation unit the runtime patch (BVLC) adds or edits, and the .cu of each
+    cuDNN layer whose header it edits (nvcc parses the header), as a Makefile object target:
+    a .cpp under .build_release/src, a .cu under .build_release/cuda/src."""
+    rels = {edit.path for edit in runtime._read_edits(runtime.Flavour.BVLC)} | set(runtime._new_files(runtime.Flavour.BVLC))
+    rels |= {f"src/caffe/layers/{Path(rel).stem}.cu" for rel in rels if rel.startswith("include/caffe/layers/cudnn_")}
+    cpp = [f".build_release/{rel[: -len('.cpp')]}.o" for rel in sorted(rels) if rel.endswith(".cpp")]
+    return cpp + [f".build_release/cuda/{rel[: -len('.cu')]}.o" for rel in sorted(rels) if rel.endswith(".cu")]
+
+
+@pytest.fixture(scope="module")
+def patch_tree(checked_tree) -> Path:
+    """The checked tree with every unit of patch_objects compiled too (make is incremental:
+    those CHECK_OBJECTS holds are there already)."""
+    missing = [obj for obj in patch_objects() if obj not in CHECK_OBJECTS and not (checked_tree / obj).is_file()]
+    if missing:
+        make(checked_tree, missing, "check-patch.log")
+    return checked_tree
+
+
+def test_every_unit_the_patch_adds_or_edits_compiles_with_cuda_and_cudnn(patch_tree):
+    """Patch v6 edits all nine cuDNN layers (their .cpp, and the (de)convolution's .cu) and
+    adds util/cudnn_pool.cpp: each compiles in GPU mode with cuDNN 9."""
+    objects = patch_objects()
+    assert {".build_release/src/caffe/util/cudnn_pool.o", ".build_release/cuda/src/caffe/layers/cudnn_conv_layer.o", ".build_release/src/caffe/layers/cudnn_lcn_layer.o"} <= set(objects)
+    assert [obj for obj in objects if not (patch_tree / obj).is_file()] == []
+
+
+def test_the_pool_makes_stocks_handles_and_streams_and_sets_the_stack(patch_tree):
+    """Patch v6: util/cudnn_pool.o creates the handles and streams as stock's layers do
+    (cudnnCreate, cudaStreamCreate, cudnnSetStream), its workspace with cudaMalloc, and
+    sets CAFFEMEM_CUDA_STACK_BYTES with cudaDeviceSetLimit."""
+    undefined = _symbols(patch_tree / ".build_release/src/caffe/util/cudnn_pool.o", undefined=True).split()
+    for symbol in ("cudnnCreate", "cudnnSetStream", "cudaStreamCreate", "cudaMalloc", "cudaDeviceSetLimit", "cudnnDestroy", "cudaStreamDestroy"):
+        assert symbol in undefined, symbol
+
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "pooling", "lrn", "lcn", "softmax"])
+def test_a_single_handle_cudnn_layer_leases_the_pools_handle(patch_tree, name):
+    undefined = _symbols(patch_tree / f".build_release/src/caffe/layers/cudnn_{name}_layer.o", undefined=True)
+    assert "caffe::CudnnPool::Lease()" in undefined
+    assert "caffe::CudnnPool::default_handle()" in undefined
+
+
+@pytest.mark.parametrize("name", ["conv", "deconv"])
+def test_a_grouped_cudnn_layer_takes_the_pools_pairs_and_blocks(patch_tree, name):
+    """LayerSetUp leases pairs (handle, stream), Reshape reserves the blocks, and the .cu's
+    Forward_gpu and Backward_gpu point the workspaces at them (PointAtPool, inline)."""
+    undefined = _symbols(patch_tree / f".build_release/src/caffe/layers/cudnn_{name}_layer.o", undefined=True)
+    for symbol in ("caffe::CudnnPool::Lease()", "caffe::CudnnPool::handle(int)", "caffe::CudnnPool::stream(int)", "caffe::CudnnPool::Reserve(unsigned long)"):
+        assert symbol in undefined, symbol
+    assert "caffe::CudnnPool::Point(void**, int) const" in _symbols(patch_tree / f".build_release/cuda/src/caffe/layers/cudnn_{name}_layer.o", undefined=True)
 
 
 def _symbols(obj: Path, undefined: bool) -> str:
