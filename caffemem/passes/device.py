@@ -33,13 +33,13 @@ names a file an installed user does not have: :func:`gpu_caveat` points to the u
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
-from caffemem.layers.vision import WORKSPACE_BUFFER
+from caffemem.layers.vision import CUDNN_STREAMS_PER_GROUP, WORKSPACE_BUFFER, is_workspace
 from caffemem.passes.memory import Heap, Run, SlotAssignment, owned_params
-from caffemem.units import DTYPE_BYTES, format_size, plural
+from caffemem.units import DTYPE_BYTES, INT_BYTES, format_size, plural
 
 SIDES = ("device", "host")
 # The causes a GPU run's bytes are reported by, in order.
@@ -92,9 +92,35 @@ class Handles:
     """Library handles a GPU run creates (common.cpp 107-123, cudnn_conv_layer.cpp 51-56).
     Their memory is inside the driver and the libraries: sized from the measurement."""
 
-    cudnn: int  # cudnnCreate: 3 per group of a cuDNN (de)convolution, 1 per other cuDNN layer
+    cudnn: int  # cudnnCreate: 3 per group of a cuDNN (de)convolution, 1 per other cuDNN layer (stock); the pool's (v6)
     cublas: int  # one per Caffe instance: the main thread and each prefetch thread
     curand: int  # likewise
+    streams: int = 0  # cudaStreamCreate of the cuDNN (de)convolutions: one per handle (stock), the pool's 3 (v6)
+    pooled: bool = False  # as a caffemem-patched Caffe (runtime v6) creates them: one pool per device
+
+
+def stock_handles(rules: Iterable, prefetching: int) -> Handles:
+    """Stock BVLC's: every cuDNN layer creates its own (cudnn_conv_layer.cpp LayerSetUp:
+    CUDNN_STREAMS_PER_GROUP handles and streams per group; the others one handle each)."""
+    rules = tuple(rules)
+    return Handles(
+        cudnn=sum(rule.cudnn_handles for rule in rules),
+        cublas=1 + prefetching,
+        curand=1 + prefetching,
+        streams=sum(rule.cudnn_streams for rule in rules),
+    )
+
+
+def pooled_handles(rules: Iterable, prefetching: int) -> Handles:
+    """A caffemem-patched Caffe's (runtime v6, cudnn_pool.hpp): one pool per device holding
+    CUDNN_STREAMS_PER_GROUP (handle, stream) pairs if the net has a cuDNN (de)convolution,
+    and one handle on the default stream if it has a single-handle cuDNN layer (ReLU,
+    Sigmoid, TanH, pooling, LRN, LCN, softmax), whatever the groups."""
+    rules = tuple(rules)
+    convolutions = any(rule.cudnn_streams for rule in rules)
+    singles = any(rule.cudnn_handles and not rule.cudnn_streams for rule in rules)
+    pairs = CUDNN_STREAMS_PER_GROUP if convolutions else 0
+    return Handles(cudnn=pairs + (1 if singles else 0), cublas=1 + prefetching, curand=1 + prefetching, streams=pairs, pooled=True)
 
 
 # What the handles hold on the card, measured on the same card as CUDA_CONTEXT: the bytes
@@ -104,6 +130,22 @@ class Handles:
 # hold what the main thread's do.
 CUDNN_HANDLE = Constant("cudnn_handle", 9_977_633, f"9.52 MiB per cuDNN handle, fitted over 136 runs on {MEASURED_ON}", measured_for_caffe=True)
 CUBLAS_HANDLE = Constant("cublas_handle", 71_303_168, f"68.0 MiB per further thread's cuBLAS handle and cuRAND generator, measured on {MEASURED_ON}", measured_for_caffe=True)
+# A stream: measured alone on an H200 (issue 32: a fresh process per case, cudaStreamCreate
+# 0.56 MiB, cudnnCreate 8.76 MiB).  In the fit above every convolution handle came with its
+# stream (BVLC creates one per handle), so CUDNN_HANDLE already carries it: no stream is
+# counted on its own unless the user gives both figures for their card.
+CUDA_STREAM = Constant("cuda_stream", 0, f"in the {CUDNN_HANDLE.bytes / 2**20:.2f} MiB fitted per cuDNN handle (each convolution handle came with its stream); 0.56 MiB measured alone on an H200", measured_for_caffe=True)
+
+
+@dataclass(frozen=True)
+class CardConstants:
+    """The per-process costs a GPU figure adds to Caffe's allocations, each with where it
+    came from: the cited measurement's, or the user's own card's (--card, --context-mib)."""
+
+    context: Constant = CUDA_CONTEXT
+    cudnn_handle: Constant = CUDNN_HANDLE
+    stream: Constant = CUDA_STREAM
+    cublas_handle: Constant = CUBLAS_HANDLE
 # Not in any figure: the kernels CUDA loads lazily, on their first launch (Caffe's, cuDNN's,
 # cuBLAS's), which depend on the layers and the algorithms cuDNN picks.  Across the 136
 # runs the card held this much more (or less) than the model with the two constants above;
@@ -118,10 +160,10 @@ LAZY_KERNELS = Constant(
 )
 
 
-def handle_bytes(handles: Handles) -> int:
+def handle_bytes(handles: Handles, card: CardConstants = CardConstants()) -> int:
     """What ``handles`` hold on the card beyond the process constant (which has the main
     thread's cuBLAS handle and cuRAND generator)."""
-    return handles.cudnn * CUDNN_HANDLE.bytes + max(handles.cublas - 1, 0) * CUBLAS_HANDLE.bytes
+    return handles.cudnn * card.cudnn_handle.bytes + handles.streams * card.stream.bytes + max(handles.cublas - 1, 0) * card.cublas_handle.bytes
 
 
 @dataclass(frozen=True)
@@ -171,6 +213,7 @@ class DeviceReport:
     # planned run holds live is its bytes less the slots' free space).
     slot_device: tuple[tuple[int, int, int], ...] = ()
     slot_device_bytes: int = 0
+    card: CardConstants = CardConstants()  # the per-process constants counted, with their sources
 
     @property
     def device_bytes(self) -> int:
@@ -224,8 +267,13 @@ class _TwoSidedHeap:
 
     storage_type = _Copies
 
-    def __init__(self, dtype_bytes: int, batch_tops: frozenset[BlobId]) -> None:
+    def __init__(self, dtype_bytes: int, batch_tops: frozenset[BlobId], pooled: bool = False) -> None:
         self.dtype_bytes = dtype_bytes
+        # v6: every cuDNN (de)convolution's workspace is the pool's one, of
+        # CUDNN_STREAMS_PER_GROUP blocks of the largest per-block need (grown, never shrunk).
+        self.pooled = pooled
+        self.pool: _Copies | None = None
+        self.streams = 0  # the current layer's stock streams (its workspace has one block each)
         self.batch_tops = batch_tops  # data tops pointed into a prefetch batch: no device data of their own
         self.blobs: dict = {}  # BlobId -> memory._Blob, whose data and diff are _Copies
         self.bucket = Bucket("init")
@@ -258,10 +306,27 @@ class _TwoSidedHeap:
             blob = self.blob(action.blob, action.elem)
             if blob.data is None:
                 # A layer's own cuDNN workspace is its own cause (the range); in a slot it is not.
-                workspace = action.device and action.blob.kind == "buffer" and action.blob.name.endswith("/" + WORKSPACE_BUFFER)
+                workspace = action.device and is_workspace(action.blob)
                 category = "cudnn_workspace" if workspace else blob.category
-                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, category)
+                if workspace and self.pooled and self.streams:
+                    blob.capacity, blob.data = action.count, self._pooled_workspace(action.count * blob.elem_bytes // self.streams)
+                else:
+                    blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, category)
             self.touch(action.blob, "data", "device" if action.device else "host")
+
+    def _pooled_workspace(self, block: int) -> _Copies:
+        """The pool's workspace as a layer of per-block need ``block`` leases it: created,
+        or grown (free + cudaMalloc, as stock grows its own) where this layer needs more."""
+        want = CUDNN_STREAMS_PER_GROUP * block
+        if self.pool is None:
+            self.pool = self.storage_type(want, "cudnn_workspace")
+            return self.pool
+        self.pool.refs += 1
+        if want > self.pool.bytes:
+            if self.pool.device:
+                self._charge(BlobId("buffer", WORKSPACE_BUFFER), "cudnn_workspace", want - self.pool.bytes, "device")
+            self.pool.bytes = want
+        return self.pool
 
     def touch(self, blob_id: BlobId, part: str, side: str) -> None:
         if side == "device" and part == "data" and blob_id in self.batch_tops:
@@ -327,20 +392,29 @@ def device_footprint(
     slots: SlotAssignment | None = None,
     context_bytes: int | None = None,
     gpus: int = 1,
+    pooled: bool = False,
+    card: CardConstants | None = None,
 ) -> DeviceReport:
     """Replay a run prepared for ``device="gpu"`` over the two-sided SyncedMemory model
-    (with ``slots``: as the patched runtime would bind them)."""
+    (with ``slots``: as the patched runtime would bind them).  ``pooled``: as a
+    caffemem-patched Caffe (runtime v6) runs it, its cuDNN handles, streams and workspace
+    one pool per device (:func:`pooled_handles`); else as stock BVLC does.  ``card``: the
+    per-process constants (``context_bytes`` overrides its context)."""
     if run.device != "gpu":
         raise ValueError("device_footprint needs a run prepared with device='gpu'")
+    card = card or CardConstants()
+    if context_bytes is not None:
+        card = replace(card, context=context_constant(context_bytes))
     layers = run.shaped.graph.layers
     sides = layer_sides(run, specs)
-    heap = _TwoSidedHeap(DTYPE_BYTES[run.dtype], _batch_tops(run))
+    heap = _TwoSidedHeap(DTYPE_BYTES[run.dtype], _batch_tops(run), pooled)
     pending = slots
     for bucket, actions in run.groups:
         if pending is not None and not bucket.in_net_init:
             heap.take_over(pending)
             pending = None
         heap.bucket = bucket
+        heap.streams = run.rules[bucket.layer].cudnn_streams if bucket.layer is not None else 0
         if bucket.stage == "forward":
             heap.side = sides[bucket.layer][0]
         elif bucket.stage == "backward":
@@ -380,14 +454,16 @@ def device_footprint(
                 host=tuple(heap.charged.get(("host", b), 0) for b in stages),
             )
         )
-    context = context_constant(context_bytes)
+    context = card.context
     device_causes = {cause: heap.by_cause.get(("device", cause), 0) for cause in CAUSES}
     host_causes = {cause: heap.by_cause.get(("host", cause), 0) for cause in CAUSES}
     prefetching = sum(1 for rule, side in zip(run.rules, sides) if rule.prefetch and side[0] == "device")
-    handles = Handles(cudnn=sum(rule.cudnn_handles for rule in run.rules), cublas=1 + prefetching, curand=1 + prefetching)
-    device_causes["library_handles"] = handle_bytes(handles)
+    handles = (pooled_handles if pooled else stock_handles)(run.rules, prefetching)
+    device_causes["library_handles"] = handle_bytes(handles, card)
     device_causes["cuda_context"] = context.bytes
-    notes = _notes(run, sides)
+    notes = _notes(run, sides, card)
+    if not pooled:
+        notes += _pool_note(run, handles, device_causes["cudnn_workspace"], prefetching, card)
     return DeviceReport(
         phase=run.shaped.graph.phase,
         engine=engine,
@@ -403,10 +479,11 @@ def device_footprint(
         on_device=frozenset(heap.on_device),
         slot_device=tuple(tuple(heap.slot_charged.get(Bucket(stage, layer.index), 0) for stage in ("init", "forward", "backward")) for layer in layers) if slots is not None else (),
         slot_device_bytes=sum(heap.slot_charged.values()),
+        card=card,
     )
 
 
-def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+def _notes(run: Run, sides: Iterable[tuple[str, str]], card: CardConstants = CardConstants()) -> tuple[str, ...]:
     """What this net's layers do on the card that its figures hide: the layers without GPU
     code.  A Flatten or Reshape only points its top at its bottom's memory (ShareData,
     ShareDiff), so it copies nothing; the others' blobs are copied to the host and back
@@ -420,14 +497,44 @@ def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
         notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(copying)}")
     if sharing:
         notes.append(f"no GPU code, nothing copied (the top shares memory already there): {', '.join(sharing)}")
-    return tuple(notes) + _grouped_handles_note(run)
+    return tuple(notes) + _grouped_handles_note(run, card)
 
 
-# Said when the handles of grouped cuDNN convolutions hold at least this much of the card.
+# Said when the handles of grouped cuDNN convolutions hold at least this much of the card,
+# and when a caffemem-patched Caffe's pool would hold at least this much less.
 GROUPED_HANDLES_NOTE_BYTES = 1024 * 1024 * 1024
 
 
-def _grouped_handles_note(run: Run) -> tuple[str, ...]:
+def pool_workspace_bound(run: Run) -> int:
+    """The v6 pool's workspace at its bound: CUDNN_STREAMS_PER_GROUP blocks of the largest
+    per-block bound of the net's cuDNN (de)convolutions (BVLC's 8 MiB limit per algorithm
+    query, so at most 24 MiB), 0 without one."""
+    blocks = [
+        action.count * INT_BYTES // rule.cudnn_streams  # vision.cudnn_workspace: a byte size in ints
+        for rule in run.rules
+        if rule.cudnn_streams
+        for action in rule.setup
+        if isinstance(action, Alloc) and action.device and is_workspace(action.blob)
+    ]
+    return CUDNN_STREAMS_PER_GROUP * max(blocks, default=0)
+
+
+def _pool_note(run: Run, handles: Handles, workspace: int, prefetching: int, card: CardConstants) -> tuple[str, ...]:
+    """What a caffemem-patched Caffe (runtime v6) would hold instead of stock's handles
+    and workspaces, said where it is at least GROUPED_HANDLES_NOTE_BYTES less."""
+    pool = pooled_handles(run.rules, prefetching)
+    pool_workspace = pool_workspace_bound(run)
+    saved = handle_bytes(handles, card) + workspace - handle_bytes(pool, card) - pool_workspace
+    if saved < GROUPED_HANDLES_NOTE_BYTES:
+        return ()
+    return (
+        f"a caffemem-patched Caffe (runtime v6, `caffemem patch CAFFE_DIR`) shares one pool of cuDNN handles and one workspace per card: "
+        f"{pool.cudnn} handles and {pool.streams} streams instead of {handles.cudnn:,} and {handles.streams:,}, the workspace at most "
+        f"{format_size(pool_workspace)} instead of {format_size(workspace)}: {format_size(saved)} less on the card (what `optimize` states for its plans)",
+    )
+
+
+def _grouped_handles_note(run: Run, card: CardConstants = CardConstants()) -> tuple[str, ...]:
     """BVLC's cuDNN convolution creates CUDNN_STREAMS_PER_GROUP handles (and streams) for
     every group (cudnn_conv_layer.cpp LayerSetUp), so a depthwise convolution of C channels
     asks for 3C of them, each holding CUDNN_HANDLE on the card as measured.  Where that
@@ -439,13 +546,14 @@ def _grouped_handles_note(run: Run) -> tuple[str, ...]:
         if layer.type in ("Convolution", "Deconvolution") and rule.cudnn_handles > 3
     ]
     handles = sum(count for _, count in grouped)
-    if handles * CUDNN_HANDLE.bytes < GROUPED_HANDLES_NOTE_BYTES:
+    each = card.cudnn_handle.bytes + card.stream.bytes
+    if handles * each < GROUPED_HANDLES_NOTE_BYTES:
         return ()
     first = grouped[0][0]
     more = f" and {plural(len(grouped) - 1, 'more')}" if len(grouped) > 1 else ""
     return (
         f"grouped cuDNN convolutions ('{first}'{more}) create 3 cuDNN handles per group: {handles:,} handles, "
-        f"{format_size(handles * CUDNN_HANDLE.bytes)} on the card at {format_size(CUDNN_HANDLE.bytes)} each as measured; "
+        f"{format_size(handles * each)} on the card at {format_size(each)} each as measured; "
         "'engine: CAFFE' in their convolution_param (or --engine caffe to see the figure) creates none",
     )
 

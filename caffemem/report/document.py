@@ -149,7 +149,16 @@ def phase_plan_json(phase) -> dict[str, Any]:
         }
         | ({"recompute": [{"layer": layer, "before": before, "restore_params": restore} for layer, before, restore in phase.plan_data.recompute]} if phase.plan_data.recompute else {}),
         "kept_private": phase.kept_private,
-    } | ({"recompute": recompute_json(phase)} if phase.recompute is not None else {})
+    } | ({"recompute": recompute_json(phase)} if phase.recompute is not None else {}) | (_card_json(phase.devices) if phase.devices is not None else {})
+
+
+def _card_json(devices) -> dict[str, Any]:
+    """GPU mode: the library handles and the cuDNN workspace bound stock Caffe holds and the
+    plan's runtime (a caffemem-patched Caffe, v6: one pool per card) holds."""
+    return {
+        "handles": {"stock": asdict(devices.stock.handles), "planned": asdict(devices.planned.handles)},
+        "cudnn_workspace_max": {"stock": devices.stock.workspace_bytes_max, "planned": devices.planned.workspace_bytes_max},
+    }
 
 
 def recompute_json(phase) -> dict[str, Any]:

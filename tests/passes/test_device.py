@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from caffemem.api.analyze import Options, analyze
-from caffemem.api.optimize import OptimizeSettings, optimize
+from caffemem.api.optimize import POOLED_WORKSPACE, OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.passes.device import CUDA_CONTEXT, CUDNN_HANDLE, gpu_caveat
 from caffemem.plan.verify import verify_plan
@@ -77,29 +77,33 @@ layer { name: "loss" type: "Reduction" bottom: "conv2" top: "loss" loss_weight: 
 """
 
 
-def test_a_plan_without_share_buffers_leaves_each_layer_its_own_workspace():
+def test_a_plan_runs_on_the_v6_pool_one_workspace_of_three_blocks_and_three_handles():
+    # Stock BVLC: conv1 3 streams x 1 group x 8 MiB, conv2 x 2 groups: 72 MiB of workspaces
+    # at their bound, 9 handles and 9 streams.  A plan runs on a caffemem-patched Caffe
+    # (runtime v6): one pool per card, 3 (handle, stream) pairs and one workspace of 3 blocks
+    # of the largest per-block bound (8 MiB): 24 MiB, still a range ("at most").
     phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings()).phases[0]
-    # conv1: 3 streams x 1 group x 8 MiB; conv2: x 2 groups.  Both a range, as in stock Caffe.
-    assert phase.devices.stock.workspace_bytes_max == phase.devices.planned.workspace_bytes_max == 72 * MIB
-    assert "a layer buffer (see --share-buffers)" in phase.liveness.kept.values()
+    stock, planned = phase.devices.stock, phase.devices.planned
+    assert (stock.workspace_bytes_max, planned.workspace_bytes_max) == (72 * MIB, 24 * MIB)
+    assert (stock.handles.cudnn, stock.handles.streams, stock.handles.pooled) == (9, 9, False)
+    assert (planned.handles.cudnn, planned.handles.streams, planned.handles.pooled) == (3, 3, True)
+    # Stock: + the context + 6,888 B of the net (parameters 752, their gradients 752,
+    # activations 3,204, their gradients 1,668, the bias multipliers 512) + 9 handles as
+    # measured; the plan: 24 MiB, 3 handles, and the net's 6,376 B once the blobs share.
+    assert stock.device_bytes == 72 * MIB + CUDA_CONTEXT.bytes + 9 * CUDNN_HANDLE.bytes + 6_888 == 789_009_169
+    assert planned.device_bytes == 24 * MIB + CUDA_CONTEXT.bytes + 3 * CUDNN_HANDLE.bytes + 6_376 == 678_811_211
 
 
-def test_share_buffers_puts_both_workspaces_in_one_slot_of_the_larger_size():
-    # Each workspace is scratch of its layer's Forward and Backward only (written, then
-    # read; BVLC's sync_conv_groups ends each), so the two never live at once: one slot
-    # of max(24, 48) MiB holds them, not 72 MiB, and it is exact (no range left).
+def test_share_buffers_leaves_the_workspaces_to_the_pool_never_to_a_slot():
+    # A slot for the workspaces held BVLC's bound (8 MiB x 3 streams x the groups), where
+    # v6's pool holds 3 blocks for the whole net: the planner keeps them private in GPU
+    # mode, so --share-buffers is never above the blob plan on the workspace (issue 32).
     phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings(share_buffers=True)).phases[0]
-    places = {blob: (slot, offset) for blob, _, slot, offset in phase.plan_data.assign if blob.endswith("/cudnn_workspace")}
-    assert places == {"1:conv1/cudnn_workspace": (0, 0), "2:conv2/cudnn_workspace": (0, 0)}  # the same bytes
-    assert phase.devices.stock.workspace_bytes_max == 72 * MIB
-    assert phase.devices.planned.workspace_bytes_max == 0
-    # Stock: 72 MiB of workspaces + the context + 6,888 B of the net (parameters 752, their
-    # gradients 752, activations 3,204, their gradients 1,668, the bias multipliers 512)
-    # + its 9 cuDNN handles (3 per convolution, 1 per other cuDNN layer) as measured on the card;
-    # planned: the 48 MiB slot, the net's shared storage placed beside it, the rest.
-    handles = 9 * CUDNN_HANDLE.bytes
-    assert phase.devices.stock.device_bytes == 72 * MIB + CUDA_CONTEXT.bytes + handles + 6_888
-    assert phase.devices.planned.device_bytes < 48 * MIB + CUDA_CONTEXT.bytes + handles + 16 * 1024
+    assert not any(blob.endswith("/cudnn_workspace") for blob, _, _, _ in phase.plan_data.assign)
+    assert phase.kept_private["1:conv1/cudnn_workspace:data"] == phase.kept_private["2:conv2/cudnn_workspace:data"] == POOLED_WORKSPACE
+    blobs = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings()).phases[0]
+    assert phase.devices.planned.workspace_bytes_max == blobs.devices.planned.workspace_bytes_max == 24 * MIB
+    assert phase.totals()["planned"] == blobs.totals()["planned"] == 678_811_211
     for schedule in phase.schedules:  # the cuDNN run and the CPU run (which has no workspace)
         assert verify_plan(schedule, phase.plan_data) == []
 
