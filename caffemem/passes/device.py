@@ -530,7 +530,7 @@ def _pool_note(run: Run, handles: Handles, workspace: int, prefetching: int, car
     return (
         f"a caffemem-patched Caffe (runtime v6, `caffemem patch CAFFE_DIR`) shares one pool of cuDNN handles and one workspace per card: "
         f"{pool.cudnn} handles and {pool.streams} streams instead of {handles.cudnn:,} and {handles.streams:,}, the workspace at most "
-        f"{format_size(pool_workspace)} instead of {format_size(workspace)}: {format_size(saved)} less on the card (what `optimize` states for its plans)",
+        f"{format_size(pool_workspace)} instead of {format_size(workspace)}: up to {format_size(saved)} less on the card (what `optimize` states for its plans)",
     )
 
 

@@ -313,3 +313,50 @@ def test_grouped_cudnn_convolutions_holding_a_gib_of_handles_are_named_with_the_
     assert "'engine: CAFFE' in their convolution_param" in note
     caffe = analyze(DEPTHWISE.replace("ENGINE", "engine: CAFFE"), Options(device="gpu")).nets[0].device
     assert caffe.handles.cudnn == 0 and not any(note.startswith("grouped cuDNN") for note in caffe.notes)
+
+
+# The issue's depthwise net on cuDNN's engine (issue 32: 388 handles held 4,241 MiB on an H200).
+DEPTHWISE_ON_CUDNN = """name: "dw"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 128 dim: 56 dim: 56 } } }
+layer { name: "conv_dw" type: "Convolution" bottom: "data" top: "dw" convolution_param { num_output: 128 kernel_size: 3 pad: 1 group: 128 } }
+layer { name: "relu" type: "ReLU" bottom: "dw" top: "dw" }
+layer { name: "conv_pw" type: "Convolution" bottom: "dw" top: "pw" convolution_param { num_output: 128 kernel_size: 1 } }
+"""
+
+
+def test_a_depthwise_plan_holds_the_pools_four_handles_not_stocks_388():
+    # Stock BVLC: 3 x 128 + 3 convolution handles with their streams, 1 for the ReLU; the
+    # workspaces at their bound, 8 MiB x 3 x (128 + 1) = 3,096 MiB.  v6: 4 handles, 3
+    # streams, one 24 MiB workspace: the plan 661.54 MiB, 0.09x stock's 7,387.45 MiB.
+    phase = optimize(DEPTHWISE_ON_CUDNN, Options(device="gpu"), OptimizeSettings(share_buffers=True)).phases[0]
+    stock, planned = phase.devices.stock, phase.devices.planned
+    assert (stock.handles.cudnn, stock.handles.streams, stock.workspace_bytes_max) == (388, 387, 3_096 * MIB)
+    assert (planned.handles.cudnn, planned.handles.streams, planned.workspace_bytes_max) == (4, 3, 24 * MIB)
+    assert (stock.device_bytes, planned.device_bytes) == (7_746_307_076, 693_670_532)
+
+
+def test_analyze_of_a_plain_file_says_what_a_patched_caffe_would_hold_instead():
+    device = gpu(DEPTHWISE_ON_CUDNN).device
+    assert not device.handles.pooled  # stock BVLC's figure
+    assert device.notes[-1] == (
+        "a caffemem-patched Caffe (runtime v6, `caffemem patch CAFFE_DIR`) shares one pool of cuDNN handles and one workspace per card: "
+        "4 handles and 3 streams instead of 388 and 387, the workspace at most 24.00 MiB instead of 3.02 GiB: up to 6.57 GiB less on the card "
+        "(what `optimize` states for its plans)"
+    )
+
+
+def test_a_small_net_gets_no_note_of_the_pool():
+    # TWO_CONVS: 9 handles and 72 MiB of workspaces, far from a GiB.
+    assert not any("runtime v6" in note for note in gpu(TWO_CONVS, phase="TRAIN").device.notes)
+
+
+def test_analyze_of_an_optimized_file_counts_the_pool_as_the_patched_caffe_runs_it(tmp_path):
+    out = tmp_path / "dw.prototxt"
+    source = tmp_path / "in.prototxt"
+    source.write_text(DEPTHWISE_ON_CUDNN)
+    result = CliRunner().invoke(main, ["optimize", str(source), "--device", "gpu", "--share-buffers", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    net = analyze(str(out), Options(device="gpu")).nets[0]
+    assert net.device.handles.pooled and (net.device.handles.cudnn, net.device.workspace_bytes_max) == (4, 24 * MIB)
+    assert net.device.device_bytes == 693_670_532
+    assert not any("runtime v6" in note for note in net.device.notes)
