@@ -175,6 +175,7 @@ class LayerSides:
     runs_on: str  # "gpu", "gpu forward, cpu backward" or "cpu" (no GPU code)
     device: tuple[int, int, int]  # init, forward, backward
     host: tuple[int, int, int]
+    cudnn_handles: int = 0  # stock BVLC's cudnnCreate calls for this layer (3 per group of a convolution)
 
     @property
     def device_total(self) -> int:
@@ -443,7 +444,7 @@ def device_footprint(
             untouched += copies.bytes
 
     per_layer = []
-    for layer, side in zip(layers, sides):
+    for layer, side, rule in zip(layers, sides, run.rules):
         stages = (Bucket("init", layer.index), Bucket("forward", layer.index), Bucket("backward", layer.index))
         per_layer.append(
             LayerSides(
@@ -452,6 +453,7 @@ def device_footprint(
                 runs_on=_runs_on(side),
                 device=tuple(heap.charged.get(("device", b), 0) for b in stages),
                 host=tuple(heap.charged.get(("host", b), 0) for b in stages),
+                cudnn_handles=rule.cudnn_handles,
             )
         )
     context = card.context
@@ -532,6 +534,12 @@ def _pool_note(run: Run, handles: Handles, workspace: int, prefetching: int, car
         f"{pool.cudnn} handles and {pool.streams} streams instead of {handles.cudnn:,} and {handles.streams:,}, the workspace at most "
         f"{format_size(pool_workspace)} instead of {format_size(workspace)}: up to {format_size(saved)} less on the card (what `optimize` states for its plans)",
     )
+
+
+def grouped_convolutions(layers: Iterable[LayerSides]) -> tuple[str, ...]:
+    """The cuDNN (de)convolutions of more than one group: stock BVLC creates 3 handles and
+    streams for each group, Caffe's engine none."""
+    return tuple(layer.name for layer in layers if layer.type in ("Convolution", "Deconvolution") and layer.cudnn_handles > CUDNN_STREAMS_PER_GROUP)
 
 
 def _grouped_handles_note(run: Run, card: CardConstants = CardConstants()) -> tuple[str, ...]:
