@@ -337,7 +337,14 @@ def caffe_root_given() -> str | None:
 
 
 def device_flags(command: Callable) -> Callable:
-    """--device and --context-mib, read by device_options through the context."""
+    """--device, --context-mib and --card, read by device_options through the context."""
+    command = click.option(
+        "--card",
+        metavar="FILE",
+        expose_value=False,
+        callback=_remember("card"),
+        help="GPU mode: the per-process constants (context, cuBLAS, cuDNN handle, stream) of your card, from a GPU-kit result run on it (its summary.json, or benchmarks/gpu_measured.py --json); --context-mib still overrides the context (see docs/gpu-mode.md).",
+    )(command)
     command = click.option(
         "--context-mib",
         type=click.IntRange(min=0),
@@ -402,11 +409,17 @@ def device_options(options, gpus: int | None = None):
     context = click.get_current_context(silent=True)
     meta = context.meta if context else {}
     context_mib = meta.get("caffemem.context_mib")
+    card = meta.get("caffemem.card")
+    if card is not None:
+        from caffemem.passes.card import read_card
+
+        card = read_card(card)
     return replace(
         options,
         device=meta.get("caffemem.device", "gpu"),
         gpus=gpus or meta.get("caffemem.gpus", 1),
         context_bytes=None if context_mib is None else context_mib * 1024 * 1024,
+        card=card,
     )
 
 

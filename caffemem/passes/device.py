@@ -146,6 +146,7 @@ class CardConstants:
     cudnn_handle: Constant = CUDNN_HANDLE
     stream: Constant = CUDA_STREAM
     cublas_handle: Constant = CUBLAS_HANDLE
+    file: str | None = None  # --card FILE: the kit result they were read from (passes/card.py)
 # Not in any figure: the kernels CUDA loads lazily, on their first launch (Caffe's, cuDNN's,
 # cuBLAS's), which depend on the layers and the algorithms cuDNN picks.  Across the 136
 # runs the card held this much more (or less) than the model with the two constants above;
@@ -569,10 +570,15 @@ def _grouped_handles_note(run: Run, card: CardConstants = CardConstants()) -> tu
 def gpu_caveat(device: DeviceReport) -> str:
     """The one line every output in GPU mode carries once (not per net): what its figures
     rest on, and where the user guide says more."""
+    card = device.card
+    if card.file is not None:
+        given = [constant for constant in (card.context, card.cudnn_handle, card.stream, card.cublas_handle) if card.file in constant.source]
+        constants = f"{', '.join(constant.name for constant in given)} from {card.file}, the rest as measured there"
+    else:
+        constants = "the context and handles as measured there (--context-mib or --card FILE gives yours)"
     parts = [
-        f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 320 runs), the context and handles as "
-        f"measured there (--context-mib gives yours), kernels loaded lazily not counted ({LAZY_KERNELS_LOW / 2**20:+.0f} to "
-        f"{LAZY_KERNELS_HIGH / 2**20:+.0f} MiB there)"
+        f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 320 runs), {constants}, kernels loaded lazily not counted "
+        f"({LAZY_KERNELS_LOW / 2**20:+.0f} to {LAZY_KERNELS_HIGH / 2**20:+.0f} MiB there)"
     ]
     if device.engine == "cudnn" and device.device_by_cause.get("cudnn_workspace", 0) > 0:
         parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")
