@@ -641,6 +641,7 @@ def _net_flags(options: Options, phase: str | None) -> list[str]:
     words += ["--gpus", str(options.gpus)] if options.gpus > 1 else []
     words += ["--context-mib", str(options.context_bytes // 2**20)] if options.context_bytes is not None else []
     words += ["--card", options.card.file] if options.card is not None and options.card.file is not None else []
+    words += ["--cuda-stack-bytes", str(options.card.stack_bytes)] if options.card is not None and options.card.stack_bytes is not None else []
     return words + ["--device", options.device]
 
 

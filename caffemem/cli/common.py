@@ -339,6 +339,13 @@ def caffe_root_given() -> str | None:
 def device_flags(command: Callable) -> Callable:
     """--device, --context-mib and --card, read by device_options through the context."""
     command = click.option(
+        "--cuda-stack-bytes",
+        type=click.Choice(["1024", "512", "256", "128"]),
+        expose_value=False,
+        callback=_remember("stack_bytes"),
+        help="GPU mode: the CUDA stack limit you run a caffemem-patched Caffe with (CAFFEMEM_CUDA_STACK_BYTES): its plans' figures count the context measured at that limit (an H200: 594.8, 463, 397, 363 MiB with cuBLAS); stock Caffe's stay at the driver's 1 KiB.",
+    )(command)
+    command = click.option(
         "--card",
         metavar="FILE",
         expose_value=False,
@@ -409,11 +416,15 @@ def device_options(options, gpus: int | None = None):
     context = click.get_current_context(silent=True)
     meta = context.meta if context else {}
     context_mib = meta.get("caffemem.context_mib")
-    card = meta.get("caffemem.card")
+    card, stack = meta.get("caffemem.card"), meta.get("caffemem.stack_bytes")
     if card is not None:
         from caffemem.passes.card import read_card
 
         card = read_card(card)
+    if stack is not None:
+        from caffemem.passes.device import CardConstants
+
+        card = replace(card or CardConstants(), stack_bytes=int(stack))
     return replace(
         options,
         device=meta.get("caffemem.device", "gpu"),

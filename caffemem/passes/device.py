@@ -137,6 +137,26 @@ CUBLAS_HANDLE = Constant("cublas_handle", 71_303_168, f"68.0 MiB per further thr
 CUDA_STREAM = Constant("cuda_stream", 0, f"in the {CUDNN_HANDLE.bytes / 2**20:.2f} MiB fitted per cuDNN handle (each convolution handle came with its stream); 0.56 MiB measured alone on an H200", measured_for_caffe=True)
 
 
+# The bare CUDA context by cudaLimitStackSize (issue 32: an H200, CUDA 13, a fresh process
+# per case): the local-memory reservation is SMs x threads x stack.  A caffemem-patched
+# Caffe (runtime v6) sets the limit when CAFFEMEM_CUDA_STACK_BYTES is set (default: the
+# driver's 1 KiB, as stock); stock Caffe never does.
+CONTEXT_BY_STACK = {1024: 552_402_944, 512: 395 * 2**20, 256: 329 * 2**20, 128: 295 * 2**20}
+
+
+def stack_context(stack_bytes: int) -> Constant:
+    """The context constant (the bare context and the main thread's cuBLAS handle and cuRAND
+    generator) of a patched Caffe run with CAFFEMEM_CUDA_STACK_BYTES=``stack_bytes``."""
+    bare = CONTEXT_BY_STACK[stack_bytes]
+    return Constant(
+        "cuda_context",
+        bare + CUBLAS_HANDLE.bytes,
+        f"measured on an H200 (CUDA 13) with cudaLimitStackSize {stack_bytes} B (CAFFEMEM_CUDA_STACK_BYTES): the context ({bare / 2**20:.1f} MiB) "
+        f"and the main thread's cuBLAS handle and cuRAND generator ({CUBLAS_HANDLE.bytes / 2**20:.1f} MiB)",
+        measured_for_caffe=True,
+    )
+
+
 @dataclass(frozen=True)
 class CardConstants:
     """The per-process costs a GPU figure adds to Caffe's allocations, each with where it
@@ -147,6 +167,9 @@ class CardConstants:
     stream: Constant = CUDA_STREAM
     cublas_handle: Constant = CUBLAS_HANDLE
     file: str | None = None  # --card FILE: the kit result they were read from (passes/card.py)
+    # --cuda-stack-bytes: the stack limit the patched Caffe sets (CAFFEMEM_CUDA_STACK_BYTES),
+    # whose context (CONTEXT_BY_STACK) its figures then count; None: the driver's default.
+    stack_bytes: int | None = None
 # Not in any figure: the kernels CUDA loads lazily, on their first launch (Caffe's, cuDNN's,
 # cuBLAS's), which depend on the layers and the algorithms cuDNN picks.  Across the 136
 # runs the card held this much more (or less) than the model with the two constants above;
@@ -407,6 +430,8 @@ def device_footprint(
     card = card or CardConstants()
     if context_bytes is not None:
         card = replace(card, context=context_constant(context_bytes))
+    elif pooled and card.stack_bytes is not None:  # stock Caffe never sets the stack limit
+        card = replace(card, context=stack_context(card.stack_bytes))
     layers = run.shaped.graph.layers
     sides = layer_sides(run, specs)
     heap = _TwoSidedHeap(DTYPE_BYTES[run.dtype], _batch_tops(run), pooled)

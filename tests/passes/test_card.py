@@ -86,3 +86,22 @@ def test_a_file_that_is_not_a_kit_result_is_refused_with_its_file_and_line(tmp_p
 def test_without_a_card_the_constants_are_the_cited_measurements():
     assert CardConstants() == CardConstants(CUDA_CONTEXT, CUDNN_HANDLE, CardConstants().stream, CUBLAS_HANDLE, None)
     assert CardConstants().stream.bytes == 0  # in the fitted handle figure (each convolution handle came with its stream)
+
+
+def test_a_stack_limit_changes_the_patched_runtimes_context_not_stocks():
+    # CAFFEMEM_CUDA_STACK_BYTES=128: the bare context measured at 295 MiB on an H200 (526.8 at
+    # the driver's 1 KiB), plus the main thread's cuBLAS and cuRAND (68.0 MiB).
+    from caffemem.api.optimize import OptimizeSettings, optimize
+
+    options = Options(device="gpu", card=CardConstants(stack_bytes=128))
+    devices = optimize(DEPTHWISE_ON_CUDNN, options, OptimizeSettings(share_buffers=True)).phases[0].devices
+    assert devices.stock.device_by_cause["cuda_context"] == CUDA_CONTEXT.bytes == 552_402_944 + 71_303_168
+    assert devices.planned.device_by_cause["cuda_context"] == 295 * MIB + 71_303_168
+    assert devices.planned.context.source.startswith("measured on an H200 (CUDA 13) with cudaLimitStackSize 128 B (CAFFEMEM_CUDA_STACK_BYTES)")
+
+
+def test_the_stack_flag_takes_only_the_measured_limits(tmp_path):
+    net = tmp_path / "dw.prototxt"
+    net.write_text(DEPTHWISE_ON_CUDNN)
+    result = CliRunner().invoke(main, ["optimize", str(net), "--cuda-stack-bytes", "64"])
+    assert result.exit_code == 2 and "'64' is not one of '1024', '512', '256', '128'" in result.output
