@@ -380,14 +380,7 @@ def test_reserve_overrides_the_gpu_margin():
     assert "room for the kernels" not in run(LENET, "--gpu-memory", "1GiB", "--device", "gpu", "--reserve", "0").output
 
 
-# Issue 32's depthwise net on cuDNN's engine: stock BVLC's 388 cuDNN handles hold more of
-# the card than the net itself.
-DEPTHWISE_ON_CUDNN = """name: "dw"
-layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 128 dim: 56 dim: 56 } } }
-layer { name: "conv_dw" type: "Convolution" bottom: "data" top: "dw" convolution_param { num_output: 128 kernel_size: 3 pad: 1 group: 128 } }
-layer { name: "relu" type: "ReLU" bottom: "dw" top: "dw" }
-layer { name: "conv_pw" type: "Convolution" bottom: "dw" top: "pw" convolution_param { num_output: 128 kernel_size: 1 } }
-"""
+DEPTHWISE_ON_CUDNN = (FIXTURES / "examples" / "depthwise_cudnn.prototxt").read_text()  # issue 32: 388 stock cuDNN handles
 
 
 def test_fit_says_what_dominates_a_net_that_does_not_fit_and_what_changes_it():

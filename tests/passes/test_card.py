@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO
+from conftest import FIXTURES, REPO
 
 from caffemem.api.analyze import Options, analyze
 from caffemem.cli import main
@@ -18,13 +18,7 @@ from caffemem.passes.device import CUBLAS_HANDLE, CUDA_CONTEXT, CUDNN_HANDLE, Ca
 
 H200 = str(REPO / "benchmarks" / "gpu-groundtruth" / "h200-2026-11-26.summary.json")
 MIB = 1024 * 1024
-# Issue 32's depthwise net: stock BVLC creates 388 cuDNN handles, 387 of them with a stream.
-DEPTHWISE_ON_CUDNN = """name: "dw"
-layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 128 dim: 56 dim: 56 } } }
-layer { name: "conv_dw" type: "Convolution" bottom: "data" top: "dw" convolution_param { num_output: 128 kernel_size: 3 pad: 1 group: 128 } }
-layer { name: "relu" type: "ReLU" bottom: "dw" top: "dw" }
-layer { name: "conv_pw" type: "Convolution" bottom: "dw" top: "pw" convolution_param { num_output: 128 kernel_size: 1 } }
-"""
+DEPTHWISE_ON_CUDNN = (FIXTURES / "examples" / "depthwise_cudnn.prototxt").read_text()  # issue 32: 388 stock cuDNN handles
 
 
 def test_a_kit_summary_gives_the_context_and_the_further_threads_handles_as_its_runs_measured():

@@ -12,6 +12,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from caffemem.api.analyze import Options, analyze
 from caffemem.api.optimize import POOLED_WORKSPACE, OptimizeSettings, optimize
@@ -315,13 +316,7 @@ def test_grouped_cudnn_convolutions_holding_a_gib_of_handles_are_named_with_the_
     assert caffe.handles.cudnn == 0 and not any(note.startswith("grouped cuDNN") for note in caffe.notes)
 
 
-# The issue's depthwise net on cuDNN's engine (issue 32: 388 handles held 4,241 MiB on an H200).
-DEPTHWISE_ON_CUDNN = """name: "dw"
-layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 128 dim: 56 dim: 56 } } }
-layer { name: "conv_dw" type: "Convolution" bottom: "data" top: "dw" convolution_param { num_output: 128 kernel_size: 3 pad: 1 group: 128 } }
-layer { name: "relu" type: "ReLU" bottom: "dw" top: "dw" }
-layer { name: "conv_pw" type: "Convolution" bottom: "dw" top: "pw" convolution_param { num_output: 128 kernel_size: 1 } }
-"""
+DEPTHWISE_ON_CUDNN = (FIXTURES / "examples" / "depthwise_cudnn.prototxt").read_text()  # issue 32: 388 stock cuDNN handles
 
 
 def test_a_depthwise_plan_holds_the_pools_four_handles_not_stocks_388():
