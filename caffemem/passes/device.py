@@ -99,6 +99,17 @@ class Handles:
     pooled: bool = False  # as a caffemem-patched Caffe (runtime v6) creates them: one pool per device
 
 
+def shared_pool_bytes(test: "DeviceReport", train: "DeviceReport") -> int:
+    """What a test net's pooled handles, streams and workspace already are in the train
+    net's pool (runtime v6: one pool per device for every net of the process; its
+    workspace grows to the larger need): bytes a training process does not hold twice."""
+    if not (test.handles.pooled and train.handles.pooled):
+        return 0
+    pairs = min(test.handles.streams, train.handles.streams)
+    singles = min(test.handles.cudnn - test.handles.streams, train.handles.cudnn - train.handles.streams)
+    return (pairs + singles) * test.card.cudnn_handle.bytes + pairs * test.card.stream.bytes + min(test.workspace_bytes_max, train.workspace_bytes_max)
+
+
 def stock_handles(rules: Iterable, prefetching: int) -> Handles:
     """Stock BVLC's: every cuDNN layer creates its own (cudnn_conv_layer.cpp LayerSetUp:
     CUDNN_STREAMS_PER_GROUP handles and streams per group; the others one handle each)."""

@@ -355,3 +355,35 @@ def test_analyze_of_an_optimized_file_counts_the_pool_as_the_patched_caffe_runs_
     assert net.device.handles.pooled and (net.device.handles.cudnn, net.device.workspace_bytes_max) == (4, 24 * MIB)
     assert net.device.device_bytes == 693_670_532
     assert not any("runtime v6" in note for note in net.device.notes)
+
+
+TRAIN_VAL_ON_CUDNN = """name: "tv"
+layer { name: "data" type: "Input" top: "data" top: "label" input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } shape { dim: 2 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip" inner_product_param { num_output: 10 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def test_a_training_process_on_the_patched_runtime_holds_one_pool_for_its_train_and_test_nets(tmp_path):
+    # Runtime v6: one pool per card, whatever the nets: the test net's 4 handles (3 with
+    # streams, 1 for the ReLU) and its 24 MiB workspace are the train net's, so under the
+    # plans the test net adds only what is its own (stock: each net its own handles).
+    from caffemem.api.optimize import planned_report
+    from caffemem.passes.solver import solver_footprint
+    from caffemem.schema import caffe_pb2
+
+    (tmp_path / "train_val.prototxt").write_text(TRAIN_VAL_ON_CUDNN)
+    (tmp_path / "solver.prototxt").write_text('net: "train_val.prototxt"\nbase_lr: 0.01\ntest_iter: 1\ntest_interval: 10\n')
+    options = Options(device="gpu")
+    stock = analyze(str(tmp_path / "solver.prototxt"), options)
+    train, test = stock.nets
+    planned = [(net.shaped, planned_report(net.shaped, stock.nets[0].specs, options)) for net in (train, test)]
+    process = solver_footprint(caffe_pb2.SolverParameter(base_lr=0.01), planned[0], [planned[1]], 4)
+    shared_params = 6_248  # conv 4x3x3x3 + 4, ip 10x144 + 10 floats
+    pool = 4 * CUDNN_HANDLE.bytes + 24 * MIB
+    test_report = planned[1][1]
+    assert process.tests[0].bytes == test_report.device_bytes - CUDA_CONTEXT.bytes - shared_params - pool
+    assert process.tests[0].note.endswith("; one pool of cuDNN handles and workspace per card (a caffemem-patched Caffe)")
+    assert stock.process.tests[0].bytes == test.device.device_bytes - CUDA_CONTEXT.bytes - shared_params  # stock: the handles again
