@@ -18,12 +18,19 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
 - A cudaMalloc a layer makes itself (cuDNN's workspace and LCN temporaries) is device
   memory.  The workspace's size is cuDNN's choice at run time: BVLC asks for algorithms
   needing at most 8 MiB per query, so a layer's own workspace is reported as a range, 0 to
-  that bound.  A workspace a plan puts in a slot (``--share-buffers``) is exact: the
-  patched layer uses the slot instead of its cudaMalloc and asks cuDNN only for algorithms
-  that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like any other.
+  that bound.  A workspace a table written for runtime v5 or earlier puts in a slot is
+  exact: the patched layer uses the slot instead of its cudaMalloc and asks cuDNN only for
+  algorithms that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like
+  any other.
+- ``pooled`` (a caffemem-patched Caffe, runtime v6, every figure of a plan): every cuDNN
+  layer takes its handles, streams and workspace from one pool per device: 3 (handle,
+  stream) pairs, one handle on the default stream, one workspace of 3 blocks of the
+  largest per-block bound, at most 24 MiB (:func:`pooled_handles`).  Stock's figure keeps
+  BVLC's own handles and workspaces.
 
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
-handles) are kept apart, as constants measured on a card (CUDA_CONTEXT, CUDNN_HANDLE):
+handles, streams) are kept apart, as constants measured on a card (CUDA_CONTEXT,
+CUDNN_HANDLE; the user's own with --card, --context-mib, --cuda-stack-bytes):
 Caffe's own allocations in this model equal what an H100 counted at Caffe's cudaMalloc
 sites, byte for byte, on every run of benchmarks/gpu-groundtruth (320 runs, two measurements).
 ../shared/caffe/GPU-MEMORY.md cites every fact used here (for the developers; no output
