@@ -20,7 +20,7 @@ from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
 from caffemem.layers.vision import is_workspace
-from caffemem.passes.device import DeviceReport, device_footprint
+from caffemem.passes.device import DeviceReport, device_footprint, pool_line
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
 from caffemem.passes.liveness import Liveness, kept_members, lifetimes
@@ -95,6 +95,11 @@ class DeviceFigures:
     # The patched Caffe (runtime v6) running the net with no table: stock's allocations,
     # the pool's handles and workspace.  What every plan of ours starts from.
     runtime: DeviceReport | None = None
+
+    @property
+    def pool_line(self) -> str | None:
+        """What the plan's figure counts of the v6 pool against stock's handles, or None."""
+        return pool_line(self.stock, self.planned)
 
 
 @dataclass(frozen=True)

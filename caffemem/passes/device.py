@@ -575,9 +575,24 @@ def _pool_note(run: Run, handles: Handles, workspace: int, prefetching: int, car
         return ()
     return (
         f"a caffemem-patched Caffe (runtime v6, `caffemem patch CAFFE_DIR`) shares one pool of cuDNN handles and one workspace per card: "
-        f"{pool.cudnn} handles and {pool.streams} streams instead of {handles.cudnn:,} and {handles.streams:,}, the workspace at most "
-        f"{format_size(pool_workspace)} instead of {format_size(workspace)}: up to {format_size(saved)} less on the card (what `optimize` states for its plans)",
+        f"{pool_words(handles, workspace, pool, pool_workspace)}: up to {format_size(saved)} less on the card (what `optimize` states for its plans)",
     )
+
+
+def pool_words(stock: Handles, stock_workspace: int, pool: Handles, pool_workspace: int) -> str:
+    """The pool's handles, streams and workspace against stock BVLC's, in words."""
+    return (
+        f"{pool.cudnn} handles and {pool.streams} streams instead of {stock.cudnn:,} and {stock.streams:,}, "
+        f"the workspace at most {format_size(pool_workspace)} instead of {format_size(stock_workspace)}"
+    )
+
+
+def pool_line(stock: DeviceReport, planned: DeviceReport) -> str | None:
+    """What a plan's figure counts of the v6 pool against stock's handles (optimize's
+    output), or None where the net has no cuDNN layer."""
+    if not planned.handles.pooled or not stock.handles.cudnn:
+        return None
+    return f"the plan runs on a caffemem-patched Caffe (runtime v6), one pool per card: {pool_words(stock.handles, stock.workspace_bytes_max, planned.handles, planned.workspace_bytes_max)}"
 
 
 def grouped_convolutions(layers: Iterable[LayerSides]) -> tuple[str, ...]:

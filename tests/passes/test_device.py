@@ -387,3 +387,14 @@ def test_a_training_process_on_the_patched_runtime_holds_one_pool_for_its_train_
     assert process.tests[0].bytes == test_report.device_bytes - CUDA_CONTEXT.bytes - shared_params - pool
     assert process.tests[0].note.endswith("; one pool of cuDNN handles and workspace per card (a caffemem-patched Caffe)")
     assert stock.process.tests[0].bytes == test.device.device_bytes - CUDA_CONTEXT.bytes - shared_params  # stock: the handles again
+
+
+def test_optimize_says_what_its_plan_counts_of_the_pool(tmp_path):
+    source = tmp_path / "dw.prototxt"
+    source.write_text(DEPTHWISE_ON_CUDNN)
+    result = CliRunner().invoke(main, ["optimize", str(source), "--device", "gpu"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert (
+        "the plan runs on a caffemem-patched Caffe (runtime v6), one pool per card: 4 handles and 3 streams instead of 388 and 387, "
+        "the workspace at most 24.00 MiB instead of 3.02 GiB"
+    ) in result.output.splitlines()
