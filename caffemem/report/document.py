@@ -49,6 +49,8 @@ def device_json(device: DeviceReport) -> dict[str, Any]:
         "cudnn_workspace": {"min": 0, "max": device.workspace_bytes_max},
         "cuda_context": asdict(device.context),
         "handles": asdict(device.handles),
+        # Each per-process constant counted, with where it came from (the cited card's, or --card's, --context-mib's).
+        "constants": {c.name: {"bytes": c.bytes, "source": c.source} for c in (device.context, device.card.cudnn_handle, device.card.stream, device.card.cublas_handle)},
         "untouched_param_diff_bytes": device.untouched_param_diff_bytes,
         "notes": list(device.notes),
     }
