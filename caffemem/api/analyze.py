@@ -17,7 +17,7 @@ from caffemem.api.timeline import Timeline, run_timeline
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.graph import Shape, ShapedGraph
 from caffemem.layers.registry import SpecTable
-from caffemem.passes.device import DeviceReport, device_footprint
+from caffemem.passes.device import CardConstants, DeviceReport, device_footprint
 from caffemem.passes.device import LayerSides as LayerSides  # named for the views: see below
 from caffemem.passes.filter import filter_net, make_state, phase_name
 from caffemem.passes.liveness import lifetimes
@@ -95,7 +95,10 @@ class Options:
     # or "gpu" (device and host bytes).  The CLI's --device defaults to gpu.
     device: str = "cpu"
     gpus: int = 1  # GPUs training together (--gpus): every one holds the figure
-    context_bytes: int | None = None  # the CUDA context per GPU; None: the cited constant
+    context_bytes: int | None = None  # the CUDA context per GPU; None: the cited constant (or ``card``'s)
+    # The per-process constants of the user's card (--card FILE, --cudnn-handle-mib, ...);
+    # None: the cited measurement's (passes/device.py CardConstants).
+    card: CardConstants | None = None
     # A fork's source tree (--caffe-root, $CAFFE_ROOT): its caffe.proto merged with
     # caffemem's schema, and the layer types it registers (schema/caffe_root.py).
     caffe_root: str | None = None
@@ -126,6 +129,8 @@ class Options:
         _whole("gpus", self.gpus, 1, MAX_GPUS)
         _whole("max_input_bytes", self.max_input_bytes, 1, 2**63 - 1)
         _whole("context_bytes", self.context_bytes, 0, 2**63 - 1, optional=True)
+        if self.card is not None and not isinstance(self.card, CardConstants):
+            raise CaffememError(f"card {excerpt(repr(self.card))}: expected a CardConstants, or None (the cited measurement's)")
         fix("inputs", _input_shapes(self.inputs))
         if not isinstance(self.overrides, (set, frozenset, Sequence)) or isinstance(self.overrides, str) or not all(isinstance(name, str) for name in self.overrides):
             raise CaffememError(f"overrides {excerpt(repr(self.overrides))}: expected a set of input names")
@@ -363,7 +368,7 @@ def as_run(source: NetSource, path, shaped: ShapedGraph, specs: SpecTable, optio
     copies = restored_bytes(schedule, recomputed)
     memory = with_copies(simulate(shaped, specs, options.dtype, options.heap_engine, slots), copies)
     if device is not None:
-        device = with_copies(device_footprint(prepare_run(shaped, specs, options), specs, options.build_engine, slots=slots, context_bytes=options.context_bytes, gpus=options.gpus), copies)
+        device = with_copies(device_footprint(prepare_run(shaped, specs, options), specs, options.build_engine, slots=slots, context_bytes=options.context_bytes, gpus=options.gpus, pooled=True, card=options.card), copies)
     again = f", {len(recomputed)} Forward(s) run again in Backward" if recomputed else ""
     note = (
         f"as the patched Caffe runs the file's mem_param table for {phase} ({len(plan.slot_bytes)} slot(s){again}): stock Caffe would allocate {mib(stock)}, "
@@ -407,7 +412,7 @@ def measure(shaped: ShapedGraph, specs: SpecTable, options: Options) -> tuple[Me
     if options.device != "gpu":
         return memory, None
     run = prepare_run(shaped, specs, options)
-    return memory, device_footprint(run, specs, options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
+    return memory, device_footprint(run, specs, options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, card=options.card)
 
 
 def net_batch(shaped: ShapedGraph, specs: SpecTable) -> int | None:

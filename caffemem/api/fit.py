@@ -29,14 +29,14 @@ from caffemem.api.analyze import (
 )
 from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, excerpt
-from caffemem.passes.device import LAZY_KERNELS, Constant
+from caffemem.passes.device import CUDA_CONTEXT, LAZY_KERNELS, MEASURED_ON, Constant, DeviceReport, grouped_convolutions
 from caffemem.passes.load import NetText, SolverSource
 from caffemem.passes.memory import MemoryReport
 from caffemem.passes.shapes import FROM_FILE
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
 from caffemem.plan.recompute import Policy, parse_policy
-from caffemem.units import DTYPE_BYTES, format_size, parse_size
+from caffemem.units import DTYPE_BYTES, format_size, parse_size, plural
 
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
 
@@ -94,6 +94,7 @@ class Footprint:
 
     bytes: int
     notes: tuple[str, ...] = ()
+    device: DeviceReport | None = None  # GPU mode: the card's report (the train net's, for a solver)
 
 
 Measure = Callable[[int], Footprint]  # batch -> footprint; raises CaffememError
@@ -117,6 +118,7 @@ class Evaluation:
     bytes: int | None  # None: the net cannot be built at this batch
     error: str | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
+    device: DeviceReport | None = field(default=None, compare=False, repr=False)
 
 
 class Evaluations:
@@ -149,7 +151,7 @@ def evaluate(measure: Measure, batch: int) -> Evaluation:
         if batch == 1:
             raise
         return Evaluation(batch, None, str(error))
-    return Evaluation(batch, footprint.bytes, None, footprint.notes)
+    return Evaluation(batch, footprint.bytes, None, footprint.notes, footprint.device)
 
 
 @dataclass(frozen=True)
@@ -425,10 +427,40 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
         notes += schedule_notes(schedule, search.batch)
     if margin is not None:
         notes += (f"the reserve keeps room for the kernels CUDA loads lazily, which no figure counts: {margin.source}; --reserve SIZE overrides it",)
+    if not search.batch and answer is not None and answer.device is not None:
+        notes += (what_dominates(answer.device, request.optimized),)
     advice = None
     if request.optimized and search.batch:
         advice = optimize_commands(path, subject, options, search.batch, request.recompute, evaluations.at(search.batch).bytes or 0)
     return FitResult(str(path), subject, request, search, schedule, made, tuple(dict.fromkeys(notes)), margin, advice)
+
+
+def what_dominates(device: DeviceReport, optimized: bool) -> str:
+    """Batch 1 does not fit: what the card's figure is made of, largest first, and what
+    changes the largest parts (issue 32: stock BVLC's cuDNN handles alone, 3 per group of
+    every convolution, can exceed a card; a caffemem-patched Caffe pools them)."""
+    handles, workspace, context = device.device_by_cause["library_handles"], device.workspace_bytes_max, device.device_by_cause["cuda_context"]
+    kind = "the pool's" if device.handles.pooled else "stock BVLC's"
+    parts = [
+        (handles, f"library handles {format_size(handles)} ({kind} {device.handles.cudnn:,} cuDNN handles)"),
+        (workspace, f"cuDNN workspaces up to {format_size(workspace)}"),
+        (context, f"the CUDA context {format_size(context)}"),
+        (device.device_bytes - handles - workspace - context, f"Caffe's allocations {format_size(device.device_bytes - handles - workspace - context)}"),
+    ]
+    parts.sort(key=lambda part: -part[0])
+    said = ", ".join(text for size, text in parts if size)
+    fixes = []
+    if not device.handles.pooled and handles + workspace >= parts[0][0]:
+        fixes.append("`caffemem patch CAFFE_DIR` builds a Caffe that pools the cuDNN handles and the workspace per card, counted by `fit --optimized`")
+    grouped = grouped_convolutions(device.layers) if not device.handles.pooled else ()
+    if grouped:
+        more = f" and {plural(len(grouped) - 1, 'more')}" if len(grouped) > 1 else ""
+        fixes.append(f"'engine: CAFFE' in the convolution_param of the grouped convolutions ('{grouped[0]}'{more}) creates none of their handles")
+    if context == parts[0][0] and device.context == CUDA_CONTEXT:
+        fixes.append(f"the context is as measured on {MEASURED_ON}: --context-mib or --card FILE gives your card's")
+    if not optimized:
+        fixes.append("`fit --optimized` (or --recompute sqrt) counts a plan of Caffe's allocations")
+    return f"not even batch 1 fits: on the card {format_size(device.device_bytes)}, {said}" + (f"; {'; '.join(fixes)}" if fixes else "")
 
 
 def search_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...]) -> tuple[str, ...]:
@@ -484,7 +516,8 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(at_phase, batch=batch), tables=False)  # stock Caffe at every batch: a table binds at one only
         net = analysis.nets[0]
-        return Footprint(_report(net, at_phase, optimized, recompute).total_bytes, _notes(analysis, net, options))
+        report = _report(net, at_phase, optimized, recompute)
+        return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None)
 
     notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
     return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized, recompute))
@@ -502,8 +535,9 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(train_options, batch=batch), tables=False)
         train = analysis.nets[0]
-        process = solver_footprint(solver, (train.shaped, _report(train, options, optimized, recompute)), test_parts, DTYPE_BYTES[options.dtype])
-        return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes)
+        report = _report(train, options, optimized, recompute)
+        process = solver_footprint(solver, (train.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
+        return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None)
 
     notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
     return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized, recompute))
@@ -606,6 +640,8 @@ def _net_flags(options: Options, phase: str | None) -> list[str]:
     words += ["--engine", options.engine] if options.engine else []
     words += ["--gpus", str(options.gpus)] if options.gpus > 1 else []
     words += ["--context-mib", str(options.context_bytes // 2**20)] if options.context_bytes is not None else []
+    words += ["--card", options.card.file] if options.card is not None and options.card.file is not None else []
+    words += ["--cuda-stack-bytes", str(options.card.stack_bytes)] if options.card is not None and options.card.stack_bytes is not None else []
     return words + ["--device", options.device]
 
 

@@ -19,7 +19,8 @@ from caffemem.errors import CaffememError, Location, UnsafePlan, excerpt
 from caffemem.graph import ShapedGraph
 from caffemem.layers.access import BlobId
 from caffemem.layers.registry import SpecTable
-from caffemem.passes.device import DeviceReport, device_footprint
+from caffemem.layers.vision import is_workspace
+from caffemem.passes.device import DeviceReport, device_footprint, pool_line
 from caffemem.passes.filter import make_state
 from caffemem.passes.inplace import InPlaceResult, make_in_place
 from caffemem.passes.liveness import Liveness, kept_members, lifetimes
@@ -91,6 +92,14 @@ class DeviceFigures:
     stock: DeviceReport
     fork: DeviceReport
     planned: DeviceReport
+    # The patched Caffe (runtime v6) running the net with no table: stock's allocations,
+    # the pool's handles and workspace.  What every plan of ours starts from.
+    runtime: DeviceReport | None = None
+
+    @property
+    def pool_line(self) -> str | None:
+        """What the plan's figure counts of the v6 pool against stock's handles, or None."""
+        return pool_line(self.stock, self.planned)
 
 
 @dataclass(frozen=True)
@@ -189,7 +198,8 @@ class PhasePlan:
             # The bound on the card: stock less the most any plan can save, which is the same
             # storage as in the heap when every shareable storage is touched on the device.
             stock = self.devices.stock.device_bytes
-            figures = {"stock": stock, "fork": self.devices.fork.device_bytes, "planned": self.devices.planned.device_bytes, "lower_bound": stock - (self.stock.heap_total - self.lower_bound)}
+            base = (self.devices.runtime or self.devices.stock).device_bytes  # a plan of ours runs on the v6 pool
+            figures = {"stock": stock, "fork": self.devices.fork.device_bytes, "planned": self.devices.planned.device_bytes, "lower_bound": base - (self.stock.heap_total - self.lower_bound)}
         return figures | ({} if self.as_given is None else {"stock_as_given": self.as_given})
 
 
@@ -230,6 +240,13 @@ class _Candidate:
 
 
 ON_HOST_ONLY = "touched only on the host in a GPU run: a slot is cudaMalloc'd on the card, so sharing it would only add to the card"
+POOLED_WORKSPACE = "a cuDNN workspace: the patched Caffe (runtime v6) runs every cuDNN layer on its pool's one workspace, never more than a slot would hold"
+
+
+def pooled_workspaces(schedule: Schedule) -> dict[tuple[BlobId, str], str]:
+    """The cuDNN workspaces of a GPU run, which the planner leaves to the v6 pool (runtime
+    v6 shares one workspace per card; a table naming one, written for v5, still runs)."""
+    return {member: POOLED_WORKSPACE for c in schedule.classes for member in c.members if is_workspace(member[0])}
 
 
 BUDGET_RETRIES = 4  # --recompute budget=SIZE: plans made again at a lower target when the packer missed the bound
@@ -275,10 +292,12 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
         keep = {member: f"on the CPU: {why}" for member, why in kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)).items()}
     on_card = stock_card = None
     if options.device == "gpu":
-        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus)
+        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, card=options.card)
         stock_card = on_card(on_card_run)
+        runtime_card = on_card(on_card_run, pooled=True)
         on_host = [c for c in schedule.classes if not any(member in stock_card.on_device for member in c.members)]
         keep |= {member: ON_HOST_ONLY for c in on_host for member in c.members if member not in keep}
+        keep |= {member: why for member, why in pooled_workspaces(schedule).items() if member not in keep}
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
     schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
 
@@ -286,10 +305,11 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan_on(schedules, fork_data)
     stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
+    base_figure = runtime_card.device_bytes if on_card is not None else stock.total_bytes  # what our plans start from
 
     recompute = None
     if settings.recompute is not None:
-        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), stock_figure)
+        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), base_figure)
         read_back(schedule, specs, recompute)
         if recompute.recomputed:
             schedule, liveness = recompute.schedule, recompute.liveness
@@ -306,7 +326,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     def candidates_of(plans: Mapping[str, Plan], blobs_only: bool = False) -> list[_Candidate]:
         found = []
         for name, plan in plans.items():
-            figure = stock_figure - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes + copies
+            figure = base_figure - sum(schedule.classes[m].bytes for slot in plan.slots for m in slot.members) + plan.slot_bytes + copies
             found.append(_Candidate(figure, len(plan.slots), name, plan_data(plan, schedule), blobs_only=blobs_only))
         return found
 
@@ -341,7 +361,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     planned = fork if chosen.fork else with_copies(replay(run, assignment), copies)
     devices = None
     if on_card is not None:
-        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else with_copies(on_card(on_card_run, slots=assignment), copies))
+        devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else with_copies(on_card(on_card_run, slots=assignment, pooled=True), copies), runtime_card)
     candidates: dict[str, int] = {}  # each strategy's best variant not rejected, best first
     for found in ranked[at:]:
         candidates.setdefault(found.name, found.figure)
@@ -397,7 +417,7 @@ def fork_plan(shaped: ShapedGraph, specs: SpecTable, options: Options, exclude: 
     heap = replay(fork_run(run), slots)
     card = None
     if options.device == "gpu":
-        card = device_footprint(fork_run(on_card_run), specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, slots=slots)
+        card = device_footprint(fork_run(on_card_run), specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, slots=slots, card=options.card)
     return slots, heap, card
 
 

@@ -337,7 +337,21 @@ def caffe_root_given() -> str | None:
 
 
 def device_flags(command: Callable) -> Callable:
-    """--device and --context-mib, read by device_options through the context."""
+    """--device, --context-mib and --card, read by device_options through the context."""
+    command = click.option(
+        "--cuda-stack-bytes",
+        type=click.Choice(["1024", "512", "256", "128"]),
+        expose_value=False,
+        callback=_remember("stack_bytes"),
+        help="GPU mode: the CUDA stack limit you run a caffemem-patched Caffe with (CAFFEMEM_CUDA_STACK_BYTES): its plans' figures count the context measured at that limit (an H200: 594.8, 463, 397, 363 MiB with cuBLAS); stock Caffe's stay at the driver's 1 KiB.",
+    )(command)
+    command = click.option(
+        "--card",
+        metavar="FILE",
+        expose_value=False,
+        callback=_remember("card"),
+        help="GPU mode: the per-process constants (context, cuBLAS, cuDNN handle, stream) of your card, from a GPU-kit result run on it (its summary.json, or benchmarks/gpu_measured.py --json); --context-mib still overrides the context (see docs/gpu-mode.md).",
+    )(command)
     command = click.option(
         "--context-mib",
         type=click.IntRange(min=0),
@@ -402,11 +416,21 @@ def device_options(options, gpus: int | None = None):
     context = click.get_current_context(silent=True)
     meta = context.meta if context else {}
     context_mib = meta.get("caffemem.context_mib")
+    card, stack = meta.get("caffemem.card"), meta.get("caffemem.stack_bytes")
+    if card is not None:
+        from caffemem.passes.card import read_card
+
+        card = read_card(card)
+    if stack is not None:
+        from caffemem.passes.device import CardConstants
+
+        card = replace(card or CardConstants(), stack_bytes=int(stack))
     return replace(
         options,
         device=meta.get("caffemem.device", "gpu"),
         gpus=gpus or meta.get("caffemem.gpus", 1),
         context_bytes=None if context_mib is None else context_mib * 1024 * 1024,
+        card=card,
     )
 
 

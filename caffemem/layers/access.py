@@ -99,6 +99,10 @@ class LayerMemory:
     # cudnnCreate calls of a cuDNN class (CUDNN_STREAMS_PER_GROUP * group for a convolution,
     # one for the others): driver memory the GPU model counts, not sizes.
     cudnn_handles: int = 0
+    # cudaStreamCreate calls of the same class: a convolution's handles each run on a
+    # stream of their own (cudnn_conv_layer.cpp LayerSetUp); the other cuDNN classes use
+    # the legacy default stream.  Nonzero marks a cuDNN (de)convolution.
+    cudnn_streams: int = 0
 
 
 class Bucket(NamedTuple):

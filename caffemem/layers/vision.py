@@ -205,10 +205,15 @@ CUDNN_WORKSPACE_NOTE = (
     "cuDNN convolution workspaces are upper bounds, not exact figures: Caffe lets cuDNN pick "
     f"algorithms needing up to {CUDNN_WORKSPACE_LIMIT // (1024 * 1024)} MiB per group and stream "
     f"({CUDNN_STREAMS_PER_GROUP} streams a group) and cudaMallocs the largest need; that limit is "
-    "counted for every cuDNN (de)convolution (very loose for grouped ones). A plan made with "
-    "--share-buffers holds them in shared slots, exactly: the patched layers take the slot and "
-    "pick only algorithms that fit it"
+    "counted for every cuDNN (de)convolution (very loose for grouped ones). A caffemem-patched "
+    f"Caffe (runtime v6) runs every layer on one workspace of {CUDNN_STREAMS_PER_GROUP} such blocks for the net, "
+    "which a plan's figure counts"
 )
+
+
+def is_workspace(blob: BlobId) -> bool:
+    """Is ``blob`` a cuDNN (de)convolution's workspace (the buffer :func:`cudnn_workspace` allocates)?"""
+    return blob.kind == "buffer" and blob.name.endswith("/" + WORKSPACE_BUFFER)
 
 
 def cudnn_workspace(q: MemoryQuery, group: int) -> Alloc:
@@ -309,7 +314,7 @@ def _cudnn_conv_steps(q: MemoryQuery, bias: BlobId | None, workspace: BlobId, se
         backward += (read(q.top(i), "diff"),) + ((read(q.bottom(i)),) + scratch if q.param_propagate_down[0] else ())
         backward += (read(weight), write(q.bottom(i), "diff")) + scratch if q.propagate_down[i] else ()
     handles = CUDNN_STREAMS_PER_GROUP * q.proto.convolution_param.group
-    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=(CUDNN_WORKSPACE_NOTE,), cudnn_handles=handles)
+    return LayerMemory(setup=setup, forward=forward, backward=backward, notes=(CUDNN_WORKSPACE_NOTE,), cudnn_handles=handles, cudnn_streams=handles)
 
 
 def _im2col_memory(q: MemoryQuery) -> LayerMemory:

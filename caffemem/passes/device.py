@@ -18,12 +18,19 @@ over a model of SyncedMemory with two copies (syncedmem.cpp, BVLC master 9b89154
 - A cudaMalloc a layer makes itself (cuDNN's workspace and LCN temporaries) is device
   memory.  The workspace's size is cuDNN's choice at run time: BVLC asks for algorithms
   needing at most 8 MiB per query, so a layer's own workspace is reported as a range, 0 to
-  that bound.  A workspace a plan puts in a slot (``--share-buffers``) is exact: the
-  patched layer uses the slot instead of its cudaMalloc and asks cuDNN only for algorithms
-  that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like any other.
+  that bound.  A workspace a table written for runtime v5 or earlier puts in a slot is
+  exact: the patched layer uses the slot instead of its cudaMalloc and asks cuDNN only for
+  algorithms that fit it (layers/vision.py ``cudnn_workspace``); the slot is charged like
+  any other.
+- ``pooled`` (a caffemem-patched Caffe, runtime v6, every figure of a plan): every cuDNN
+  layer takes its handles, streams and workspace from one pool per device: 3 (handle,
+  stream) pairs, one handle on the default stream, one workspace of 3 blocks of the
+  largest per-block bound, at most 24 MiB (:func:`pooled_handles`).  Stock's figure keeps
+  BVLC's own handles and workspaces.
 
 Per-process costs with no size in Caffe's source (the CUDA context, cuBLAS/cuRAND/cuDNN
-handles) are kept apart, as constants measured on a card (CUDA_CONTEXT, CUDNN_HANDLE):
+handles, streams) are kept apart, as constants measured on a card (CUDA_CONTEXT,
+CUDNN_HANDLE; the user's own with --card, --context-mib, --cuda-stack-bytes):
 Caffe's own allocations in this model equal what an H100 counted at Caffe's cudaMalloc
 sites, byte for byte, on every run of benchmarks/gpu-groundtruth (320 runs, two measurements).
 ../shared/caffe/GPU-MEMORY.md cites every fact used here (for the developers; no output
@@ -33,13 +40,13 @@ names a file an installed user does not have: :func:`gpu_caveat` points to the u
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from caffemem.layers.access import Action, Alloc, BlobId, Bucket, Reshape, Share, Touch
 from caffemem.layers.registry import SpecTable
-from caffemem.layers.vision import WORKSPACE_BUFFER
+from caffemem.layers.vision import CUDNN_STREAMS_PER_GROUP, WORKSPACE_BUFFER, is_workspace
 from caffemem.passes.memory import Heap, Run, SlotAssignment, owned_params
-from caffemem.units import DTYPE_BYTES, format_size, plural
+from caffemem.units import DTYPE_BYTES, INT_BYTES, format_size, plural
 
 SIDES = ("device", "host")
 # The causes a GPU run's bytes are reported by, in order.
@@ -92,9 +99,46 @@ class Handles:
     """Library handles a GPU run creates (common.cpp 107-123, cudnn_conv_layer.cpp 51-56).
     Their memory is inside the driver and the libraries: sized from the measurement."""
 
-    cudnn: int  # cudnnCreate: 3 per group of a cuDNN (de)convolution, 1 per other cuDNN layer
+    cudnn: int  # cudnnCreate: 3 per group of a cuDNN (de)convolution, 1 per other cuDNN layer (stock); the pool's (v6)
     cublas: int  # one per Caffe instance: the main thread and each prefetch thread
     curand: int  # likewise
+    streams: int = 0  # cudaStreamCreate of the cuDNN (de)convolutions: one per handle (stock), the pool's 3 (v6)
+    pooled: bool = False  # as a caffemem-patched Caffe (runtime v6) creates them: one pool per device
+
+
+def shared_pool_bytes(test: "DeviceReport", train: "DeviceReport") -> int:
+    """What a test net's pooled handles, streams and workspace already are in the train
+    net's pool (runtime v6: one pool per device for every net of the process; its
+    workspace grows to the larger need): bytes a training process does not hold twice."""
+    if not (test.handles.pooled and train.handles.pooled):
+        return 0
+    pairs = min(test.handles.streams, train.handles.streams)
+    singles = min(test.handles.cudnn - test.handles.streams, train.handles.cudnn - train.handles.streams)
+    return (pairs + singles) * test.card.cudnn_handle.bytes + pairs * test.card.stream.bytes + min(test.workspace_bytes_max, train.workspace_bytes_max)
+
+
+def stock_handles(rules: Iterable, prefetching: int) -> Handles:
+    """Stock BVLC's: every cuDNN layer creates its own (cudnn_conv_layer.cpp LayerSetUp:
+    CUDNN_STREAMS_PER_GROUP handles and streams per group; the others one handle each)."""
+    rules = tuple(rules)
+    return Handles(
+        cudnn=sum(rule.cudnn_handles for rule in rules),
+        cublas=1 + prefetching,
+        curand=1 + prefetching,
+        streams=sum(rule.cudnn_streams for rule in rules),
+    )
+
+
+def pooled_handles(rules: Iterable, prefetching: int) -> Handles:
+    """A caffemem-patched Caffe's (runtime v6, cudnn_pool.hpp): one pool per device holding
+    CUDNN_STREAMS_PER_GROUP (handle, stream) pairs if the net has a cuDNN (de)convolution,
+    and one handle on the default stream if it has a single-handle cuDNN layer (ReLU,
+    Sigmoid, TanH, pooling, LRN, LCN, softmax), whatever the groups."""
+    rules = tuple(rules)
+    convolutions = any(rule.cudnn_streams for rule in rules)
+    singles = any(rule.cudnn_handles and not rule.cudnn_streams for rule in rules)
+    pairs = CUDNN_STREAMS_PER_GROUP if convolutions else 0
+    return Handles(cudnn=pairs + (1 if singles else 0), cublas=1 + prefetching, curand=1 + prefetching, streams=pairs, pooled=True)
 
 
 # What the handles hold on the card, measured on the same card as CUDA_CONTEXT: the bytes
@@ -104,6 +148,46 @@ class Handles:
 # hold what the main thread's do.
 CUDNN_HANDLE = Constant("cudnn_handle", 9_977_633, f"9.52 MiB per cuDNN handle, fitted over 136 runs on {MEASURED_ON}", measured_for_caffe=True)
 CUBLAS_HANDLE = Constant("cublas_handle", 71_303_168, f"68.0 MiB per further thread's cuBLAS handle and cuRAND generator, measured on {MEASURED_ON}", measured_for_caffe=True)
+# A stream: measured alone on an H200 (issue 32: a fresh process per case, cudaStreamCreate
+# 0.56 MiB, cudnnCreate 8.76 MiB).  In the fit above every convolution handle came with its
+# stream (BVLC creates one per handle), so CUDNN_HANDLE already carries it: no stream is
+# counted on its own unless the user gives both figures for their card.
+CUDA_STREAM = Constant("cuda_stream", 0, f"in the {CUDNN_HANDLE.bytes / 2**20:.2f} MiB fitted per cuDNN handle (each convolution handle came with its stream); 0.56 MiB measured alone on an H200", measured_for_caffe=True)
+
+
+# The bare CUDA context by cudaLimitStackSize (issue 32: an H200, CUDA 13, a fresh process
+# per case): the local-memory reservation is SMs x threads x stack.  A caffemem-patched
+# Caffe (runtime v6) sets the limit when CAFFEMEM_CUDA_STACK_BYTES is set (default: the
+# driver's 1 KiB, as stock); stock Caffe never does.
+CONTEXT_BY_STACK = {1024: 552_402_944, 512: 395 * 2**20, 256: 329 * 2**20, 128: 295 * 2**20}
+
+
+def stack_context(stack_bytes: int) -> Constant:
+    """The context constant (the bare context and the main thread's cuBLAS handle and cuRAND
+    generator) of a patched Caffe run with CAFFEMEM_CUDA_STACK_BYTES=``stack_bytes``."""
+    bare = CONTEXT_BY_STACK[stack_bytes]
+    return Constant(
+        "cuda_context",
+        bare + CUBLAS_HANDLE.bytes,
+        f"measured on an H200 (CUDA 13) with cudaLimitStackSize {stack_bytes} B (CAFFEMEM_CUDA_STACK_BYTES): the context ({bare / 2**20:.1f} MiB) "
+        f"and the main thread's cuBLAS handle and cuRAND generator ({CUBLAS_HANDLE.bytes / 2**20:.1f} MiB)",
+        measured_for_caffe=True,
+    )
+
+
+@dataclass(frozen=True)
+class CardConstants:
+    """The per-process costs a GPU figure adds to Caffe's allocations, each with where it
+    came from: the cited measurement's, or the user's own card's (--card, --context-mib)."""
+
+    context: Constant = CUDA_CONTEXT
+    cudnn_handle: Constant = CUDNN_HANDLE
+    stream: Constant = CUDA_STREAM
+    cublas_handle: Constant = CUBLAS_HANDLE
+    file: str | None = None  # --card FILE: the kit result they were read from (passes/card.py)
+    # --cuda-stack-bytes: the stack limit the patched Caffe sets (CAFFEMEM_CUDA_STACK_BYTES),
+    # whose context (CONTEXT_BY_STACK) its figures then count; None: the driver's default.
+    stack_bytes: int | None = None
 # Not in any figure: the kernels CUDA loads lazily, on their first launch (Caffe's, cuDNN's,
 # cuBLAS's), which depend on the layers and the algorithms cuDNN picks.  Across the 136
 # runs the card held this much more (or less) than the model with the two constants above;
@@ -118,10 +202,10 @@ LAZY_KERNELS = Constant(
 )
 
 
-def handle_bytes(handles: Handles) -> int:
+def handle_bytes(handles: Handles, card: CardConstants = CardConstants()) -> int:
     """What ``handles`` hold on the card beyond the process constant (which has the main
     thread's cuBLAS handle and cuRAND generator)."""
-    return handles.cudnn * CUDNN_HANDLE.bytes + max(handles.cublas - 1, 0) * CUBLAS_HANDLE.bytes
+    return handles.cudnn * card.cudnn_handle.bytes + handles.streams * card.stream.bytes + max(handles.cublas - 1, 0) * card.cublas_handle.bytes
 
 
 @dataclass(frozen=True)
@@ -133,6 +217,7 @@ class LayerSides:
     runs_on: str  # "gpu", "gpu forward, cpu backward" or "cpu" (no GPU code)
     device: tuple[int, int, int]  # init, forward, backward
     host: tuple[int, int, int]
+    cudnn_handles: int = 0  # stock BVLC's cudnnCreate calls for this layer (3 per group of a convolution)
 
     @property
     def device_total(self) -> int:
@@ -171,6 +256,7 @@ class DeviceReport:
     # planned run holds live is its bytes less the slots' free space).
     slot_device: tuple[tuple[int, int, int], ...] = ()
     slot_device_bytes: int = 0
+    card: CardConstants = CardConstants()  # the per-process constants counted, with their sources
 
     @property
     def device_bytes(self) -> int:
@@ -224,8 +310,13 @@ class _TwoSidedHeap:
 
     storage_type = _Copies
 
-    def __init__(self, dtype_bytes: int, batch_tops: frozenset[BlobId]) -> None:
+    def __init__(self, dtype_bytes: int, batch_tops: frozenset[BlobId], pooled: bool = False) -> None:
         self.dtype_bytes = dtype_bytes
+        # v6: every cuDNN (de)convolution's workspace is the pool's one, of
+        # CUDNN_STREAMS_PER_GROUP blocks of the largest per-block need (grown, never shrunk).
+        self.pooled = pooled
+        self.pool: _Copies | None = None
+        self.streams = 0  # the current layer's stock streams (its workspace has one block each)
         self.batch_tops = batch_tops  # data tops pointed into a prefetch batch: no device data of their own
         self.blobs: dict = {}  # BlobId -> memory._Blob, whose data and diff are _Copies
         self.bucket = Bucket("init")
@@ -258,10 +349,27 @@ class _TwoSidedHeap:
             blob = self.blob(action.blob, action.elem)
             if blob.data is None:
                 # A layer's own cuDNN workspace is its own cause (the range); in a slot it is not.
-                workspace = action.device and action.blob.kind == "buffer" and action.blob.name.endswith("/" + WORKSPACE_BUFFER)
+                workspace = action.device and is_workspace(action.blob)
                 category = "cudnn_workspace" if workspace else blob.category
-                blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, category)
+                if workspace and self.pooled and self.streams:
+                    blob.capacity, blob.data = action.count, self._pooled_workspace(action.count * blob.elem_bytes // self.streams)
+                else:
+                    blob.capacity, blob.data = action.count, self.storage_type(action.count * blob.elem_bytes, category)
             self.touch(action.blob, "data", "device" if action.device else "host")
+
+    def _pooled_workspace(self, block: int) -> _Copies:
+        """The pool's workspace as a layer of per-block need ``block`` leases it: created,
+        or grown (free + cudaMalloc, as stock grows its own) where this layer needs more."""
+        want = CUDNN_STREAMS_PER_GROUP * block
+        if self.pool is None:
+            self.pool = self.storage_type(want, "cudnn_workspace")
+            return self.pool
+        self.pool.refs += 1
+        if want > self.pool.bytes:
+            if self.pool.device:
+                self._charge(BlobId("buffer", WORKSPACE_BUFFER), "cudnn_workspace", want - self.pool.bytes, "device")
+            self.pool.bytes = want
+        return self.pool
 
     def touch(self, blob_id: BlobId, part: str, side: str) -> None:
         if side == "device" and part == "data" and blob_id in self.batch_tops:
@@ -327,20 +435,31 @@ def device_footprint(
     slots: SlotAssignment | None = None,
     context_bytes: int | None = None,
     gpus: int = 1,
+    pooled: bool = False,
+    card: CardConstants | None = None,
 ) -> DeviceReport:
     """Replay a run prepared for ``device="gpu"`` over the two-sided SyncedMemory model
-    (with ``slots``: as the patched runtime would bind them)."""
+    (with ``slots``: as the patched runtime would bind them).  ``pooled``: as a
+    caffemem-patched Caffe (runtime v6) runs it, its cuDNN handles, streams and workspace
+    one pool per device (:func:`pooled_handles`); else as stock BVLC does.  ``card``: the
+    per-process constants (``context_bytes`` overrides its context)."""
     if run.device != "gpu":
         raise ValueError("device_footprint needs a run prepared with device='gpu'")
+    card = card or CardConstants()
+    if context_bytes is not None:
+        card = replace(card, context=context_constant(context_bytes))
+    elif pooled and card.stack_bytes is not None:  # stock Caffe never sets the stack limit
+        card = replace(card, context=stack_context(card.stack_bytes))
     layers = run.shaped.graph.layers
     sides = layer_sides(run, specs)
-    heap = _TwoSidedHeap(DTYPE_BYTES[run.dtype], _batch_tops(run))
+    heap = _TwoSidedHeap(DTYPE_BYTES[run.dtype], _batch_tops(run), pooled)
     pending = slots
     for bucket, actions in run.groups:
         if pending is not None and not bucket.in_net_init:
             heap.take_over(pending)
             pending = None
         heap.bucket = bucket
+        heap.streams = run.rules[bucket.layer].cudnn_streams if bucket.layer is not None else 0
         if bucket.stage == "forward":
             heap.side = sides[bucket.layer][0]
         elif bucket.stage == "backward":
@@ -369,7 +488,7 @@ def device_footprint(
             untouched += copies.bytes
 
     per_layer = []
-    for layer, side in zip(layers, sides):
+    for layer, side, rule in zip(layers, sides, run.rules):
         stages = (Bucket("init", layer.index), Bucket("forward", layer.index), Bucket("backward", layer.index))
         per_layer.append(
             LayerSides(
@@ -378,16 +497,19 @@ def device_footprint(
                 runs_on=_runs_on(side),
                 device=tuple(heap.charged.get(("device", b), 0) for b in stages),
                 host=tuple(heap.charged.get(("host", b), 0) for b in stages),
+                cudnn_handles=rule.cudnn_handles,
             )
         )
-    context = context_constant(context_bytes)
+    context = card.context
     device_causes = {cause: heap.by_cause.get(("device", cause), 0) for cause in CAUSES}
     host_causes = {cause: heap.by_cause.get(("host", cause), 0) for cause in CAUSES}
     prefetching = sum(1 for rule, side in zip(run.rules, sides) if rule.prefetch and side[0] == "device")
-    handles = Handles(cudnn=sum(rule.cudnn_handles for rule in run.rules), cublas=1 + prefetching, curand=1 + prefetching)
-    device_causes["library_handles"] = handle_bytes(handles)
+    handles = (pooled_handles if pooled else stock_handles)(run.rules, prefetching)
+    device_causes["library_handles"] = handle_bytes(handles, card)
     device_causes["cuda_context"] = context.bytes
-    notes = _notes(run, sides)
+    notes = _notes(run, sides, card)
+    if not pooled:
+        notes += _pool_note(run, handles, device_causes["cudnn_workspace"], prefetching, card)
     return DeviceReport(
         phase=run.shaped.graph.phase,
         engine=engine,
@@ -403,10 +525,11 @@ def device_footprint(
         on_device=frozenset(heap.on_device),
         slot_device=tuple(tuple(heap.slot_charged.get(Bucket(stage, layer.index), 0) for stage in ("init", "forward", "backward")) for layer in layers) if slots is not None else (),
         slot_device_bytes=sum(heap.slot_charged.values()),
+        card=card,
     )
 
 
-def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+def _notes(run: Run, sides: Iterable[tuple[str, str]], card: CardConstants = CardConstants()) -> tuple[str, ...]:
     """What this net's layers do on the card that its figures hide: the layers without GPU
     code.  A Flatten or Reshape only points its top at its bottom's memory (ShareData,
     ShareDiff), so it copies nothing; the others' blobs are copied to the host and back
@@ -420,14 +543,65 @@ def _notes(run: Run, sides: Iterable[tuple[str, str]]) -> tuple[str, ...]:
         notes.append(f"no GPU code (run on the host, their blobs copied both ways): {', '.join(copying)}")
     if sharing:
         notes.append(f"no GPU code, nothing copied (the top shares memory already there): {', '.join(sharing)}")
-    return tuple(notes) + _grouped_handles_note(run)
+    return tuple(notes) + _grouped_handles_note(run, card)
 
 
-# Said when the handles of grouped cuDNN convolutions hold at least this much of the card.
+# Said when the handles of grouped cuDNN convolutions hold at least this much of the card,
+# and when a caffemem-patched Caffe's pool would hold at least this much less.
 GROUPED_HANDLES_NOTE_BYTES = 1024 * 1024 * 1024
 
 
-def _grouped_handles_note(run: Run) -> tuple[str, ...]:
+def pool_workspace_bound(run: Run) -> int:
+    """The v6 pool's workspace at its bound: CUDNN_STREAMS_PER_GROUP blocks of the largest
+    per-block bound of the net's cuDNN (de)convolutions (BVLC's 8 MiB limit per algorithm
+    query, so at most 24 MiB), 0 without one."""
+    blocks = [
+        action.count * INT_BYTES // rule.cudnn_streams  # vision.cudnn_workspace: a byte size in ints
+        for rule in run.rules
+        if rule.cudnn_streams
+        for action in rule.setup
+        if isinstance(action, Alloc) and action.device and is_workspace(action.blob)
+    ]
+    return CUDNN_STREAMS_PER_GROUP * max(blocks, default=0)
+
+
+def _pool_note(run: Run, handles: Handles, workspace: int, prefetching: int, card: CardConstants) -> tuple[str, ...]:
+    """What a caffemem-patched Caffe (runtime v6) would hold instead of stock's handles
+    and workspaces, said where it is at least GROUPED_HANDLES_NOTE_BYTES less."""
+    pool = pooled_handles(run.rules, prefetching)
+    pool_workspace = pool_workspace_bound(run)
+    saved = handle_bytes(handles, card) + workspace - handle_bytes(pool, card) - pool_workspace
+    if saved < GROUPED_HANDLES_NOTE_BYTES:
+        return ()
+    return (
+        f"a caffemem-patched Caffe (runtime v6, `caffemem patch CAFFE_DIR`) shares one pool of cuDNN handles and one workspace per card: "
+        f"{pool_words(handles, workspace, pool, pool_workspace)}: up to {format_size(saved)} less on the card (what `optimize` states for its plans)",
+    )
+
+
+def pool_words(stock: Handles, stock_workspace: int, pool: Handles, pool_workspace: int) -> str:
+    """The pool's handles, streams and workspace against stock BVLC's, in words."""
+    return (
+        f"{pool.cudnn} handles and {pool.streams} streams instead of {stock.cudnn:,} and {stock.streams:,}, "
+        f"the workspace at most {format_size(pool_workspace)} instead of {format_size(stock_workspace)}"
+    )
+
+
+def pool_line(stock: DeviceReport, planned: DeviceReport) -> str | None:
+    """What a plan's figure counts of the v6 pool against stock's handles (optimize's
+    output), or None where the net has no cuDNN layer."""
+    if not planned.handles.pooled or not stock.handles.cudnn:
+        return None
+    return f"the plan runs on a caffemem-patched Caffe (runtime v6), one pool per card: {pool_words(stock.handles, stock.workspace_bytes_max, planned.handles, planned.workspace_bytes_max)}"
+
+
+def grouped_convolutions(layers: Iterable[LayerSides]) -> tuple[str, ...]:
+    """The cuDNN (de)convolutions of more than one group: stock BVLC creates 3 handles and
+    streams for each group, Caffe's engine none."""
+    return tuple(layer.name for layer in layers if layer.type in ("Convolution", "Deconvolution") and layer.cudnn_handles > CUDNN_STREAMS_PER_GROUP)
+
+
+def _grouped_handles_note(run: Run, card: CardConstants = CardConstants()) -> tuple[str, ...]:
     """BVLC's cuDNN convolution creates CUDNN_STREAMS_PER_GROUP handles (and streams) for
     every group (cudnn_conv_layer.cpp LayerSetUp), so a depthwise convolution of C channels
     asks for 3C of them, each holding CUDNN_HANDLE on the card as measured.  Where that
@@ -439,13 +613,14 @@ def _grouped_handles_note(run: Run) -> tuple[str, ...]:
         if layer.type in ("Convolution", "Deconvolution") and rule.cudnn_handles > 3
     ]
     handles = sum(count for _, count in grouped)
-    if handles * CUDNN_HANDLE.bytes < GROUPED_HANDLES_NOTE_BYTES:
+    each = card.cudnn_handle.bytes + card.stream.bytes
+    if handles * each < GROUPED_HANDLES_NOTE_BYTES:
         return ()
     first = grouped[0][0]
     more = f" and {plural(len(grouped) - 1, 'more')}" if len(grouped) > 1 else ""
     return (
         f"grouped cuDNN convolutions ('{first}'{more}) create 3 cuDNN handles per group: {handles:,} handles, "
-        f"{format_size(handles * CUDNN_HANDLE.bytes)} on the card at {format_size(CUDNN_HANDLE.bytes)} each as measured; "
+        f"{format_size(handles * each)} on the card at {format_size(each)} each as measured; "
         "'engine: CAFFE' in their convolution_param (or --engine caffe to see the figure) creates none",
     )
 
@@ -453,10 +628,15 @@ def _grouped_handles_note(run: Run) -> tuple[str, ...]:
 def gpu_caveat(device: DeviceReport) -> str:
     """The one line every output in GPU mode carries once (not per net): what its figures
     rest on, and where the user guide says more."""
+    card = device.card
+    if card.file is not None:
+        given = [constant for constant in (card.context, card.cudnn_handle, card.stream, card.cublas_handle) if card.file in constant.source]
+        constants = f"{', '.join(constant.name for constant in given)} from {card.file}, the rest as measured there"
+    else:
+        constants = "the context and handles as measured there (--context-mib or --card FILE gives yours)"
     parts = [
-        f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 320 runs), the context and handles as "
-        f"measured there (--context-mib gives yours), kernels loaded lazily not counted ({LAZY_KERNELS_LOW / 2**20:+.0f} to "
-        f"{LAZY_KERNELS_HIGH / 2**20:+.0f} MiB there)"
+        f"GPU figures: Caffe's allocations exact (equal to {MEASURED_ON}'s on 320 runs), {constants}, kernels loaded lazily not counted "
+        f"({LAZY_KERNELS_LOW / 2**20:+.0f} to {LAZY_KERNELS_HIGH / 2**20:+.0f} MiB there)"
     ]
     if device.engine == "cudnn" and device.device_by_cause.get("cudnn_workspace", 0) > 0:
         parts.append("cuDNN picks its workspace at run time (0 to the bound shown)")

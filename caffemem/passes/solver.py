@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from caffemem.graph import ShapedGraph, count
-from caffemem.passes.device import DeviceReport
+from caffemem.passes.device import DeviceReport, shared_pool_bytes
 from caffemem.passes.memory import MemoryReport, owned_params
 from caffemem.units import INT_BYTES
 
@@ -139,7 +139,9 @@ def _device_footprint(solver, train_shaped: ShapedGraph, train: DeviceReport, te
     shares = []
     for index, (shaped, report) in enumerate(tests):
         shared = shared_test_param_bytes(shaped, train_shaped, dtype_bytes)
+        pool = shared_pool_bytes(report, train)
         note = f"its parameters ({shared} bytes) are the train net's once the first test shares them; one CUDA context for the process"
-        shares.append(NetShare("test", index, report.device_bytes - report.context.bytes - shared, note))
+        note += "; one pool of cuDNN handles and workspace per card (a caffemem-patched Caffe)" if pool else ""
+        shares.append(NetShare("test", index, report.device_bytes - report.context.bytes - shared - pool, note))
     total = train_bytes + history + sum(s.bytes for s in shares)
     return ProcessFootprint(solver.type or "SGD", solver.iter_size, train_bytes, history, tuple(shares), total, tuple(notes + _iter_size_notes(solver)), device="gpu")

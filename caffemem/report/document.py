@@ -48,10 +48,18 @@ def device_json(device: DeviceReport) -> dict[str, Any]:
         "by_cause": {cause: {"device": device.device_by_cause[cause], "host": device.host_by_cause[cause]} for cause in device.device_by_cause},
         "cudnn_workspace": {"min": 0, "max": device.workspace_bytes_max},
         "cuda_context": asdict(device.context),
-        "handles": asdict(device.handles),
+        "handles": _handles_json(device.handles),
+        "cudnn_pool": device.handles.pooled,  # the handles and workspace as a caffemem-patched Caffe (runtime v6) pools them
+        # Each per-process constant counted, with where it came from (the cited card's, or --card's, --context-mib's).
+        "constants": {c.name: {"bytes": c.bytes, "source": c.source} for c in (device.context, device.card.cudnn_handle, device.card.stream, device.card.cublas_handle)},
         "untouched_param_diff_bytes": device.untouched_param_diff_bytes,
         "notes": list(device.notes),
     }
+
+
+def _handles_json(handles) -> dict[str, int]:
+    """The handles and streams a run creates, as counts (whether pooled is said apart)."""
+    return {name: count for name, count in asdict(handles).items() if name != "pooled"}
 
 
 def _layer_sides(sides: LayerSides) -> dict[str, Any]:
@@ -149,7 +157,16 @@ def phase_plan_json(phase) -> dict[str, Any]:
         }
         | ({"recompute": [{"layer": layer, "before": before, "restore_params": restore} for layer, before, restore in phase.plan_data.recompute]} if phase.plan_data.recompute else {}),
         "kept_private": phase.kept_private,
-    } | ({"recompute": recompute_json(phase)} if phase.recompute is not None else {})
+    } | ({"recompute": recompute_json(phase)} if phase.recompute is not None else {}) | (_card_json(phase.devices) if phase.devices is not None else {})
+
+
+def _card_json(devices) -> dict[str, Any]:
+    """GPU mode: the library handles and the cuDNN workspace bound stock Caffe holds and the
+    plan's runtime (a caffemem-patched Caffe, v6: one pool per card) holds."""
+    return {
+        "handles": {"stock": _handles_json(devices.stock.handles), "planned": _handles_json(devices.planned.handles)},
+        "cudnn_workspace_max": {"stock": devices.stock.workspace_bytes_max, "planned": devices.planned.workspace_bytes_max},
+    }
 
 
 def recompute_json(phase) -> dict[str, Any]:

@@ -343,7 +343,7 @@ def options_text(options: Options, settings=None) -> str:
         f"--{'override-input' if name in options.overrides else 'input'} {name}={','.join('_' if d == FROM_FILE else str(d) for d in shape)}" for name, shape in options.inputs.items()
     ]
     flags += [f"--dtype {options.dtype}", f"--device {options.device}", f"--engine {options.build_engine}"] + ([f"--batch {options.batch}"] if options.batch else [])
-    flags += ([f"--gpus {options.gpus}"] if options.gpus > 1 else []) + ([f"--context-mib {options.context_bytes // MIB}"] if options.context_bytes is not None else [])
+    flags += ([f"--gpus {options.gpus}"] if options.gpus > 1 else []) + ([f"--context-mib {options.context_bytes // MIB}"] if options.context_bytes is not None else []) + ([f"--card {options.card.file}"] if options.card is not None and options.card.file else []) + ([f"--cuda-stack-bytes {options.card.stack_bytes}"] if options.card is not None and options.card.stack_bytes else [])
     if settings is not None:
         flags += [f"--strategy {settings.strategy}"] + [f"--exclude-blob {blob}" for blob in settings.exclude]
         flags += (["--share-buffers"] if settings.share_buffers else []) + (["--inplace"] if settings.inplace else [])

@@ -392,6 +392,9 @@ def print_optimize(result, console: Console) -> None:
             console.print(f"every figure includes the prefetch batches ({mib(phase.stock.prefetch_bytes)}, the same in every plan)")
         saved = phase.savings
         console.print(f"saves {mib(saved)} ({percent_of(saved, stock):.1f}%) against stock Caffe, {mib(totals['fork'] - totals['planned'])} against the fork; {percent_of(totals['planned'] - totals['lower_bound'], totals['lower_bound']):.2f}% above the lower bound.")
+        pool = phase.devices.pool_line if phase.devices is not None else None
+        if pool is not None:
+            console.print(pool)
         if phase.recompute is not None:
             console.print(recompute_line(phase))
         peak = phase.peak

@@ -378,3 +378,33 @@ def test_reserve_overrides_the_gpu_margin():
     document = json.loads(run(LENET, "--gpu-memory", "1GiB", "--device", "gpu", "--reserve", "0", "--json").output)
     assert (document["reserve"], document["reserve_is_estimate"], document["budget"]) == (0, False, GiB)
     assert "room for the kernels" not in run(LENET, "--gpu-memory", "1GiB", "--device", "gpu", "--reserve", "0").output
+
+
+DEPTHWISE_ON_CUDNN = (FIXTURES / "examples" / "depthwise_cudnn.prototxt").read_text()  # issue 32: 388 stock cuDNN handles
+
+
+def test_fit_says_what_dominates_a_net_that_does_not_fit_and_what_changes_it():
+    result = fit(DEPTHWISE_ON_CUDNN, Options(device="gpu"), FitRequest(gpu_memory=4 * GiB))
+    assert not result.fits
+    assert result.notes[-1] == (
+        "not even batch 1 fits: on the card 7.21 GiB, library handles 3.61 GiB (stock BVLC's 388 cuDNN handles), cuDNN workspaces up to 3.02 GiB, "
+        "the CUDA context 594.81 MiB, Caffe's allocations 4.66 MiB; "
+        "`caffemem patch CAFFE_DIR` builds a Caffe that pools the cuDNN handles and the workspace per card, counted by `fit --optimized`; "
+        "'engine: CAFFE' in the convolution_param of the grouped convolutions ('conv_dw') creates none of their handles; "
+        "`fit --optimized` (or --recompute sqrt) counts a plan of Caffe's allocations"
+    )
+
+
+def test_fit_optimized_counts_the_pool_so_the_same_net_fits_the_same_card():
+    # The plan's 661.54 MiB at batch 1 (4 pooled handles, one 24 MiB workspace): hundreds of images fit.
+    result = fit(DEPTHWISE_ON_CUDNN, Options(device="gpu"), FitRequest(gpu_memory=4 * GiB, optimized=True))
+    assert result.search.batch == 705
+
+
+def test_fit_of_a_net_the_context_fills_names_the_context_as_measured():
+    result = fit(DEPTHWISE_ON_CUDNN, Options(device="gpu"), FitRequest(gpu_memory=700 * MiB, optimized=True))
+    assert result.notes[-1] == (
+        "not even batch 1 fits: on the card 661.54 MiB, the CUDA context 594.81 MiB, library handles 38.06 MiB (the pool's 4 cuDNN handles), "
+        "cuDNN workspaces up to 24.00 MiB, Caffe's allocations 4.66 MiB; "
+        "the context is as measured on an H100 80GB (driver 580, CUDA 13.0, cuDNN 9): --context-mib or --card FILE gives your card's"
+    )

@@ -39,9 +39,26 @@ def second(tmp_path_factory) -> list[gpu_measured.Row]:
 
 
 @pytest.fixture(scope="module")
-def third(tmp_path_factory) -> list[gpu_measured.Row]:
-    root = gpu_measured.unpack(THIRD, tmp_path_factory.mktemp("gpu3"))
-    return list(gpu_measured.rows(root))
+def third_root(tmp_path_factory) -> Path:
+    return gpu_measured.unpack(THIRD, tmp_path_factory.mktemp("gpu3"))
+
+
+@pytest.fixture(scope="module")
+def third(third_root) -> list[gpu_measured.Row]:
+    return list(gpu_measured.rows(third_root))
+
+
+def _named_a_workspace(root: Path) -> set[tuple[str, str, str]]:
+    """(config, file, phase) of the runs whose table, as it ran, put a cuDNN workspace in a slot."""
+    named = set()
+    for run in json.loads((root / "summary.json").read_text())["runs"]:
+        if run["config"] in gpu_measured.PLAN_OPTIONS and run["ok"]:
+            stem = f"{run['file'][:-len('.json')]}.{run['phase']}"
+            phases = json.loads((root / run["config"] / "nets" / f"{stem}.optimized.optimize.json").read_text())["phases"]
+            ran = next(phase for phase in phases if phase["phase"] == run["phase"])
+            if any(member["blob"].endswith("/cudnn_workspace") for member in ran["plan"]["assign"]):
+                named.add((run["config"], run["file"], run["phase"]))
+    return named
 
 
 def _summary(archive) -> dict:
@@ -146,7 +163,16 @@ def test_on_an_h200_every_run_equals_the_model_recompute_plans_included(third):
     # under `--recompute sqrt` (patch v4: Forwards run again in Net::Backward).
     assert len(third) == 199 and sum(row.config == "patched-recompute" for row in third) == 15
     assert [(row.config, row.file, row.phase, row.card.caffe_bytes, row.model_caffe_bytes) for row in third if not row.equal] == []
-    assert all(row.plan_as_run for row in third)
+
+
+def test_optimize_makes_the_tables_that_ran_on_the_h200_but_where_they_slotted_a_workspace(third, third_root):
+    # Runtime v6 (issue 32) runs every cuDNN layer on one pooled workspace, so `optimize
+    # --share-buffers` (and --recompute, which implies it) no longer puts a workspace in a
+    # slot: its tables differ from the v4 ones that ran exactly where those named one
+    # (45 --share-buffers and 14 recompute runs); the blob plans are the ones that ran.
+    differ = {(row.config, row.file, row.phase) for row in third if not row.plan_as_run}
+    assert differ == _named_a_workspace(third_root)
+    assert len(differ) == 59 and {config for config, _, _ in differ} == {"patched-buffers", "patched-recompute"}
 
 
 def test_on_an_h200_the_context_is_the_h100s():

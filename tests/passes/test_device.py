@@ -12,9 +12,10 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES
 
 from caffemem.api.analyze import Options, analyze
-from caffemem.api.optimize import OptimizeSettings, optimize
+from caffemem.api.optimize import POOLED_WORKSPACE, OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.passes.device import CUDA_CONTEXT, CUDNN_HANDLE, gpu_caveat
 from caffemem.plan.verify import verify_plan
@@ -77,29 +78,33 @@ layer { name: "loss" type: "Reduction" bottom: "conv2" top: "loss" loss_weight: 
 """
 
 
-def test_a_plan_without_share_buffers_leaves_each_layer_its_own_workspace():
+def test_a_plan_runs_on_the_v6_pool_one_workspace_of_three_blocks_and_three_handles():
+    # Stock BVLC: conv1 3 streams x 1 group x 8 MiB, conv2 x 2 groups: 72 MiB of workspaces
+    # at their bound, 9 handles and 9 streams.  A plan runs on a caffemem-patched Caffe
+    # (runtime v6): one pool per card, 3 (handle, stream) pairs and one workspace of 3 blocks
+    # of the largest per-block bound (8 MiB): 24 MiB, still a range ("at most").
     phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings()).phases[0]
-    # conv1: 3 streams x 1 group x 8 MiB; conv2: x 2 groups.  Both a range, as in stock Caffe.
-    assert phase.devices.stock.workspace_bytes_max == phase.devices.planned.workspace_bytes_max == 72 * MIB
-    assert "a layer buffer (see --share-buffers)" in phase.liveness.kept.values()
+    stock, planned = phase.devices.stock, phase.devices.planned
+    assert (stock.workspace_bytes_max, planned.workspace_bytes_max) == (72 * MIB, 24 * MIB)
+    assert (stock.handles.cudnn, stock.handles.streams, stock.handles.pooled) == (9, 9, False)
+    assert (planned.handles.cudnn, planned.handles.streams, planned.handles.pooled) == (3, 3, True)
+    # Stock: + the context + 6,888 B of the net (parameters 752, their gradients 752,
+    # activations 3,204, their gradients 1,668, the bias multipliers 512) + 9 handles as
+    # measured; the plan: 24 MiB, 3 handles, and the net's 6,376 B once the blobs share.
+    assert stock.device_bytes == 72 * MIB + CUDA_CONTEXT.bytes + 9 * CUDNN_HANDLE.bytes + 6_888 == 789_009_169
+    assert planned.device_bytes == 24 * MIB + CUDA_CONTEXT.bytes + 3 * CUDNN_HANDLE.bytes + 6_376 == 678_811_211
 
 
-def test_share_buffers_puts_both_workspaces_in_one_slot_of_the_larger_size():
-    # Each workspace is scratch of its layer's Forward and Backward only (written, then
-    # read; BVLC's sync_conv_groups ends each), so the two never live at once: one slot
-    # of max(24, 48) MiB holds them, not 72 MiB, and it is exact (no range left).
+def test_share_buffers_leaves_the_workspaces_to_the_pool_never_to_a_slot():
+    # A slot for the workspaces held BVLC's bound (8 MiB x 3 streams x the groups), where
+    # v6's pool holds 3 blocks for the whole net: the planner keeps them private in GPU
+    # mode, so --share-buffers is never above the blob plan on the workspace (issue 32).
     phase = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings(share_buffers=True)).phases[0]
-    places = {blob: (slot, offset) for blob, _, slot, offset in phase.plan_data.assign if blob.endswith("/cudnn_workspace")}
-    assert places == {"1:conv1/cudnn_workspace": (0, 0), "2:conv2/cudnn_workspace": (0, 0)}  # the same bytes
-    assert phase.devices.stock.workspace_bytes_max == 72 * MIB
-    assert phase.devices.planned.workspace_bytes_max == 0
-    # Stock: 72 MiB of workspaces + the context + 6,888 B of the net (parameters 752, their
-    # gradients 752, activations 3,204, their gradients 1,668, the bias multipliers 512)
-    # + its 9 cuDNN handles (3 per convolution, 1 per other cuDNN layer) as measured on the card;
-    # planned: the 48 MiB slot, the net's shared storage placed beside it, the rest.
-    handles = 9 * CUDNN_HANDLE.bytes
-    assert phase.devices.stock.device_bytes == 72 * MIB + CUDA_CONTEXT.bytes + handles + 6_888
-    assert phase.devices.planned.device_bytes < 48 * MIB + CUDA_CONTEXT.bytes + handles + 16 * 1024
+    assert not any(blob.endswith("/cudnn_workspace") for blob, _, _, _ in phase.plan_data.assign)
+    assert phase.kept_private["1:conv1/cudnn_workspace:data"] == phase.kept_private["2:conv2/cudnn_workspace:data"] == POOLED_WORKSPACE
+    blobs = optimize(TWO_CONVS, Options(device="gpu", phase="TRAIN"), OptimizeSettings()).phases[0]
+    assert phase.devices.planned.workspace_bytes_max == blobs.devices.planned.workspace_bytes_max == 24 * MIB
+    assert phase.totals()["planned"] == blobs.totals()["planned"] == 678_811_211
     for schedule in phase.schedules:  # the cuDNN run and the CPU run (which has no workspace)
         assert verify_plan(schedule, phase.plan_data) == []
 
@@ -309,3 +314,87 @@ def test_grouped_cudnn_convolutions_holding_a_gib_of_handles_are_named_with_the_
     assert "'engine: CAFFE' in their convolution_param" in note
     caffe = analyze(DEPTHWISE.replace("ENGINE", "engine: CAFFE"), Options(device="gpu")).nets[0].device
     assert caffe.handles.cudnn == 0 and not any(note.startswith("grouped cuDNN") for note in caffe.notes)
+
+
+DEPTHWISE_ON_CUDNN = (FIXTURES / "examples" / "depthwise_cudnn.prototxt").read_text()  # issue 32: 388 stock cuDNN handles
+
+
+def test_a_depthwise_plan_holds_the_pools_four_handles_not_stocks_388():
+    # Stock BVLC: 3 x 128 + 3 convolution handles with their streams, 1 for the ReLU; the
+    # workspaces at their bound, 8 MiB x 3 x (128 + 1) = 3,096 MiB.  v6: 4 handles, 3
+    # streams, one 24 MiB workspace: the plan 661.54 MiB, 0.09x stock's 7,387.45 MiB.
+    phase = optimize(DEPTHWISE_ON_CUDNN, Options(device="gpu"), OptimizeSettings(share_buffers=True)).phases[0]
+    stock, planned = phase.devices.stock, phase.devices.planned
+    assert (stock.handles.cudnn, stock.handles.streams, stock.workspace_bytes_max) == (388, 387, 3_096 * MIB)
+    assert (planned.handles.cudnn, planned.handles.streams, planned.workspace_bytes_max) == (4, 3, 24 * MIB)
+    assert (stock.device_bytes, planned.device_bytes) == (7_746_307_076, 693_670_532)
+
+
+def test_analyze_of_a_plain_file_says_what_a_patched_caffe_would_hold_instead():
+    device = gpu(DEPTHWISE_ON_CUDNN).device
+    assert not device.handles.pooled  # stock BVLC's figure
+    assert device.notes[-1] == (
+        "a caffemem-patched Caffe (runtime v6, `caffemem patch CAFFE_DIR`) shares one pool of cuDNN handles and one workspace per card: "
+        "4 handles and 3 streams instead of 388 and 387, the workspace at most 24.00 MiB instead of 3.02 GiB: up to 6.57 GiB less on the card "
+        "(what `optimize` states for its plans)"
+    )
+
+
+def test_a_small_net_gets_no_note_of_the_pool():
+    # TWO_CONVS: 9 handles and 72 MiB of workspaces, far from a GiB.
+    assert not any("runtime v6" in note for note in gpu(TWO_CONVS, phase="TRAIN").device.notes)
+
+
+def test_analyze_of_an_optimized_file_counts_the_pool_as_the_patched_caffe_runs_it(tmp_path):
+    out = tmp_path / "dw.prototxt"
+    source = tmp_path / "in.prototxt"
+    source.write_text(DEPTHWISE_ON_CUDNN)
+    result = CliRunner().invoke(main, ["optimize", str(source), "--device", "gpu", "--share-buffers", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    net = analyze(str(out), Options(device="gpu")).nets[0]
+    assert net.device.handles.pooled and (net.device.handles.cudnn, net.device.workspace_bytes_max) == (4, 24 * MIB)
+    assert net.device.device_bytes == 693_670_532
+    assert not any("runtime v6" in note for note in net.device.notes)
+
+
+TRAIN_VAL_ON_CUDNN = """name: "tv"
+layer { name: "data" type: "Input" top: "data" top: "label" input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } shape { dim: 2 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip" inner_product_param { num_output: 10 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def test_a_training_process_on_the_patched_runtime_holds_one_pool_for_its_train_and_test_nets(tmp_path):
+    # Runtime v6: one pool per card, whatever the nets: the test net's 4 handles (3 with
+    # streams, 1 for the ReLU) and its 24 MiB workspace are the train net's, so under the
+    # plans the test net adds only what is its own (stock: each net its own handles).
+    from caffemem.api.optimize import planned_report
+    from caffemem.passes.solver import solver_footprint
+    from caffemem.schema import caffe_pb2
+
+    (tmp_path / "train_val.prototxt").write_text(TRAIN_VAL_ON_CUDNN)
+    (tmp_path / "solver.prototxt").write_text('net: "train_val.prototxt"\nbase_lr: 0.01\ntest_iter: 1\ntest_interval: 10\n')
+    options = Options(device="gpu")
+    stock = analyze(str(tmp_path / "solver.prototxt"), options)
+    train, test = stock.nets
+    planned = [(net.shaped, planned_report(net.shaped, stock.nets[0].specs, options)) for net in (train, test)]
+    process = solver_footprint(caffe_pb2.SolverParameter(base_lr=0.01), planned[0], [planned[1]], 4)
+    shared_params = 6_248  # conv 4x3x3x3 + 4, ip 10x144 + 10 floats
+    pool = 4 * CUDNN_HANDLE.bytes + 24 * MIB
+    test_report = planned[1][1]
+    assert process.tests[0].bytes == test_report.device_bytes - CUDA_CONTEXT.bytes - shared_params - pool
+    assert process.tests[0].note.endswith("; one pool of cuDNN handles and workspace per card (a caffemem-patched Caffe)")
+    assert stock.process.tests[0].bytes == test.device.device_bytes - CUDA_CONTEXT.bytes - shared_params  # stock: the handles again
+
+
+def test_optimize_says_what_its_plan_counts_of_the_pool(tmp_path):
+    source = tmp_path / "dw.prototxt"
+    source.write_text(DEPTHWISE_ON_CUDNN)
+    result = CliRunner().invoke(main, ["optimize", str(source), "--device", "gpu"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert (
+        "the plan runs on a caffemem-patched Caffe (runtime v6), one pool per card: 4 handles and 3 streams instead of 388 and 387, "
+        "the workspace at most 24.00 MiB instead of 3.02 GiB"
+    ) in result.output.splitlines()

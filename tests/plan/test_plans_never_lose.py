@@ -48,12 +48,13 @@ def planned(text: str, device: str, share_buffers: bool) -> tuple[PhasePlan, ...
 
 
 def figure(phase: PhasePlan, device: str, slots: SlotAssignment) -> int:
-    """What the reports would print as ``planned`` for a plan with these slots."""
+    """What the reports would print as ``planned`` for a plan with these slots (on the
+    card: as a caffemem-patched Caffe runs it, its cuDNN handles and workspace pooled)."""
     specs, options = SpecTable(), Options(device=device)
     run = prepare_run(phase.shaped, specs, options)
     if device == "cpu":
         return replay(run, slots).total_bytes
-    return device_footprint(run, specs, options.build_engine, slots=slots).device_bytes
+    return device_footprint(run, specs, options.build_engine, slots=slots, pooled=True).device_bytes
 
 
 @dataclass(frozen=True)

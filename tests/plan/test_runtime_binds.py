@@ -94,8 +94,10 @@ def _unbound_members(plan: PhasePlan) -> list[str]:
 def test_a_recurrent_nets_table_names_only_what_caffe_binds(type, phase, device):
     plan = _frames(type, phase, device)
     assert _unbound_members(plan) == []
-    # the buffers Caffe binds still share: the convolution's im2col buffer (its cuDNN workspace on the card)
-    assert ("1:conv1/cudnn_workspace" if device == "gpu" else "1:conv1/col_buffer") in {blob for blob, _, _, _ in plan.plan_data.assign}
+    # the buffers Caffe binds still share: the convolution's im2col buffer on the CPU (on the
+    # card its cuDNN workspace is runtime v6's pool's, never a slot's)
+    assigned = {blob for blob, _, _, _ in plan.plan_data.assign}
+    assert "1:conv1/col_buffer" in assigned if device == "cpu" else "1:conv1/cudnn_workspace" not in assigned
     kept = [plan.schedule.classes[c].owner for c, why in plan.liveness.kept.items() if why == UNBOUND]
     assert "5:rec1/unrolled/W_xc_x" in kept if type == "LSTM" else "5:rec1/unrolled/W_xh_x" in kept
 
