@@ -193,6 +193,13 @@ def times_of(schedule: Schedule, specs: SpecTable, prices: Prices) -> tuple[Laye
     )
 
 
+def time_ratio_at(choice: Choice, specs: SpecTable, prices: Prices) -> float:
+    """``choice``'s time ratio at other ``prices`` (a measurement's runtime or device)."""
+    times = times_of(choice.schedule, specs, prices)
+    again = sum(times[layer].again for layer in {entry.layer for entry in choice.recomputed})
+    return 1.0 + again / iteration_seconds(times, update_seconds(choice.schedule.shaped, DTYPE_BYTES[choice.schedule.dtype], prices))
+
+
 def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None) -> Choice:
     """The recomputation ``policy`` picks for ``schedule``, measured with ``liveness_of``
     (the plan's own liveness settings); ``stock_figure``: stock Caffe's figure, from which
