@@ -106,3 +106,15 @@ def test_every_policy_reports_its_estimated_time_ratio(policy):
     assert choice.recomputed and choice.extra_seconds > 0 and choice.iteration_seconds > 0
     assert choice.time_ratio == 1 + choice.extra_seconds / choice.iteration_seconds
     assert choice.time_model == DEVICES["cpu"].measured_on
+
+
+def test_the_fixture_policies_choose_and_price_exactly():
+    """recompute_resnet (CPU prices): cheap costs an estimated 1.13x; a budget halfway
+    between the plan without recomputation and sqrt's needs the three residual chains and
+    the pooling run again, as sqrt does: 1.23x."""
+    cheap = _fixture_phase("cheap").recompute
+    halfway = _fixture_phase("budget=632402B").recompute
+    layers = _fixture_phase("sqrt").shaped.graph.layers
+    assert [layers[e.layer].name for e in halfway.recomputed] == ["pool", "conv3", "bn3", "scale3", "relu3", "conv1", "bn1", "scale1", "relu1", "conv2", "bn2", "scale2", "relu2"]
+    assert (round(cheap.time_ratio, 4), round(halfway.time_ratio, 4)) == (1.1321, 1.2276)
+    assert halfway.time_ratio == _fixture_phase("sqrt").recompute.time_ratio
