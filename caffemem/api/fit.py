@@ -95,6 +95,7 @@ class Footprint:
     bytes: int
     notes: tuple[str, ...] = ()
     device: DeviceReport | None = None  # GPU mode: the card's report (the train net's, for a solver)
+    seconds: float | None = None  # fit --recompute: one iteration's estimated seconds (plan/timing.py)
 
 
 Measure = Callable[[int], Footprint]  # batch -> footprint; raises CaffememError
@@ -119,6 +120,12 @@ class Evaluation:
     error: str | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
     device: DeviceReport | None = field(default=None, compare=False, repr=False)
+    seconds: float | None = field(default=None, compare=False)  # one iteration, estimated (fit --recompute)
+
+    @property
+    def per_sample(self) -> float | None:
+        """Estimated seconds per training sample (fit --recompute)."""
+        return self.seconds / self.batch if self.seconds is not None else None
 
 
 class Evaluations:
@@ -151,7 +158,7 @@ def evaluate(measure: Measure, batch: int) -> Evaluation:
         if batch == 1:
             raise
         return Evaluation(batch, None, str(error))
-    return Evaluation(batch, footprint.bytes, None, footprint.notes, footprint.device)
+    return Evaluation(batch, footprint.bytes, None, footprint.notes, footprint.device, footprint.seconds)
 
 
 @dataclass(frozen=True)
@@ -420,7 +427,7 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
             schedule = BatchSchedule(search.batch, subject.iter_size, request.gpus, evaluations.at(search.batch).bytes or 0)
     made = tuple(evaluations.made.values())
     answer = evaluations.made.get(search.batch or 1)
-    notes = subject.notes + (answer.notes if answer else ()) + search_notes(search, made)
+    notes = subject.notes + (answer.notes if answer else ()) + search_notes(search, made) + time_notes(search, made, request.budget)
     if request.gpus > 1 and subject.test_nets:
         notes += ("with several GPUs only the root solver (the first GPU) builds the test nets: these figures are that GPU's, the others need less",)
     if schedule is not None and request.effective_batch is not None:
@@ -516,8 +523,8 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(at_phase, batch=batch), tables=False)  # stock Caffe at every batch: a table binds at one only
         net = analysis.nets[0]
-        report = _report(net, at_phase, optimized, recompute)
-        return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None)
+        report, seconds = _planned(net, at_phase, optimized, recompute)
+        return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None, seconds)
 
     notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
     return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized, recompute))
@@ -535,9 +542,9 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(train_options, batch=batch), tables=False)
         train = analysis.nets[0]
-        report = _report(train, options, optimized, recompute)
+        report, seconds = _planned(train, options, optimized, recompute)
         process = solver_footprint(solver, (train.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
-        return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None)
+        return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None, seconds)
 
     notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
     return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized, recompute))
@@ -551,6 +558,34 @@ def _report(net: NetAnalysis, options: Options, optimized: bool, recompute: "Pol
     from caffemem.api.optimize import OptimizeSettings, planned_report
 
     return planned_report(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
+
+
+def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None") -> "tuple[MemoryReport, float | None]":
+    """:func:`_report`, and with ``recompute`` one iteration's estimated seconds with the
+    Forwards it runs again (plan/timing.py)."""
+    if recompute is None:
+        return _report(net, options, optimized), None
+    from caffemem.api.optimize import OptimizeSettings, planned_phase
+
+    planned = planned_phase(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
+    choice = planned.recompute
+    return planned.planned_figures, (choice.iteration_seconds * choice.time_ratio if choice is not None else None)
+
+
+def time_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...], budget: int) -> tuple[str, ...]:
+    """fit --recompute: the largest batch's estimated seconds per sample, and the batch
+    among those evaluated within the card that trains fastest per sample."""
+    timed = [e for e in evaluations if e.per_sample is not None and e.bytes is not None and e.bytes <= budget]
+    largest = next((e for e in timed if e.batch == search.batch), None)
+    if largest is None:
+        return ()
+    notes = [f"batch {largest.batch}: an estimated {largest.per_sample * 1e3:,.3f} ms per sample ({largest.seconds * 1e3:,.1f} ms per iteration, recomputation included; plan/timing.py's model)"]
+    fastest = min(timed, key=lambda e: (e.per_sample, -e.batch))
+    if fastest.batch != largest.batch:
+        notes.append(f"of the batches evaluated, batch {fastest.batch} trains fastest per sample: an estimated {fastest.per_sample * 1e3:,.3f} ms")
+    else:
+        notes.append(f"of the batches evaluated within the card, batch {largest.batch} also trains fastest per sample")
+    return tuple(notes)
 
 
 def _optimized_notes(optimized: bool, recompute: "Policy | None" = None) -> tuple[str, ...]:

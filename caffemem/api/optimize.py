@@ -41,6 +41,7 @@ from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, STRATEGY_NAMES, Plan, make_plan, packed_onto
+from caffemem.plan.timing import prices_for
 from caffemem.plan.verify import PlanData, recompute_entries, verify_plan_on
 from caffemem.prototxt.write import read_exact, rewrite_text
 from caffemem.schema import caffe_pb2
@@ -309,7 +310,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
 
     recompute = None
     if settings.recompute is not None:
-        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), base_figure)
+        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), base_figure, prices_for(options.device, options.build_engine))
         read_back(schedule, specs, recompute)
         if recompute.recomputed:
             schedule, liveness = recompute.schedule, recompute.liveness
@@ -476,8 +477,13 @@ def planned_report(shaped: ShapedGraph, specs: SpecTable, options: Options, sett
     """The bytes of one built net under caffemem's plan, honouring the file's
     ``exclude_blob``, in the mode asked for: the one computation behind ``optimize``,
     ``check --optimized`` and ``fit --optimized``."""
-    settings = replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude))
-    return plan_phase(shaped, specs, options, settings).planned_figures
+    return planned_phase(shaped, specs, options, settings).planned_figures
+
+
+def planned_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings()) -> PhasePlan:
+    """:func:`planned_report`'s whole plan (``fit --recompute`` reads its recomputation's
+    estimated seconds)."""
+    return plan_phase(shaped, specs, options, replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude)))
 
 
 def optimize(

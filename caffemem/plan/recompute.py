@@ -17,14 +17,19 @@ liveness as any plan, and its lower bound is what the packer then reaches.
   block's output), every k-th kept, each segment between them recomputed in its Backward;
   the k with the smallest footprint is kept (Chen's √n is where that minimum lies for equal
   segments, the real segments are not equal).
-- ``budget=SIZE``: the least recomputation (FLOPs) whose footprint fits SIZE.  A dynamic
+- ``budget=SIZE``: the least recomputation (estimated seconds, plan/timing.py) whose
+  footprint fits SIZE.  A dynamic
   program, a multiple-choice knapsack over the segments (keep, recompute the cheap units,
   recompute all): each choice's saving is measured alone and the savings add up in Chen's
   segment model (every segment's storages are alive together at the turn from Forward to
   Backward, where such nets peak); the answer is then measured whole, and where the savings
   did not add up the target grows by the miss and the program runs again.  Not Checkmate's
   ILP: no solver is among caffemem's packages, and on Chen's segments the exact program over
-  the Pareto frontier of (saving, FLOPs) is instant.
+  the Pareto frontier of (saving, seconds) is instant.
+
+Every choice is priced in estimated seconds (plan/timing.py: per layer kind and device,
+a cuDNN convolution's Reshape included) besides FLOPs: the time ratio, one iteration with
+the Forwards run again over one without, is what a user pays.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from dataclasses import dataclass
 
 from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
+from caffemem.layers.bound_buffers import BOUND_BUFFERS
 from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
 from caffemem.passes.liveness import Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
+from caffemem.plan.timing import LayerTime, Prices, iteration_seconds, layer_times, prices_for, update_seconds
 from caffemem.units import DTYPE_BYTES, format_size, mib_gib, parse_size
 
 POLICIES = ("cheap", "sqrt", "budget=SIZE")
@@ -76,6 +83,7 @@ class Unit:
     cheap: bool
     restores: tuple[int, ...]  # its layers whose parameters the runtime saves and restores
     flops: int  # its Forwards' work, once
+    seconds: float = 0.0  # its Forwards run again, estimated (plan/timing.py)
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,14 @@ class Choice:
     extra_flops: int  # the Forwards run again
     forward_flops: int  # one plain Forward pass
     saved_param_bytes: int  # the runtime's copies of restore_params layers' parameters
+    extra_seconds: float = 0.0  # the Forwards run again, estimated (plan/timing.py)
+    iteration_seconds: float = 0.0  # one training iteration without them, estimated
+    time_model: str = ""  # what the estimate was fitted on (Prices.measured_on)
+
+    @property
+    def time_ratio(self) -> float:
+        """One iteration with the recomputation over one without (estimated)."""
+        return 1.0 + self.extra_seconds / self.iteration_seconds if self.iteration_seconds > 0 else 1.0
 
 
 def forward_flops(spec: LayerSpec | None, proto, shapes) -> int:
@@ -100,9 +116,10 @@ def forward_flops(spec: LayerSpec | None, proto, shapes) -> int:
     return sum(count(top) for top in shapes.tops)
 
 
-def units_of(schedule: Schedule, specs: SpecTable, liveness: Liveness) -> list[Unit]:
+def units_of(schedule: Schedule, specs: SpecTable, liveness: Liveness, times: Sequence[LayerTime] | None = None) -> list[Unit]:
     """The net's recompute units, in Forward order: layers grouped by the blob data storages
-    their Forwards write (a layer that writes none, a Split, is in none)."""
+    their Forwards write (a layer that writes none, a Split, is in none); ``times``: each
+    layer's estimated seconds (:func:`times_of`), for Unit.seconds."""
     shaped = schedule.shaped
     layers = shaped.graph.layers
     phase = shaped.graph.phase
@@ -144,7 +161,8 @@ def units_of(schedule: Schedule, specs: SpecTable, liveness: Liveness) -> list[U
         if why_not is None and kept:
             why_not = f"writes '{kept[0][0]}', which keeps its own storage ({kept[0][1]})"
         flops = sum(forward_flops(specs.get(layers[layer].type), layers[layer].proto, shaped.layer_shapes[layer]) for layer in members)
-        units.append(Unit(tuple(members), written, why_not, all(fact.cheap for _, fact in facts), tuple(layer for layer, fact in facts if fact.restores_params), flops))
+        seconds = sum(times[layer].again for layer in members) if times is not None else 0.0
+        units.append(Unit(tuple(members), written, why_not, all(fact.cheap for _, fact in facts), tuple(layer for layer, fact in facts if fact.restores_params), flops, seconds))
     return units
 
 
@@ -157,15 +175,41 @@ class _Measured:
     figure: int
     flops: int
     copies: int  # restored_bytes
+    seconds: float = 0.0  # the Forwards run again, estimated
 
 
-def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int) -> Choice:
+def times_of(schedule: Schedule, specs: SpecTable, prices: Prices) -> tuple[LayerTime, ...]:
+    """Every layer's estimated seconds (plan/timing.py) at ``prices``; a layer binds a
+    buffer to a slot where its type has any the runtime binds (a --recompute plan shares
+    buffers)."""
+    shaped = schedule.shaped
+    layers = shaped.graph.layers
+    return layer_times(
+        shaped,
+        lambda index: forward_flops(specs.get(layers[index].type), layers[index].proto, shaped.layer_shapes[index]),
+        DTYPE_BYTES[schedule.dtype],
+        prices,
+        lambda index: layers[index].type in BOUND_BUFFERS,
+    )
+
+
+def time_ratio_at(choice: Choice, specs: SpecTable, prices: Prices) -> float:
+    """``choice``'s time ratio at other ``prices`` (a measurement's runtime or device)."""
+    times = times_of(choice.schedule, specs, prices)
+    again = sum(times[layer].again for layer in {entry.layer for entry in choice.recomputed})
+    return 1.0 + again / iteration_seconds(times, update_seconds(choice.schedule.shaped, DTYPE_BYTES[choice.schedule.dtype], prices))
+
+
+def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None) -> Choice:
     """The recomputation ``policy`` picks for ``schedule``, measured with ``liveness_of``
     (the plan's own liveness settings); ``stock_figure``: stock Caffe's figure, from which
-    a plan's bound is the stock figure less the shareable storage plus its peak.  Raises
-    a CaffememError for a budget no recomputation reaches."""
+    a plan's bound is the stock figure less the shareable storage plus its peak; ``prices``:
+    the device's (plan/timing.py; default the CPU's).  Raises a CaffememError for a budget
+    no recomputation reaches."""
+    prices = prices if prices is not None else prices_for("cpu")
     plain = liveness_of(schedule)
-    units = units_of(schedule, specs, plain)
+    times = times_of(schedule, specs, prices)
+    units = units_of(schedule, specs, plain, times)
     shaped = schedule.shaped
 
     def bound(liveness: Liveness) -> int:
@@ -179,8 +223,10 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
             extended = with_recomputation(schedule, entries)
             liveness = liveness_of(extended)
             copies = restored_bytes(schedule, entries)
-            flops = sum(units[u].flops for u in chosen if any(entry.layer in units[u].layers for entry in entries))
-            cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies)
+            run = [u for u in chosen if any(entry.layer in units[u].layers for entry in entries)]
+            flops = sum(units[u].flops for u in run)
+            seconds = sum(units[u].seconds for u in run)
+            cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies, seconds)
         return cache[chosen]
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
@@ -195,7 +241,8 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     if best.figure >= none.figure and policy.name != "budget":
         best = none  # recomputing nothing beats a recomputation that saves nothing
     forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
-    return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies)
+    iteration = iteration_seconds(times, update_seconds(shaped, DTYPE_BYTES[schedule.dtype], prices))
+    return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies, best.seconds, iteration, prices.measured_on)
 
 
 def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
@@ -209,7 +256,7 @@ def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
 def _pruned(measure: Callable[[frozenset[int]], _Measured], best: _Measured) -> _Measured:
     """``best`` less every unit whose recomputation does not lower the figure (one pass,
     last unit first: a later unit's recomputation often needs an earlier one's): the same
-    bytes or fewer for fewer FLOPs."""
+    bytes or fewer for fewer seconds."""
     for unit in sorted(best.units, reverse=True):
         if unit not in best.units:
             continue
@@ -256,7 +303,8 @@ def checkpoint_candidates(schedule: Schedule, units: Sequence[Unit], plain: Live
 
 def _sqrt(measure, checkpoints: list[int], eligible: list[int]) -> _Measured:
     """Chen's segments: every k-th checkpoint candidate (``checkpoints``) kept, every other
-    eligible unit recomputed; the k with the smallest figure (then the fewest FLOPs)."""
+    eligible unit recomputed; the k with the smallest figure (then the fewest estimated
+    seconds)."""
     allowed = set(eligible)
     candidates = [u for u in checkpoints if u in allowed] or list(eligible)
     tried = []
@@ -265,7 +313,7 @@ def _sqrt(measure, checkpoints: list[int], eligible: list[int]) -> _Measured:
         tried.append(measure(frozenset(u for u in eligible if u not in kept)))
     if not tried:
         return measure(frozenset())
-    return min(tried, key=lambda m: (m.figure, m.flops))
+    return min(tried, key=lambda m: (m.figure, m.seconds))
 
 
 def _segments(checkpoints: list[int], eligible: list[int]) -> list[list[int]]:
@@ -282,19 +330,19 @@ def _segments(checkpoints: list[int], eligible: list[int]) -> list[list[int]]:
 
 
 def _budget(measure, units: Sequence[Unit], eligible: list[int], checkpoints: list[int], budget: int) -> _Measured:
-    """The fewest FLOPs recomputed whose figure fits ``budget`` (module docstring)."""
+    """The fewest estimated seconds recomputed whose figure fits ``budget`` (module docstring)."""
     none = measure(frozenset())
     if none.figure <= budget:
         return none
     segments = _segments(checkpoints, eligible)
-    options: list[list[tuple[int, int, frozenset[int]]]] = []  # per segment: (saving, flops, units)
+    options: list[list[tuple[int, float, frozenset[int]]]] = []  # per segment: (saving, seconds, units)
     for segment in segments:
         choices = {frozenset(u for u in segment if units[u].cheap), frozenset(segment)} - {frozenset()}
-        found = [(0, 0, frozenset())]
+        found: list[tuple[int, float, frozenset[int]]] = [(0, 0.0, frozenset())]
         for chosen in choices:
             measured = measure(chosen)
             if measured.figure < none.figure:
-                found.append((none.figure - measured.figure, measured.flops, chosen))
+                found.append((none.figure - measured.figure, measured.seconds, chosen))
         options.append(found)
     deepest = min([measure(frozenset(eligible)), _sqrt(measure, checkpoints, eligible)], key=lambda m: m.figure)
     need = none.figure - budget
@@ -325,12 +373,12 @@ def missed(budget: int, best: int) -> BudgetMissed:
     return BudgetMissed(f"--recompute budget={format_size(budget)}: no recomputation fits; the least any reaches is {mib_gib(best)}, {format_size(best - budget)} over the budget")
 
 
-def _knapsack(options: list[list[tuple[int, int, frozenset[int]]]], need: int) -> frozenset[int] | None:
-    """The choice per segment with the fewest FLOPs whose savings add up to ``need``: a DP
-    over the segments keeping the Pareto frontier of (saving, FLOPs)."""
-    frontier: list[tuple[int, int, frozenset[int]]] = [(0, 0, frozenset())]
+def _knapsack(options: list[list[tuple[int, float, frozenset[int]]]], need: int) -> frozenset[int] | None:
+    """The choice per segment with the fewest estimated seconds whose savings add up to
+    ``need``: a DP over the segments keeping the Pareto frontier of (saving, seconds)."""
+    frontier: list[tuple[int, float, frozenset[int]]] = [(0, 0.0, frozenset())]
     for choices in options:
-        grown = [(saving + s, flops + f, chosen | c) for saving, flops, chosen in frontier for s, f, c in choices]
+        grown = [(saving + s, seconds + f, chosen | c) for saving, seconds, chosen in frontier for s, f, c in choices]
         grown.sort(key=lambda entry: (-entry[0], entry[1]))
         frontier, cheapest = [], None
         for entry in grown:  # by saving, most first: keep those cheaper than every larger saving

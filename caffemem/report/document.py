@@ -182,6 +182,12 @@ def recompute_json(phase) -> dict[str, Any]:
         "extra_forward_percent": percent_of(choice.extra_flops, choice.forward_flops),
         "lower_bound_without_recompute": choice.plain_figure,
         "restored_param_bytes": choice.saved_param_bytes,
+        "time": {
+            "ratio": round(choice.time_ratio, 4),
+            "extra_seconds": choice.extra_seconds,
+            "iteration_seconds": choice.iteration_seconds,
+            "model": choice.time_model,
+        },
     }
 
 

@@ -360,8 +360,15 @@ def recompute_line(phase) -> str:
     return (
         f"--recompute {policy}: {plural(len(choice.recomputed), 'Forward')} run again in Backward, {mib(gained)} below the plan without recomputation "
         f"(lower bounds {mib(choice.plain_figure)} → {mib(phase.totals()['lower_bound'])}), for {format_flops(choice.extra_flops)} more "
-        f"({percent_of(choice.extra_flops, choice.forward_flops):.1f}% of a Forward pass){restored}."
+        f"({percent_of(choice.extra_flops, choice.forward_flops):.1f}% of a Forward pass){restored}; "
+        f"{time_words(choice)}."
     )
+
+
+def time_words(choice) -> str:
+    """The estimated time ratio of a recomputation and what the estimate rests on
+    (plan/timing.py)."""
+    return f"estimated {choice.time_ratio:.2f}× the seconds of an iteration without it ({choice.extra_seconds * 1e3:,.1f} ms more of {choice.iteration_seconds * 1e3:,.1f} ms; time model {choice.time_model})"
 
 
 def print_optimize(result, console: Console) -> None:

@@ -4,6 +4,7 @@ table written into mem_param and read back by `caffemem verify`."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -92,3 +93,27 @@ def test_fit_with_recomputation_fits_a_larger_batch(tmp_path):
     batch = lambda output: int(re.search(r'"batch": (\d+)', output)[1])  # noqa: E731
     assert batch(again.output) > batch(plain.output)
     assert "--recompute sqrt" in again.output
+
+
+def test_optimize_says_the_estimated_time_ratio_beside_the_flops(tmp_path):
+    """Issue 33: the terminal names the seconds, not only the FLOPs, and what the estimate
+    was fitted on; the JSON carries them under recompute.time."""
+    shown = run("optimize", FIXTURE, "--device", "cpu", "--phase", "train", "--recompute", "sqrt", "-o", tmp_path / "a.prototxt")
+    assert shown.exit_code == 0, shown.output
+    flat = " ".join(shown.output.split())
+    assert re.search(r"% of a Forward pass\).*; estimated \d\.\d\d× the seconds of an iteration without it \([\d.,]+ ms more of [\d.,]+ ms; time model fitted on BVLC Caffe's CPU code", flat), flat
+    doc = run("optimize", FIXTURE, "--device", "cpu", "--phase", "train", "--recompute", "sqrt", "-o", tmp_path / "b.prototxt", "--json")
+    assert doc.exit_code == 0, doc.output
+    time = json.loads(doc.output)["phases"][0]["recompute"]["time"]
+    assert set(time) == {"ratio", "extra_seconds", "iteration_seconds", "model"}
+    assert time["ratio"] == round(1 + time["extra_seconds"] / time["iteration_seconds"], 4) > 1
+
+
+def test_fit_with_recomputation_says_the_seconds_per_sample_and_the_fastest_batch():
+    fitted = run("fit", FIXTURE, "--device", "cpu", "--phase", "train", "--gpu-memory", "24MiB", "--reserve", "0", "--recompute", "sqrt", "--json")
+    assert fitted.exit_code == 0, fitted.output
+    doc = json.loads(fitted.output)
+    notes = " ".join(doc["notes"])
+    batch = doc["batch"]
+    assert re.search(rf"batch {batch}: an estimated [\d.,]+ ms per sample \([\d.,]+ ms per iteration, recomputation included", notes), notes
+    assert "trains fastest per sample" in notes

@@ -109,7 +109,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s NET train|test ITERS DUMP [WEIGHTS]\n", argv[0]);
     return 2;
   }
-  FLAGS_minloglevel = 1;
+  // warnings and worse, unless GLOG_minloglevel asks (0: the runtime's INFO
+  // lines, CAFFEMEM_RECOMPUTE_TIMES's among them)
+  const char* level = getenv("GLOG_minloglevel");
+  FLAGS_minloglevel = level != NULL ? atoi(level) : 1;
   FLAGS_logtostderr = 1;
   google::InitGoogleLogging(argv[0]);
   Caffe::set_mode(Caffe::CPU);

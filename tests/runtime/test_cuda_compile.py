@@ -188,3 +188,10 @@ def test_cudnn_algorithm_choice_keeps_bvlcs_workspace_limit(checked_tree, tmp_pa
         check=True, capture_output=True, text=True,
     )
     assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split() == ["5", "7", "1", "9"]
+
+
+def test_the_recompute_runtime_tells_a_cudnn_convolution_apart(checked_tree):
+    """Issue 33: mem_recompute.o, compiled with cuDNN, asks whether a recomputed layer is a
+    CuDNNConvolutionLayer (dynamic_cast: its typeinfo), whose Reshape it skips on the card."""
+    symbols = _symbols(checked_tree / ".build_release/src/caffe/util/mem_recompute.o", undefined=False)
+    assert "typeinfo for caffe::CuDNNConvolutionLayer<float>" in symbols

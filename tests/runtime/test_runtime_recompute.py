@@ -10,6 +10,7 @@ LOG(FATAL) message."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -87,6 +88,37 @@ def test_entries_of_the_other_phase_are_not_run(stock_caffe, patched_caffe, tmp_
     table = CHAIN.replace(" restore_params: true", "").replace("phase: TRAIN", "phase: TEST")
     stock, patched = _dumps(stock_caffe, patched_caffe, tmp_path, table)
     assert patched == stock
+
+
+def _timed(patched_caffe, path: Path, dump: Path) -> list[str]:
+    """The patched harness on ``path`` with CAFFEMEM_RECOMPUTE_TIMES=1: the runtime's line
+    per recomputed Forward, less its time (``relu1 before conv2: Reshape skipped``)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", CAFFEMEM_RECOMPUTE_TIMES="1", GLOG_minloglevel="0")
+    proc = subprocess.run([str(patched_caffe.harness), str(path), "train", str(ITERS), str(dump)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = re.findall(r"mem_param recompute: (\S+ before \S+): [0-9.e+-]+ us, (Reshape \w+)", proc.stderr)
+    return [f"{entry}: {reshape}" for entry, reshape in found]
+
+
+def test_a_recomputed_forward_skips_the_reshape_its_forward_pass_ran(stock_caffe, patched_caffe, tmp_path):
+    """Issue 33: Layer::Forward reshapes first (layer.hpp), and the same iteration's Forward
+    pass already did it for the same bottoms; a layer none of whose buffers a slot binds
+    runs its second Forward without it (on the card a cuDNN convolution's Reshape asks
+    cuDNN for three algorithms), and every output, weight and gradient stays the stock one."""
+    stock_caffe.run(_write(tmp_path, "stock", None), "TRAIN", ITERS, tmp_path / "stock.dump")
+    lines = _timed(patched_caffe, _write(tmp_path, "table", CHAIN), tmp_path / "patched.dump")
+    assert lines == ["bn1 before conv2: Reshape skipped", "scale1 before conv2: Reshape skipped", "relu1 before conv2: Reshape skipped"] * ITERS
+    assert (tmp_path / "patched.dump").read_text() == (tmp_path / "stock.dump").read_text()
+
+
+def test_a_layer_whose_buffer_a_slot_binds_reshapes_again(stock_caffe, patched_caffe, tmp_path):
+    """BatchNorm's Reshape fills its sum multipliers with ones; bound to a slot, another
+    storage may have written there since, so its recomputed Forward reshapes as the first."""
+    slot = '  slot { id: 0 bytes: 16 phase: TRAIN member { blob: "2:bn1/batch_sum_multiplier" kind: "data" } }\n'
+    stock_caffe.run(_write(tmp_path, "stock", None), "TRAIN", ITERS, tmp_path / "stock.dump")
+    lines = _timed(patched_caffe, _write(tmp_path, "table", CHAIN + slot), tmp_path / "patched.dump")
+    assert lines == ["bn1 before conv2: Reshape run", "scale1 before conv2: Reshape skipped", "relu1 before conv2: Reshape skipped"] * ITERS
+    assert (tmp_path / "patched.dump").read_text() == (tmp_path / "stock.dump").read_text()
 
 
 @pytest.mark.parametrize(
