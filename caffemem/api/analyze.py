@@ -362,8 +362,9 @@ def as_run(source: NetSource, path, shaped: ShapedGraph, specs: SpecTable, optio
     slots = assignment_of(plan, schedule)
     copies = restored_bytes(schedule, recomputed)
     memory = with_copies(simulate(shaped, specs, options.dtype, options.heap_engine, slots), copies)
-    if device is not None:
-        device = with_copies(device_footprint(prepare_run(shaped, specs, options), specs, options.build_engine, slots=slots, context_bytes=options.context_bytes, gpus=options.gpus), copies)
+    if device is not None:  # on the card, the restores' device copies of host-only parameters too
+        on_card = restored_bytes(schedule, recomputed, device.on_device)
+        device = with_copies(device_footprint(prepare_run(shaped, specs, options), specs, options.build_engine, slots=slots, context_bytes=options.context_bytes, gpus=options.gpus), on_card)
     again = f", {len(recomputed)} Forward(s) run again in Backward" if recomputed else ""
     note = (
         f"as the patched Caffe runs the file's mem_param table for {phase} ({len(plan.slot_bytes)} slot(s){again}): stock Caffe would allocate {mib(stock)}, "

@@ -34,9 +34,9 @@ from caffemem.passes.memory import (
 from caffemem.passes.recompute import Recomputation, with_recomputation
 from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
-from caffemem.plan.carried import assignment_of, with_copies
+from caffemem.plan.carried import RECOMPUTE_COPIES, assignment_of, with_copies
 from caffemem.plan.fork import fork_assignment, fork_plan_data, fork_run
-from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
+from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy, restored_bytes
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, STRATEGY_NAMES, Plan, make_plan, packed_onto
@@ -188,8 +188,10 @@ class PhasePlan:
         if self.devices is not None:
             # The bound on the card: stock less the most any plan can save, which is the same
             # storage as in the heap when every shareable storage is touched on the device.
+            # The restores' copies on the card can exceed those on the heap (restored_bytes).
             stock = self.devices.stock.device_bytes
-            figures = {"stock": stock, "fork": self.devices.fork.device_bytes, "planned": self.devices.planned.device_bytes, "lower_bound": stock - (self.stock.heap_total - self.lower_bound)}
+            card_only = self.devices.planned.device_by_cause.get(RECOMPUTE_COPIES, 0) - self.planned.by_category.get(RECOMPUTE_COPIES, 0)
+            figures = {"stock": stock, "fork": self.devices.fork.device_bytes, "planned": self.devices.planned.device_bytes, "lower_bound": stock - (self.stock.heap_total - self.lower_bound) + card_only}
         return figures | ({} if self.as_given is None else {"stock_as_given": self.as_given})
 
 
@@ -289,13 +291,16 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
 
     recompute = None
     if settings.recompute is not None:
-        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), stock_figure)
+        on_device = stock_card.on_device if stock_card is not None else None
+        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), stock_figure, on_device)
         read_back(schedule, specs, recompute)
         if recompute.recomputed:
             schedule, liveness = recompute.schedule, recompute.liveness
             schedules = tuple(with_recomputation(run_schedule, recompute.recomputed) for run_schedule in schedules)
-    # The runtime's copies of the parameters it restores (BatchNorm's running averages).
+    # The runtime's copies of the parameters it restores (BatchNorm's running averages), in
+    # the figure the candidates are ranked by (on the card in GPU mode) and on the heap.
     copies = recompute.saved_param_bytes if recompute is not None else 0
+    heap_copies = restored_bytes(schedule, recompute.recomputed) if recompute is not None else 0
 
     # Every shareable class is touched (on the card, in GPU mode), so a plan's run costs the
     # stock run, less the storage of the classes it places, plus its slots (each holds a
@@ -338,7 +343,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     if chosen is None:
         raise CaffememError(f"no safe plan found ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})", Location(file=shaped.graph.source))
     assignment = fork_slots if chosen.fork else assignment_of(chosen.data, schedule)
-    planned = fork if chosen.fork else with_copies(replay(run, assignment), copies)
+    planned = fork if chosen.fork else with_copies(replay(run, assignment), heap_copies)
     devices = None
     if on_card is not None:
         devices = DeviceFigures(stock_card, fork_card, fork_card if chosen.fork else with_copies(on_card(on_card_run, slots=assignment), copies))
@@ -356,7 +361,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
         planned=planned,
         fork=fork,
         fork_safe=not fork_violations,
-        lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak + copies,
+        lower_bound=stock.heap_total - shareable + liveness.lower_bound_peak + heap_copies,
         candidates=candidates,
         rejected={name: why for name, why in rejected.items() if name not in candidates},
         devices=devices,

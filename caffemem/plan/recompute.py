@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
+from caffemem.layers.access import BlobId, param_id
 from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
 from caffemem.passes.liveness import Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
@@ -90,7 +91,7 @@ class Choice:
     plain_figure: int  # the same without recomputation
     extra_flops: int  # the Forwards run again
     forward_flops: int  # one plain Forward pass
-    saved_param_bytes: int  # the runtime's copies of restore_params layers' parameters
+    saved_param_bytes: int  # the runtime's copies of restore_params layers' parameters (restored_bytes; on the card in GPU mode)
 
 
 def forward_flops(spec: LayerSpec | None, proto, shapes) -> int:
@@ -159,11 +160,20 @@ class _Measured:
     copies: int  # restored_bytes
 
 
-def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int) -> Choice:
+def choose(
+    schedule: Schedule,
+    specs: SpecTable,
+    policy: Policy,
+    liveness_of: Callable[[Schedule], Liveness],
+    stock_figure: int,
+    on_device: frozenset[tuple[BlobId, str]] | None = None,
+) -> Choice:
     """The recomputation ``policy`` picks for ``schedule``, measured with ``liveness_of``
     (the plan's own liveness settings); ``stock_figure``: stock Caffe's figure, from which
-    a plan's bound is the stock figure less the shareable storage plus its peak.  Raises
-    a CaffememError for a budget no recomputation reaches."""
+    a plan's bound is the stock figure less the shareable storage plus its peak;
+    ``on_device``: in GPU mode, what stock's run touches on the card (DeviceReport.on_device),
+    for :func:`restored_bytes` on the card.  Raises a CaffememError for a budget no
+    recomputation reaches."""
     plain = liveness_of(schedule)
     units = units_of(schedule, specs, plain)
     shaped = schedule.shaped
@@ -178,7 +188,7 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
             entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
             extended = with_recomputation(schedule, entries)
             liveness = liveness_of(extended)
-            copies = restored_bytes(schedule, entries)
+            copies = restored_bytes(schedule, entries, on_device)
             flops = sum(units[u].flops for u in chosen if any(entry.layer in units[u].layers for entry in entries))
             cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies)
         return cache[chosen]
@@ -198,12 +208,28 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies)
 
 
-def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
+def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation], on_device: frozenset[tuple[BlobId, str]] | None = None) -> int:
     """The runtime's copies of the parameters it restores around recomputed Forwards: one
-    Blob per parameter blob of each ``restore_params`` layer, allocated once at Net::Init."""
+    Blob per parameter blob of each ``restore_params`` layer, allocated once at Net::Init
+    (mem_recompute.cpp 89-98: ``mutable_gpu_data()`` in GPU mode, so on the card).
+
+    In GPU mode (``on_device``: the (blob, part)s stock's GPU run touches on the card) also
+    the device copy the restore gives a parameter that stock keeps on the host only: CopyData
+    (mem_recompute.cpp 25-32, called at 120 and 127) reads the parameter with ``gpu_data()``,
+    and SyncedMemory::to_gpu (syncedmem.cpp 66-91, HEAD_AT_CPU) cudaMallocs a device copy of
+    it on the first recomputed Forward.  BatchNorm's moving-average factor ``blobs_[2]``
+    (one float) is such a parameter: batch_norm_layer.cu 58-59 updates it with
+    ``mutable_cpu_data()`` in TRAIN, and LayerSetUp (batch_norm_layer.cpp 31-34) fills it on
+    the host, so each restored BatchNorm adds 4 bytes on the card (46 restored BatchNorms of
+    a ResNet-50 in TRAIN: 184 B, as an H200 measured)."""
+    layers = schedule.shaped.graph.layers
     shapes = schedule.shaped.layer_shapes
-    layers = {entry.layer for entry in entries if entry.restore_params}
-    return sum(count(shape) for layer in layers for shape in shapes[layer].params) * DTYPE_BYTES[schedule.dtype]
+    restored = sorted({entry.layer for entry in entries if entry.restore_params})
+    params = [(param_id(layers[layer], j), shape) for layer in restored for j, shape in enumerate(shapes[layer].params)]
+    copies = sum(count(shape) for _, shape in params)
+    if on_device is not None:
+        copies += sum(count(shape) for blob, shape in params if (blob, "data") not in on_device)
+    return copies * DTYPE_BYTES[schedule.dtype]
 
 
 def _pruned(measure: Callable[[frozenset[int]], _Measured], best: _Measured) -> _Measured:
