@@ -66,3 +66,23 @@ def convolution_groups(source: Path) -> int:
     groups = [layer.convolution_param.group for layer in [*net.layer, *net.layers] if layer.HasField("convolution_param")]
     groups += [layer.layer.group for layer in net.layers if layer.layer.type == "conv"]  # V0: the old layer inside
     return sum(max(1, g) for g in groups)
+
+
+def cudnn_groups(source: Path) -> int:
+    """The groups of the convolutions BVLC builds on cuDNN (layer_factory.cpp 40-75: engine
+    DEFAULT or CUDNN, no dilation above 1), summed: each group is 3 cuDNN handles and 3
+    streams (cudnn_conv_layer.cpp 51-56), what makes a net's set-up slow on the card.
+    MobileNet's depthwise convolutions say `engine: CAFFE`: none of their groups counts."""
+    from google.protobuf import text_format
+
+    pb = caffe_pb2()
+    net = text_format.Parse(source.read_text(), pb.NetParameter(), allow_unknown_field=True)
+    total = 0
+    for layer in [*net.layer, *net.layers]:
+        if not layer.HasField("convolution_param"):
+            continue
+        param = layer.convolution_param
+        if param.engine == pb.ConvolutionParameter.CAFFE or any(d > 1 for d in param.dilation):
+            continue
+        total += max(1, param.group)
+    return total + sum(max(1, layer.layer.group) for layer in net.layers if layer.layer.type == "conv")  # V0: always cuDNN
