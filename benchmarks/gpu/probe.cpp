@@ -65,6 +65,13 @@ struct Stats {
 std::mutex g_mutex;
 Stats* g_stats = NULL;     // the step running now (NULL: not counted per step)
 long long g_cudnn_handles = 0, g_cuda_streams = 0;  // alive: made less destroyed
+
+// One object made (+1) or destroyed (-1), when the call succeeded.
+void Count(bool ok, long long* alive, int change) {
+  if (!ok) { return; }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  *alive += change;
+}
 long long g_device_in_use = 0, g_host_in_use = 0, g_device_peak = 0, g_host_peak = 0;
 std::unordered_map<void*, std::pair<size_t, bool> > g_sizes;  // ptr -> (bytes, host?)
 
@@ -156,31 +163,31 @@ cudaError_t cudaFreeHost(void* ptr) {
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   static auto real = Real<cudnnStatus_t (*)(cudnnHandle_t*)>("cudnnCreate");
   cudnnStatus_t s = real(handle);
-  if (s == CUDNN_STATUS_SUCCESS) { std::lock_guard<std::mutex> lock(g_mutex); ++g_cudnn_handles; }
+  Count(s == CUDNN_STATUS_SUCCESS, &g_cudnn_handles, 1);
   return s;
 }
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
   static auto real = Real<cudnnStatus_t (*)(cudnnHandle_t)>("cudnnDestroy");
   cudnnStatus_t s = real(handle);
-  if (s == CUDNN_STATUS_SUCCESS) { std::lock_guard<std::mutex> lock(g_mutex); --g_cudnn_handles; }
+  Count(s == CUDNN_STATUS_SUCCESS, &g_cudnn_handles, -1);
   return s;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   static auto real = Real<cudaError_t (*)(cudaStream_t*)>("cudaStreamCreate");
   cudaError_t e = real(stream);
-  if (e == cudaSuccess) { std::lock_guard<std::mutex> lock(g_mutex); ++g_cuda_streams; }
+  Count(e == cudaSuccess, &g_cuda_streams, 1);
   return e;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   static auto real = Real<cudaError_t (*)(cudaStream_t*, unsigned int)>("cudaStreamCreateWithFlags");
   cudaError_t e = real(stream, flags);
-  if (e == cudaSuccess) { std::lock_guard<std::mutex> lock(g_mutex); ++g_cuda_streams; }
+  Count(e == cudaSuccess, &g_cuda_streams, 1);
   return e;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   static auto real = Real<cudaError_t (*)(cudaStream_t)>("cudaStreamDestroy");
   cudaError_t e = real(stream);
-  if (e == cudaSuccess) { std::lock_guard<std::mutex> lock(g_mutex); --g_cuda_streams; }
+  Count(e == cudaSuccess, &g_cuda_streams, -1);
   return e;
 }
 }  // extern "C"
