@@ -87,3 +87,23 @@ def test_analyze_states_a_written_recompute_plan_on_the_card_as_optimize_did(tmp
     doc = json.loads(proc.stdout)
     assert doc["total_bytes"] == stated == 779_193_221
     assert doc["gpu"]["by_cause"]["recompute_copies"] == {"device": 144, "host": 0}
+
+
+def test_a_cpu_run_accepts_a_planned_diff_sq_which_only_the_gpu_code_allocates():
+    """A --share-buffers plan made for the card may place ContrastiveLoss's diff_sq_ (the
+    patched Caffe binds it: bound_buffers.py); the CPU run of the same file never allocates
+    it, so the table stays right there. Before, verify refused it ("no data storage"), and
+    every buffers plan of the siamese net on the card was rejected for the blobs-only one."""
+    from caffemem.plan.verify import PlanData, verify_plan
+
+    phase = optimize(CONTRASTIVE, Options(device="gpu", phase="TRAIN"), OptimizeSettings(share_buffers=True)).phases[0]
+    on_cpu = phase.schedules[1]
+    assert verify_plan(on_cpu, PlanData({0: 64}, (("1:l/diff_sq", "data", 0, 0),))) == []
+    violations = verify_plan(on_cpu, PlanData({0: 64}, (("1:l/no_such_buffer", "data", 0, 0),)))
+    assert [v.message for v in violations] == ["no data storage of this name in the net"]
+
+
+def test_the_siamese_buffers_plan_on_the_card_shares_diff_sq():
+    phase = optimize(str(SIAMESE), Options(device="gpu", phase="TRAIN"), OptimizeSettings(share_buffers=True)).phases[0]
+    assert "18:loss/diff_sq:data" not in phase.kept_private
+    assert phase.totals()["planned"] == 799_456_718 < 874_954_702  # the blobs-only plan
