@@ -1,6 +1,6 @@
 """A ground-truth net made into the one the probe runs: upgraded by Caffe's own tool when
 it is in an old format, its data layers for the phase replaced by one Input layer with the
-ground truth's shapes; and how slow its set-up is (its convolution groups)."""
+ground truth's shapes; and how slow its set-up is (its convolution groups on cuDNN)."""
 
 from __future__ import annotations
 
@@ -53,19 +53,6 @@ def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], programs
             net.layer.add().CopyFrom(layer)
     out.write_text(text_format.MessageToString(net))
     return out
-
-
-def convolution_groups(source: Path) -> int:
-    """The groups of the net's convolutions, summed (1 for a convolution without `group`).
-    BVLC's CuDNNConvolutionLayer makes 3 cuDNN handles and 3 streams per group in LayerSetUp
-    (cudnn_conv_layer.cpp): MobileNet's depthwise convolutions ask for ~15,000 of each, the
-    slowest set-ups of the corpus by far."""
-    from google.protobuf import text_format
-
-    net = text_format.Parse(source.read_text(), caffe_pb2().NetParameter(), allow_unknown_field=True)
-    groups = [layer.convolution_param.group for layer in [*net.layer, *net.layers] if layer.HasField("convolution_param")]
-    groups += [layer.layer.group for layer in net.layers if layer.layer.type == "conv"]  # V0: the old layer inside
-    return sum(max(1, g) for g in groups)
 
 
 def cudnn_groups(source: Path) -> int:
