@@ -15,7 +15,9 @@ Its commands are benchmarks/gpu_groundtruth.py (cli.py) and benchmarks/gpu_measu
 - builds: Caffe's CUDA trees, the CI compile check and the full builds;
 - probe: the measuring program, compiled and run;
 - nets: a ground-truth net made into the one the probe runs;
-- configs: the measured configurations (stock, each plan);
+- corpus: the nets measured (../shared's and the kit's own), laid out as one folder;
+- configs: the measured configurations (stock, each plan, the runtime's switches);
+- estimate: each run's seconds, estimated from the committed results, for the order;
 - measure: every run of the corpus in every configuration, to JSON;
 - libraries: what a program loads (`ldd`), and where CUDA's libraries are;
 - layout: the kit's layout and manifest format, shared by bundle and kit;

@@ -21,9 +21,10 @@ from pathlib import Path
 from gpu.archive import MIB, pack
 from gpu.builds import CUDA_ARCH, Variant, build, build_path
 from gpu.cache import cache_root, digest
+from gpu.corpus import corpus_files, key_inputs, stage_corpus
 from gpu.layout import FORMAT, MANIFEST, PROBE_NAME, ROOT, TOOLS, VARIANTS, patch_key
 from gpu.libraries import CUDA_NEEDED, glibc_versions, kind, ldd, version_key
-from gpu.paths import GROUNDTRUTH, PROBE, REPO, REQUIREMENTS, SHARED
+from gpu.paths import PROBE, REPO, REQUIREMENTS
 from gpu.probe import compile_probe
 from gpu.shell import log
 from gpu.toolkit import toolkit
@@ -33,22 +34,10 @@ from gpu.toolkit import toolkit
 CHECKOUT_ARCHIVE = REPO / ".gpu-bundle" / f"{ROOT}.tar.xz"
 
 
-def corpus_files() -> list[Path]:
-    """The ground-truth files `run` reads (the BVLC ones) and the prototxts they name,
-    relative to ../shared."""
-    files = [Path("groundtruth") / "README.md"] if (GROUNDTRUTH / "README.md").is_file() else []
-    for gt_file in sorted(GROUNDTRUTH.glob("*.json")):
-        gt = json.loads(gt_file.read_text())
-        if gt.get("caffe") == "bvlc":
-            files += [gt_file.relative_to(SHARED), Path(gt["source"])]
-    return files
-
-
 def bundle_key(trees: dict[str, Path]) -> str:
     """Every input of the archive: the builds (their cache names are their keys), the probe,
     the corpus, the layout."""
-    return digest(*(trees[v].name for v in VARIANTS), PROBE, *(SHARED / f for f in corpus_files()),
-                  *(str(f) for f in corpus_files()), FORMAT)
+    return digest(*(trees[v].name for v in VARIANTS), PROBE, *key_inputs(), FORMAT)
 
 
 def cache_archive(key: str) -> Path:
@@ -104,10 +93,7 @@ def stage(trees: dict[str, Path], probes: dict[str, Path], cuda: Path, dest: Pat
     glibc = set()
     for f in [*programs, *lib.iterdir()]:
         glibc |= glibc_versions(f)
-    (dest / "corpus").mkdir()
-    for rel in corpus_files():
-        (dest / "corpus" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(SHARED / rel, dest / "corpus" / rel)
+    stage_corpus(dest / "corpus")
     manifest = {
         "format": FORMAT,
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -9,7 +9,7 @@
   (glog, gflags, protobuf, boost, HDF5 and what it pulls in, OpenBLAS, libstdc++ ...),
   found with `ldd` and copied under the name the loader asks for;
 - `corpus/`: the BVLC files of ../shared/groundtruth and the prototxts they name (../shared
-  does not travel to the GPU machine);
+  does not travel to the GPU machine), and the kit's own nets (corpus.py: kit__*.json, kit/);
 - `MANIFEST.json`: what was built from what (the runtime patch's digest among it), the CUDA
   sonames the programs need, the newest glibc symbol version they need."""
 
@@ -19,7 +19,7 @@ from caffemem.runtime import Flavour, patch_files
 from gpu.cache import digest
 
 #: The layout of the kit; bump it when the layout or what the kit holds changes.
-FORMAT = "caffemem gpu bundle v1"
+FORMAT = "caffemem gpu bundle v2"  # v2: the kit's own nets in corpus/ (issue 32)
 #: The one folder at the archive's top.
 ROOT = "caffemem-gpu-bundle"
 MANIFEST = "MANIFEST.json"

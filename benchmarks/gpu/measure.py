@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from caffemem.runtime import PATCH_VERSION
 from gpu.configs import Config
-from gpu.nets import convolution_groups, prepare_net
+from gpu.estimate import committed_seconds, estimated_seconds
+from gpu.nets import cudnn_groups, prepare_net
 from gpu.paths import REPO, REQUIREMENTS
 from gpu.probe import Programs, probe_run
 from gpu.shell import log
@@ -59,12 +61,13 @@ def merge(gt_run: dict, measured: dict) -> dict:
 
 @dataclass(frozen=True)
 class Task:
-    """One run of one ground-truth file in one configuration."""
+    """One run of one ground-truth file in one configuration, and its estimated seconds."""
 
     gt_file: Path
     gt: dict
     gt_run: dict
     config: Config
+    seconds: float = 0.0
 
     @property
     def stem(self) -> str:
@@ -72,15 +75,25 @@ class Task:
 
 
 def tasks(corpus: Path, configs: tuple[Config, ...], names: list[str] | None) -> list[Task]:
-    """Every BVLC run of the corpus in every configuration, a net's configurations side by
-    side (so a run cut short by the time budget still compares whole nets), the nets with
-    the fewest convolution groups first (so the budget cuts the slowest set-ups)."""
+    """Every BVLC run of the corpus in every configuration that runs on it, a net's
+    configurations side by side (so a run cut short by the time budget still compares whole
+    nets), the nets whose runs are estimated fastest first (the mean of their runs' seconds,
+    gpu/estimate.py: from the committed results), so that the budget cuts the slowest. A run
+    the CPU ground truth has not (Caffe refused the net) takes no time."""
     files = sorted((corpus / "groundtruth").glob("*.json"))
     if names:
         files = [f for f in files if any(n in f.stem for n in names)]
-    docs = [(f, json.loads(f.read_text())) for f in files]
-    docs = sorted(((f, gt) for f, gt in docs if gt.get("caffe") == "bvlc"), key=lambda d: convolution_groups(corpus / d[1]["source"]))
-    return [Task(gt_file, gt, gt_run, c) for gt_file, gt in docs for gt_run in gt["runs"] for c in configs if gt_run["phase"] in c.phases]
+    measured = committed_seconds()
+    nets = []
+    for gt_file in files:
+        gt = json.loads(gt_file.read_text())
+        if gt.get("caffe") != "bvlc":
+            continue
+        groups = cudnn_groups(corpus / gt["source"])
+        runs = [Task(gt_file, gt, gt_run, c, estimated_seconds(measured, gt_file.name, gt_run["phase"], c.name, groups) if gt_run.get("ok") else 0.0)
+                for gt_run in gt["runs"] for c in configs if gt_run["phase"] in c.phases and c.runs_on(gt_file.stem)]
+        nets.append((sum(t.seconds for t in runs) / max(1, len(runs)), gt_file.name, runs))
+    return [task for _, _, runs in sorted(nets, key=lambda n: (n[0], n[1])) for task in runs]
 
 
 def _prepare(task: Task, corpus: Path, programs: Programs, out_dir: Path) -> Path:
@@ -110,6 +123,7 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
     figures (cudaMemGetInfo) see every process on it. Past `deadline` (time.monotonic()), the
     runs left are recorded as not measured. Returns 0, or 1 if a run failed or was left."""
     todo = tasks(corpus, configs, names)
+    log(f"{len(todo)} run(s), estimated {sum(t.seconds for t in todo):.0f} s (gpu/estimate.py), the slowest nets last")
     for c in configs:
         (out_dir / c.name / "nets").mkdir(parents=True, exist_ok=True)
     docs: dict[tuple[str, str], dict] = {}
@@ -123,7 +137,7 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
             doc = docs.setdefault((task.config.name, task.gt_file.name), {
                 "source": task.gt["source"], "caffe": f"{caffe} ({task.config.variant})", "plan": task.config.plan,
                 "toolkit": REQUIREMENTS.read_text().split("\n# ")[0], "runs": []})
-            row = {"config": task.config.name, "file": task.gt_file.name, "phase": phase, "ok": False}
+            row = {"config": task.config.name, "file": task.gt_file.name, "phase": phase, "ok": False, **asked(task.config), "estimated_seconds": round(task.seconds, 2)}
             started = time.monotonic()
             try:
                 if future is None:
@@ -134,7 +148,7 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
                 net = future.result()
                 left = None if deadline is None else max(1.0, deadline - time.monotonic())
                 measured = probe_run(programs[task.config.variant], net, phase, out_dir / task.config.name / "nets" / f"{task.stem}.probe.json",
-                                     device, timeout=left)
+                                     device, timeout=left, env=dict(task.config.env))
             except (RuntimeError, subprocess.CalledProcessError, OSError, ValueError) as e:
                 if future is not None:
                     failures += 1
@@ -146,7 +160,7 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
                 doc.setdefault("process_constant", measured["process"])
                 doc["runs"].append(merge(task.gt_run, measured))
                 end = measured["end"]
-                row.update(ok=True, device_peak=end["device_peak"], device_used=end["device_used"], process=measured["process"])
+                row.update(ok=True, device_peak=end["device_peak"], device_used=end["device_used"], process=measured["process"], **held(end))
                 if "results" in measured:
                     row["results"] = measured["results"]
                 log(f"{task.config.name} {task.stem}: device peak {end['device_peak']} B counted, {end['device_used']} B used on the card"
@@ -156,12 +170,28 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
             _write_json(out_dir / task.config.name / task.gt_file.name, doc)
     measured_runs = sum(r["ok"] for r in rows)
     identical = bit_identical(rows)
-    _write_json(out_dir / "summary.json", {"seconds": round(time.monotonic() - t0, 1), "measured": measured_runs, "failed": failures,
+    _write_json(out_dir / "summary.json", {"seconds": round(time.monotonic() - t0, 1), "estimated_seconds": round(sum(t.seconds for t in todo), 1),
+                                           "runtime_patch": PATCH_VERSION, "measured": measured_runs, "failed": failures,
                                            "bit_identical": identical, "runs": rows})
     for config, (same, compared) in identical.items():
         log(f"{config}: what the net computed is bit-identical to stock Caffe's in {same} of {compared} run(s)")
     log(f"wrote {out_dir}: {measured_runs} run(s) measured, {failures} failed or not measured, in {time.monotonic() - t0:.0f} s")
     return 1 if failures else 0
+
+
+def asked(config: Config) -> dict:
+    """What a summary row says of the run's configuration: the variables set for the probe,
+    the cuDNN handle pool (runtime patch v6: on unless CAFFEMEM_CUDNN_POOL=0; None for stock
+    Caffe) and the CUDA stack limit the runtime was asked to set (None: the driver's)."""
+    return {"env": dict(config.env), "pool": config.pool, "stack_bytes": config.stack_bytes}
+
+
+def held(end: dict) -> dict:
+    """What the probe counted of the process around the net at the end (probe.cpp): cuDNN
+    handles and CUDA streams alive (made by Caffe: cudnnCreate less cudnnDestroy,
+    cudaStreamCreate* less cudaStreamDestroy) and the stack limit the card reported
+    (cudaDeviceGetLimit); absent from a probe older than these counters."""
+    return {key: end[key] for key in ("cudnn_handles", "cuda_streams", "stack_limit_bytes") if key in end}
 
 
 def bit_identical(rows: list[dict]) -> dict[str, tuple[int, int]]:

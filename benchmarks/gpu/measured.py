@@ -32,18 +32,30 @@ from pathlib import Path
 
 from caffemem.api import OptimizeSettings, Options, analyze, optimize
 from caffemem.api.analyze import prepare_run, spec_table
+from caffemem.layers.access import LayerMemory
 from caffemem.api.optimize import assignment_of, with_copies
 from caffemem.passes.device import DeviceReport, device_footprint
 from caffemem.plan.verify import plan_from_json
 from caffemem.report.document import phase_plan_json
+from gpu.configs import CONFIGS, Config
 from gpu.paths import REPO
 
 ARCHIVE = REPO / "benchmarks" / "gpu-groundtruth" / "h100-2026-11-26.tar.xz"
 #: The cuDNN (de)convolution's own cudaMalloc sites (its workspace).
 WORKSPACE_SITES = ("caffe::CuDNNConvolutionLayer<float>::Reshape", "caffe::CuDNNDeconvolutionLayer<float>::Reshape")
-#: The `optimize` options of each patched configuration (configs.CONFIGS: the same plans, as
-#: the API takes them).
-PLAN_OPTIONS = {"patched": OptimizeSettings(), "patched-buffers": OptimizeSettings(share_buffers=True), "patched-recompute": OptimizeSettings(recompute="sqrt")}
+
+
+def plan_settings(plan: tuple[str, ...]) -> OptimizeSettings:
+    """A configuration's `optimize` options (configs.Config.plan) as the API takes them."""
+    if "--recompute" in plan:
+        return OptimizeSettings(recompute=plan[plan.index("--recompute") + 1])
+    return OptimizeSettings(share_buffers="--share-buffers" in plan)
+
+
+#: The `optimize` options of each patched configuration (configs.CONFIGS: the same plans).
+PLAN_OPTIONS = {c.name: plan_settings(c.plan) for c in CONFIGS if c.plan is not None}
+#: The runtime patch that first shares cuDNN handles (V6-DESIGN, issue 32).
+POOL_PATCH = 6
 MIB = 1024 * 1024
 
 
@@ -56,6 +68,11 @@ class Card:
     peak_bytes: int  # the probe's counted peak
     used_bytes: int  # total - free at the end
     before_net_bytes: int  # total - free before the net (context, cuBLAS, cuRAND)
+    # Counted by a probe with the issue 32 counters (None from an older one): cuDNN handles
+    # and CUDA streams Caffe holds at the end, the stack limit the card reports.
+    cudnn_handles: int | None = None
+    cuda_streams: int | None = None
+    stack_limit_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,12 @@ class Row:
     workspace_bound: int
     cudnn_handles: int
     plan_as_run: bool  # patched: the plan optimize makes today is the one the card ran (the one that ran is compared)
+    # The runtime's handles and streams for this run (stock's, or runtime patch v6's pool)
+    # and what the run asked of it (summary row: pool on/off, the stack limit).
+    expected_handles: int = 0
+    expected_streams: int = 0
+    pool: bool | None = None
+    stack_bytes: int | None = None
 
     @property
     def equal(self) -> bool:
@@ -99,7 +122,23 @@ def card_figures(probe: dict, summary_row: dict) -> Card:
         peak_bytes=summary_row["device_peak"],
         used_bytes=summary_row["device_used"],
         before_net_bytes=summary_row["process"]["device_used_before_net"],
+        cudnn_handles=summary_row.get("cudnn_handles"),
+        cuda_streams=summary_row.get("cuda_streams"),
+        stack_limit_bytes=summary_row.get("stack_limit_bytes"),
     )
+
+
+def runtime_handles(rules: Sequence[LayerMemory], pooled: bool) -> tuple[int, int]:
+    """(cuDNN handles, CUDA streams) Caffe holds for a net whose layers have these rules:
+    stock's, each cuDNN (de)convolution 3 handles and 3 streams a group and every other cuDNN
+    layer one handle (LayerMemory.cudnn_handles); or, `pooled`, runtime patch v6's one pool per
+    device (V6-DESIGN): 3 handles and 3 streams if any cuDNN (de)convolution, 1 handle if any
+    single-handle cuDNN layer."""
+    convolutions = [rule.cudnn_handles for rule in rules if rule.cudnn_handles >= 3]
+    singles = [rule.cudnn_handles for rule in rules if rule.cudnn_handles == 1]
+    if pooled:
+        return 3 * bool(convolutions) + bool(singles), 3 * bool(convolutions)
+    return sum(convolutions) + sum(singles), sum(convolutions)
 
 
 def model_figures(config: str, net: Path, phase: str, ran: dict | None) -> tuple[DeviceReport, bool]:
@@ -133,6 +172,9 @@ def rows(root: Path, only: Sequence[str] = ()) -> Iterator[Row]:
         if run["config"] in PLAN_OPTIONS:
             ran = next(p for p in json.loads((nets / f"{stem}.optimized.optimize.json").read_text())["phases"] if p["phase"] == run["phase"])
         device, same = model_figures(run["config"], nets / f"{stem}.prototxt", run["phase"], ran)
+        config = next((c for c in CONFIGS if c.name == run["config"]), Config(run["config"], "patched", ()))
+        pooled = bool(run.get("pool", config.pool)) and summary.get("runtime_patch", 0) >= POOL_PATCH
+        handles, streams = runtime_handles(stock_rules(nets / f"{stem}.prototxt", run["phase"]), pooled) if run.get("cudnn_handles") is not None else (0, 0)
         yield Row(
             config=run["config"],
             file=run["file"],
@@ -142,7 +184,30 @@ def rows(root: Path, only: Sequence[str] = ()) -> Iterator[Row]:
             workspace_bound=device.workspace_bytes_max,
             cudnn_handles=device.handles.cudnn,
             plan_as_run=same,
+            expected_handles=handles,
+            expected_streams=streams,
+            pool=run.get("pool", config.pool),
+            stack_bytes=run.get("stack_bytes", config.stack_bytes),
         )
+
+
+def stock_rules(net: Path, phase: str) -> tuple[LayerMemory, ...]:
+    """The memory rules of `net`'s layers in a GPU run (their cuDNN handles among them)."""
+    options = Options(device="gpu", phase=phase)
+    analysis = analyze(net, options).nets[0]
+    return prepare_run(analysis.shaped, spec_table(options), options).rules
+
+
+def stack_context(table: Sequence[Row]) -> dict[int, int]:
+    """Stack limit -> the bytes the card held less than under the driver's limit, for the
+    same net, phase and plan (the `patched` run beside each `patched-stack-N` one): what a
+    smaller cudaLimitStackSize gives back of the context (the median over the nets)."""
+    base = {(row.file, row.phase): row.card.used_bytes for row in table if row.config == "patched"}
+    given: dict[int, list[int]] = {}
+    for row in table:
+        if row.stack_bytes is not None and (row.file, row.phase) in base:
+            given.setdefault(row.stack_bytes, []).append(base[(row.file, row.phase)] - row.card.used_bytes)
+    return {limit: sorted(values)[len(values) // 2] for limit, values in sorted(given.items())}
 
 
 def handle_fit(table: Sequence[Row]) -> tuple[float, float, float]:
@@ -214,6 +279,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"cuDNN handle: {slope / MIB:.2f} MiB each (fit over {len(table)} runs); the rest (kernels loaded lazily): {low / MIB:+.1f} to {high / MIB:+.1f} MiB")
     if args.json:
         args.json.write_text(json.dumps({"rows": [asdict(row) for row in table], "cudnn_handle_bytes": round(slope), "rest_bytes": [round(low), round(high)]}, indent=1) + "\n")
+    counted = [row for row in table if row.card.cudnn_handles is not None]
+    if counted:
+        off = [row for row in counted if (row.card.cudnn_handles, row.card.cuda_streams) != (row.expected_handles, row.expected_streams)]
+        print(f"cuDNN handles and streams as the runtime holds them (stock's, or the v{POOL_PATCH} pool's) on {len(counted) - len(off)} of {len(counted)} runs")
+        for row in off:
+            print(f"HANDLES DIFFER: {row.config} {row.file} {row.phase}: card {row.card.cudnn_handles} handles, {row.card.cuda_streams} streams; "
+                  f"model {row.expected_handles}, {row.expected_streams}")
+    for limit, given in stack_context(table).items():
+        print(f"stack limit {limit} B: the card held {given / MIB:.1f} MiB less than under the driver's (median over the nets)")
     for row in differ:
         print(f"DIFFERS: {row.config} {row.file} {row.phase}: card {row.card.caffe_bytes:,}, model {row.model_caffe_bytes:,}")
     return 1 if differ else 0

@@ -1,6 +1,6 @@
 """A ground-truth net made into the one the probe runs: upgraded by Caffe's own tool when
 it is in an old format, its data layers for the phase replaced by one Input layer with the
-ground truth's shapes; and how slow its set-up is (its convolution groups)."""
+ground truth's shapes; and how slow its set-up is (its convolution groups on cuDNN)."""
 
 from __future__ import annotations
 
@@ -55,14 +55,21 @@ def prepare_net(source: Path, phase: str, inputs: dict[str, list[int]], programs
     return out
 
 
-def convolution_groups(source: Path) -> int:
-    """The groups of the net's convolutions, summed (1 for a convolution without `group`).
-    BVLC's CuDNNConvolutionLayer makes 3 cuDNN handles and 3 streams per group in LayerSetUp
-    (cudnn_conv_layer.cpp): MobileNet's depthwise convolutions ask for ~15,000 of each, the
-    slowest set-ups of the corpus by far."""
+def cudnn_groups(source: Path) -> int:
+    """The groups of the convolutions BVLC builds on cuDNN (layer_factory.cpp 40-75: engine
+    DEFAULT or CUDNN, no dilation above 1), summed: each group is 3 cuDNN handles and 3
+    streams (cudnn_conv_layer.cpp 51-56), what makes a net's set-up slow on the card.
+    MobileNet's depthwise convolutions say `engine: CAFFE`: none of their groups counts."""
     from google.protobuf import text_format
 
-    net = text_format.Parse(source.read_text(), caffe_pb2().NetParameter(), allow_unknown_field=True)
-    groups = [layer.convolution_param.group for layer in [*net.layer, *net.layers] if layer.HasField("convolution_param")]
-    groups += [layer.layer.group for layer in net.layers if layer.layer.type == "conv"]  # V0: the old layer inside
-    return sum(max(1, g) for g in groups)
+    pb = caffe_pb2()
+    net = text_format.Parse(source.read_text(), pb.NetParameter(), allow_unknown_field=True)
+    total = 0
+    for layer in [*net.layer, *net.layers]:
+        if not layer.HasField("convolution_param"):
+            continue
+        param = layer.convolution_param
+        if param.engine == pb.ConvolutionParameter.CAFFE or any(d > 1 for d in param.dilation):
+            continue
+        total += max(1, param.group)
+    return total + sum(max(1, layer.layer.group) for layer in net.layers if layer.layer.type == "conv")  # V0: always cuDNN

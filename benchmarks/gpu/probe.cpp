@@ -20,6 +20,12 @@
 // "Setting up X" before it constructs and sets up layer X; a glog LogSink follows those lines),
 // filling the Input layers' tops on the host, then each layer's Forward in order and (TRAIN)
 // each layer's Backward in reverse order, as ../shared/groundtruth was made on the CPU.
+// - Handles and streams (issue 32, runtime patch v6's pool): this program also defines
+//   cudnnCreate/cudnnDestroy and cudaStreamCreate(WithFlags)/cudaStreamDestroy, counting the
+//   objects Caffe's code makes and destroys (cuDNN and cuBLAS link the CUDA runtime
+//   statically: their own streams never come here); `end` gives those alive after the run, and
+//   the CUDA stack limit the card then reports (cudaDeviceGetLimit: the patched runtime sets it
+//   from CAFFEMEM_CUDA_STACK_BYTES), `process` the limit before the net.
 // The per-process constant is measured before the net exists: the CUDA context (cudaFree(0)),
 // then Caffe's cuBLAS handle and cuRAND generator (the thread's Caffe object creates them on
 // first use, src/caffe/common.cpp 107-123; cuBLAS may take more at its first GEMM, which then
@@ -58,6 +64,14 @@ struct Stats {
 
 std::mutex g_mutex;
 Stats* g_stats = NULL;     // the step running now (NULL: not counted per step)
+long long g_cudnn_handles = 0, g_cuda_streams = 0;  // alive: made less destroyed
+
+// One object made (+1) or destroyed (-1), when the call succeeded.
+void Count(bool ok, long long* alive, int change) {
+  if (!ok) { return; }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  *alive += change;
+}
 long long g_device_in_use = 0, g_host_in_use = 0, g_device_peak = 0, g_host_peak = 0;
 std::unordered_map<void*, std::pair<size_t, bool> > g_sizes;  // ptr -> (bytes, host?)
 
@@ -107,7 +121,7 @@ template <typename F>
 F Real(const char* name) {
   void* f = dlsym(RTLD_NEXT, name);
   if (!f) {
-    fprintf(stderr, "probe: %s not found in libcudart (%s)\n", name, dlerror());
+    fprintf(stderr, "probe: %s not found in the libraries after the probe (%s)\n", name, dlerror());
     abort();
   }
   return reinterpret_cast<F>(f);
@@ -146,7 +160,60 @@ cudaError_t cudaFreeHost(void* ptr) {
   Freed(ptr);
   return real(ptr);
 }
+cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
+  static auto real = Real<cudnnStatus_t (*)(cudnnHandle_t*)>("cudnnCreate");
+  cudnnStatus_t s = real(handle);
+  Count(s == CUDNN_STATUS_SUCCESS, &g_cudnn_handles, 1);
+  return s;
+}
+cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+  static auto real = Real<cudnnStatus_t (*)(cudnnHandle_t)>("cudnnDestroy");
+  cudnnStatus_t s = real(handle);
+  Count(s == CUDNN_STATUS_SUCCESS, &g_cudnn_handles, -1);
+  return s;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  static auto real = Real<cudaError_t (*)(cudaStream_t*)>("cudaStreamCreate");
+  cudaError_t e = real(stream);
+  Count(e == cudaSuccess, &g_cuda_streams, 1);
+  return e;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  static auto real = Real<cudaError_t (*)(cudaStream_t*, unsigned int)>("cudaStreamCreateWithFlags");
+  cudaError_t e = real(stream, flags);
+  Count(e == cudaSuccess, &g_cuda_streams, 1);
+  return e;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  static auto real = Real<cudaError_t (*)(cudaStream_t)>("cudaStreamDestroy");
+  cudaError_t e = real(stream);
+  Count(e == cudaSuccess, &g_cuda_streams, -1);
+  return e;
+}
 }  // extern "C"
+
+namespace {
+
+// The CUDA stack limit (bytes a thread) the card reports now.
+long long StackLimit() {
+  size_t bytes = 0;
+  CUDA_CHECK(cudaDeviceGetLimit(&bytes, cudaLimitStackSize));
+  return bytes;
+}
+
+// The value of an environment variable as JSON (null when unset).
+std::string EnvJson(const char* name) {
+  const char* value = getenv(name);
+  if (!value) { return "null"; }
+  std::string out = "\"";
+  for (const char* c = value; *c; ++c) {
+    if (*c == '"' || *c == '\\') { out += '\\'; }
+    if (static_cast<unsigned char>(*c) >= 0x20) { out += *c; }
+  }
+  return out + "\"";
+}
+
+}  // namespace
 
 namespace {
 
@@ -324,6 +391,7 @@ int main(int argc, char** argv) {
   // Fixed fillers and Dropout masks, so that stock Caffe and a plan compute the same values.
   caffe::Caffe::set_random_seed(1701);
   const long long free_handles = FreeBytes();
+  const long long stack_before_net = StackLimit();
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   int runtime = 0, driver = 0;
@@ -351,6 +419,12 @@ int main(int argc, char** argv) {
     }
   }
   const long long free_end = FreeBytes();
+  long long cudnn_handles = 0, cuda_streams = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    cudnn_handles = g_cudnn_handles;
+    cuda_streams = g_cuda_streams;
+  }
 
   std::ofstream out(out_path.c_str());
   out << "{\"device\": {\"name\": " << Quote(prop.name) << ", \"index\": " << device
@@ -359,7 +433,10 @@ int main(int argc, char** argv) {
       << ", \"cuda_driver\": " << driver << "},\n"
       << " \"process\": {\"device_used_after_context\": " << total - free_context
       << ", \"handles_bytes\": " << free_context - free_handles
-      << ", \"device_used_before_net\": " << total - free_handles << "},\n"
+      << ", \"device_used_before_net\": " << total - free_handles
+      << ", \"stack_limit_bytes\": " << stack_before_net
+      << ", \"env\": {\"CAFFEMEM_CUDNN_POOL\": " << EnvJson("CAFFEMEM_CUDNN_POOL")
+      << ", \"CAFFEMEM_CUDA_STACK_BYTES\": " << EnvJson("CAFFEMEM_CUDA_STACK_BYTES") << "}},\n"
       << " \"phase\": \"" << (phase == caffe::TRAIN ? "TRAIN" : "TEST") << "\",\n"
       << " \"construct\": " << Json(construct) << ",\n"
       << " \"fill_inputs\": " << Json(fill) << ",\n"
@@ -376,7 +453,9 @@ int main(int argc, char** argv) {
   const long long device_peak = g_device_peak, host_peak = g_host_peak;
   out << " ],\n \"end\": {\"device_in_use\": " << device_in_use << ", \"host_in_use\": "
       << host_in_use << ", \"device_peak\": " << device_peak << ", \"host_peak\": "
-      << host_peak << ", \"device_used\": " << total - free_end << "},\n"
+      << host_peak << ", \"device_used\": " << total - free_end
+      << ", \"cudnn_handles\": " << cudnn_handles << ", \"cuda_streams\": " << cuda_streams
+      << ", \"stack_limit_bytes\": " << StackLimit() << "},\n"
       << " \"results\": " << Results(net.get(), phase == caffe::TRAIN) << "}\n";
   out.close();
   if (!out) {

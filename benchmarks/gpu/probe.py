@@ -75,11 +75,13 @@ def gpu_devices(programs: Programs) -> tuple[int, str]:
     return count, (proc.stderr.strip() or f"probe exit {proc.returncode}")
 
 
-def probe_run(programs: Programs, net: Path, phase: str, out: Path, device: int, timeout: float | None = None) -> dict:
-    """The probe on `net` in `phase`: its JSON (written to `out`), its log beside it."""
+def probe_run(programs: Programs, net: Path, phase: str, out: Path, device: int, timeout: float | None = None,
+              env: dict[str, str] | None = None) -> dict:
+    """The probe on `net` in `phase` (with `env` added to the programs' environment: the
+    patched runtime's switches): its JSON (written to `out`), its log beside it."""
     try:
         proc = subprocess.run([str(programs.probe), str(net), phase.lower(), str(out), str(device)], check=False, capture_output=True,
-                              text=True, env=programs.env, timeout=timeout)
+                              text=True, env={**programs.env, **(env or {})}, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise RuntimeError(f"probe stopped after {timeout:.0f} s (the time budget)") from e
     (out.with_suffix(".log")).write_text(proc.stderr)

@@ -426,17 +426,37 @@ def _contrastive_loss_memory(q: MemoryQuery) -> LayerMemory:
     """contrastive_loss_layer.cpp: LayerSetUp shapes ``diff_`` and ``diff_sq_`` (N, C, 1, 1)
     (``diff_sq_`` is never touched on CPU), ``dist_sq_`` (N, 1, 1, 1), and writes
     ``summer_vec_`` (C, 1, 1, 1) with ones.  Forward writes the differences and squared
-    distances; Backward writes the diffs of the two feature bottoms asked for."""
+    distances; Backward writes the diffs of the two feature bottoms asked for.
+
+    A GPU run (contrastive_loss_layer.cu) touches other copies, which is why a card
+    measured the siamese example (examples/siamese, N=100 in TEST, 64 in TRAIN, C=2) 408
+    and 520 bytes above a model that reused the CPU list:
+    - Forward_gpu (.cu 12-31) writes ``diff_`` and ``diff_sq_`` (N*C floats each: 800 B in
+      TEST) and ``dist_sq_`` on the device through ``caffe_gpu_gemv``, which reads
+      ``summer_vec_``'s ``gpu_data()`` (C floats: 8 B, a device copy of the ones written on
+      the host); then its loss loop (.cu 36-48) reads the similarity label and ``dist_sq_``
+      with ``cpu_data()`` and writes the loss with ``mutable_cpu_data()``: host copies, so
+      the label gets no device copy in Forward (the CPU list's device read of it: 400 B).
+      TEST: +800 +8 -400 = +408 B.
+    - Backward_gpu (.cu 85-103) reads the loss weight with ``cpu_diff()`` and the label,
+      ``diff_`` and ``dist_sq_`` with ``gpu_data()``: the label's device copy (4N B) comes
+      here.  TRAIN: +512 +8 = +520 B (the label's 256 B now in Backward, not Forward)."""
     num, channels = (q.bottoms[0] + (1, 1))[:2]  # legacy num(), channels(): missing axes read 1
     difference, squares, distances, ones = (q.buffer(name) for name in ("diff", "diff_sq", "dist_sq", "summer_vec"))
     setup = buffer_setup(difference, (num, channels, 1, 1)) + buffer_setup(squares, (num, channels, 1, 1))
     setup += buffer_setup(distances, (num, 1, 1, 1)) + buffer_setup(ones, (channels, 1, 1, 1), filled=channels > 0)
-    forward = (read(q.bottom(0)), read(q.bottom(1)), write(difference), write(distances), read(q.bottom(2)), write(q.top(0)))
+    gpu = q.device == "gpu"
+    forward: tuple[Action, ...] = (read(q.bottom(0)), read(q.bottom(1)), write(difference))
+    if gpu:
+        forward += (write(squares), read(ones), write(distances), read(q.bottom(2), side="host"), read(distances, side="host"), host_output(q))
+    else:
+        forward += (write(distances), read(q.bottom(2)), write(q.top(0)))
+    weight = read(q.top(0), "diff", "host") if gpu else read(q.top(0), "diff")
     backward = tuple(
         t
         for i in (0, 1)
         if q.propagate_down[i]
-        for t in (read(q.top(0), "diff"), write(q.bottom(i), "diff"), read(q.bottom(2)), read(difference), read(distances))
+        for t in (weight, write(q.bottom(i), "diff"), read(q.bottom(2)), read(difference), read(distances))
     )
     return LayerMemory(setup=setup, forward=forward, backward=backward)
 

@@ -102,9 +102,10 @@ RECOMPUTE_COPIES = "recompute_copies"  # the cause of the runtime's copies of re
 
 def with_copies(report: "MemoryReport | DeviceReport", copies: int) -> "MemoryReport | DeviceReport":
     """A planned run's report with the runtime's copies of the parameters it restores around
-    a recomputed Forward (allocated once at Net::Init, on the card in GPU mode)."""
+    a recomputed Forward (allocated once at Net::Init, on the card in GPU mode: none on the
+    host, but the cause is in both sides' tables, as every cause of a DeviceReport is)."""
     if not copies:
         return report
     if isinstance(report, DeviceReport):
-        return replace(report, device_by_cause=report.device_by_cause | {RECOMPUTE_COPIES: copies})
+        return replace(report, device_by_cause=report.device_by_cause | {RECOMPUTE_COPIES: copies}, host_by_cause=report.host_by_cause | {RECOMPUTE_COPIES: 0})
     return replace(report, heap_init=report.heap_init + copies, by_category=report.by_category | {RECOMPUTE_COPIES: copies})

@@ -247,7 +247,15 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
 
 def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
     """The runtime's copies of the parameters it restores around recomputed Forwards: one
-    Blob per parameter blob of each ``restore_params`` layer, allocated once at Net::Init."""
+    Blob per parameter blob of each ``restore_params`` layer, allocated once at Net::Init
+    (mem_recompute.cpp, Bind: ``mutable_gpu_data()`` in GPU mode, so on the card).
+
+    The card holds these bytes and no more: CopyData copies a parameter on the side where its
+    data is current (runtime patch v6, issue 33), so BatchNorm's moving-average factor
+    ``blobs_[2]``, which batch_norm_layer.cu 58-59 updates with ``mutable_cpu_data()``, is
+    copied on the host and gets no device copy (v5 copied it with ``gpu_data()``: 4 B more on
+    the card per restored BatchNorm, the 184 B an H200 counted on a ResNet-50 in TRAIN).  The
+    saved factor's own host copy (4 B, pinned, made by that copy) is not counted."""
     shapes = schedule.shaped.layer_shapes
     layers = {entry.layer for entry in entries if entry.restore_params}
     return sum(count(shape) for layer in layers for shape in shapes[layer].params) * DTYPE_BYTES[schedule.dtype]

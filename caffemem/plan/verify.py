@@ -7,8 +7,8 @@ and reports — naming step, layer and blob — every read of a slot another blo
 overwritten since, every slot smaller than one of its members, and every planned storage
 that Net::Init fills (slots take over only when Init ends).  Storage of a net blob that
 the run never touches may be assigned anywhere: Caffe never allocates it; so may a layer's
-cuDNN workspace that this run does not have (the CPU run of a plan made for the card:
-Caffe's own convolution takes none).
+layer buffer that this run never allocates (the CPU run of a plan made for the card: Caffe's
+own convolution takes no cuDNN workspace, ContrastiveLoss's CPU code never touches diff_sq_).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from caffemem.graph import count
 from caffemem.layers.access import BlobId
 from caffemem.layers.bound_buffers import runtime_binds
 from caffemem.layers.registry import SpecTable, recompute_of
-from caffemem.layers.vision import WORKSPACE_BUFFER
 from caffemem.passes.recompute import Recomputation, names_given_twice
 from caffemem.passes.schedule import Schedule, names_two_storages
 from caffemem.prototxt.read import read_input
@@ -277,10 +276,10 @@ def verify_plan(schedule: Schedule, plan: PlanData) -> list[Violation]:
             violations.append(Violation(0, "plan", blob, f"assigned to slot {slot}, which the plan does not define"))
             continue
         if storage is None:
-            known = blob in schedule.shaped.blob_shapes or (kind == "data" and _names_a_workspace(schedule, blob))
+            known = blob in schedule.shaped.blob_shapes or (kind == "data" and _names_a_bound_buffer(schedule, blob))
             if not known or kind not in ("data", "diff"):
                 violations.append(Violation(0, "plan", blob, f"no {kind} storage of this name in the net"))
-            continue  # a storage the run never touches (or a cuDNN workspace it has not): never allocated
+            continue  # a storage the run never touches (or a layer buffer it never allocates): never allocated
         if storage in schedule.init_touched:
             violations.append(Violation(0, "init", blob, f"its {kind} is filled during Net::Init, before the plan's slots take over, which discards it"))
         size = schedule.classes[storage].bytes
@@ -356,11 +355,12 @@ def _origin(schedule: Schedule, value: object) -> str:
     return f"what {kind} {schedule.shaped.graph.layers[where].name} wrote"
 
 
-def _names_a_workspace(schedule: Schedule, buffer: str) -> bool:
-    """Is ``buffer`` the cuDNN workspace of one of the net's layers ("<index>:<layer>/cudnn_workspace")?"""
-    index, _, rest = buffer.partition(":")
-    layers = schedule.shaped.graph.layers
-    return index.isascii() and index.isdigit() and int(index) < len(layers) and rest == f"{layers[int(index)].name}/{WORKSPACE_BUFFER}"
+def _names_a_bound_buffer(schedule: Schedule, buffer: str) -> bool:
+    """Is ``buffer`` ("<index>:<layer>/<name>") a layer buffer the patched Caffe binds
+    (bound_buffers.runtime_binds)?  One this run never touches is never allocated: a cuDNN
+    workspace in a CPU run (Caffe's own convolution takes none), ContrastiveLoss's
+    ``diff_sq_``, which only its GPU code writes (contrastive_loss_layer.cu 18-22)."""
+    return runtime_binds(schedule.shaped.graph, BlobId("buffer", buffer))
 
 
 def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "ShadowMemory | None" = None) -> list[Violation]:

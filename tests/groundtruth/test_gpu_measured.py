@@ -7,8 +7,10 @@ repository: these tests need neither ../shared nor a GPU."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,76 @@ def test_the_model_is_asked_for_the_plan_of_each_patched_configuration_measured(
     """measured.PLAN_OPTIONS (the API's settings) has one entry per configuration of
     configs.CONFIGS that runs a plan (the CLI's options), and none other."""
     assert set(gpu_measured.PLAN_OPTIONS) == {c.name for c in CONFIGS if c.plan is not None}
+
+
+# ------------------------------------------------ what the next result holds (issue 32, v6)
+
+#: The committed results these tests read one by one above; any other is a later kit's.
+KNOWN = {gpu_measured.ARCHIVE.name, SECOND.name, THIRD.name}
+LATER = sorted(p for p in gpu_measured.ARCHIVE.parent.glob("*.tar.xz") if p.name not in KNOWN)
+
+
+def test_the_runtime_holds_stock_caffes_handles_or_one_pool_of_them():
+    """Stock BVLC: 3 cuDNN handles and 3 streams a group of each cuDNN convolution and one
+    handle a single-handle cuDNN layer; runtime patch v6 (V6-DESIGN): 3 handles and 3 streams
+    if any cuDNN convolution, 1 handle if any single-handle layer. Issue 32's depthwise net:
+    a convolution of 128 groups, a ReLU, a 1x1 convolution."""
+    with tempfile.TemporaryDirectory() as tmp:
+        net = Path(tmp) / "depthwise.prototxt"
+        net.write_text(subprocess.run([sys.executable, str(REPO / "fixtures" / "generate.py"), "depthwise", "128"], capture_output=True, text=True, check=True).stdout)
+        rules = gpu_measured.stock_rules(net, "TEST")
+    assert gpu_measured.runtime_handles(rules, pooled=False) == (3 * 128 + 1 + 3, 3 * 128 + 3)
+    assert gpu_measured.runtime_handles(rules, pooled=True) == (3 + 1, 3)
+
+
+def _row(config: str, file: str, used: int, stack: int | None = None) -> gpu_measured.Row:
+    card = gpu_measured.Card(caffe_bytes=0, workspace_bytes=0, peak_bytes=0, used_bytes=used, before_net_bytes=0)
+    return gpu_measured.Row(config, file, "TEST", card, 0, 0, 0, True, stack_bytes=stack)
+
+
+def test_what_a_smaller_stack_gives_back_is_the_median_over_the_nets_of_the_blob_plans_difference():
+    rows = [_row("patched", "a.json", 1000), _row("patched", "b.json", 2000), _row("patched", "c.json", 3000),
+            _row("patched-stack-256", "a.json", 700, 256), _row("patched-stack-256", "b.json", 1600, 256), _row("patched-stack-256", "c.json", 2500, 256),
+            _row("patched-stack-128", "a.json", 600, 128)]
+    assert gpu_measured.stack_context(rows) == {128: 400, 256: 400}
+
+
+def test_no_committed_result_has_the_v6_counters_yet():
+    """The three results so far came from probes without the issue 32 counters (handles,
+    streams, stack limit) and from runtime patches before the pool (v3, v4): the tests below
+    skip until a kit of runtime patch v6 has run on a card and its result is committed."""
+    for archive in (gpu_measured.ARCHIVE, SECOND, THIRD):
+        summary = _summary(archive)
+        assert "runtime_patch" not in summary and not any("cudnn_handles" in run for run in summary["runs"])
+
+
+@pytest.fixture(scope="module", params=LATER or [None], ids=lambda p: p.name if p else "none")
+def later(request, tmp_path_factory) -> tuple[dict, list[gpu_measured.Row]]:
+    if request.param is None:
+        pytest.skip("no kit result after the H200's of 2026-11-26 is committed (benchmarks/gpu-groundtruth/*.tar.xz): the v6 kit has not run on a card yet")
+    root = gpu_measured.unpack(request.param, tmp_path_factory.mktemp("later"))
+    return json.loads((root / "summary.json").read_text()), list(gpu_measured.rows(root))
+
+
+def test_a_later_result_equals_the_model_byte_for_byte(later):
+    summary, rows = later
+    assert [(row.config, row.file, row.phase, row.card.caffe_bytes, row.model_caffe_bytes) for row in rows if not row.equal] == []
+    assert summary["failed"] == 0
+
+
+def test_a_later_result_holds_the_handles_and_streams_the_runtime_holds(later):
+    # Stock and CAFFEMEM_CUDNN_POOL=0: stock's; the patched runs of runtime patch v6: its pool.
+    _, rows = later
+    counted = [row for row in rows if row.card.cudnn_handles is not None]
+    assert counted
+    assert [(row.config, row.file, row.phase, row.card.cudnn_handles, row.card.cuda_streams) for row in counted
+            if (row.card.cudnn_handles, row.card.cuda_streams) != (row.expected_handles, row.expected_streams)] == []
+
+
+def test_a_later_result_ran_each_stack_limit_it_asked_for(later):
+    summary, rows = later
+    for row in rows:
+        if row.card.stack_limit_bytes is not None:
+            assert row.card.stack_limit_bytes == (row.stack_bytes or 1024), (row.config, row.file)
+    asked = {c.name for c in CONFIGS if c.stack_bytes is not None}
+    assert asked <= set(summary["bit_identical"])  # each limit's digests compared with stock's

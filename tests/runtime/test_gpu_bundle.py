@@ -25,18 +25,24 @@ from pathlib import Path
 
 import pytest
 
+from caffemem.api.analyze import Options, analyze
+from caffemem.runtime import PATCH_VERSION
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_groundtruth.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from gpu.archive import ARCHIVE_LIMIT, MIB, pack, pack_results, unpack  # noqa: E402
-from gpu.bundle import cached_archive, corpus_files, stage  # noqa: E402
+from gpu.bundle import cached_archive, stage  # noqa: E402
+from gpu.corpus import KIT_NETS, corpus_files, stage_corpus  # noqa: E402
 from gpu.configs import CONFIGS  # noqa: E402
 from gpu.kit import Kit, preflight  # noqa: E402
 from gpu.layout import FORMAT, PROBE_NAME, TOOLS, VARIANTS, patch_key  # noqa: E402
 from gpu.libraries import CUDA_NEEDED, cuda_dirs, kind, missing_cuda, parse_ldd  # noqa: E402
 from gpu.measure import measure, tasks  # noqa: E402
-from gpu.nets import convolution_groups  # noqa: E402
+from gpu.estimate import committed_seconds, estimated_seconds  # noqa: E402
+from gpu.nets import cudnn_groups  # noqa: E402
 from gpu.paths import SHARED  # noqa: E402
+from gpu.cli import BUDGET  # noqa: E402
 from gpu.probe import EXIT_NO_GPU, Programs  # noqa: E402
 
 # What `ldd build/tools/caffemem_gpu_probe` printed on this machine (Debian 12), shortened:
@@ -98,13 +104,44 @@ def test_each_cuda_library_not_found_is_named(tmp_path):
     assert missing_cuda([lib]) == [name for name in CUDA_NEEDED if name.startswith("libcudnn")]
 
 
-def test_the_corpus_is_every_bvlc_ground_truth_file_and_the_net_it_names():
+def test_the_corpus_is_every_bvlc_ground_truth_file_and_the_net_it_names_and_the_kits_own_nets():
     files = [str(f) for f in corpus_files()]
-    # 34 BVLC files of ../shared/groundtruth, each with its prototxt, and the README
-    assert len(files) == 1 + 2 * 34
+    # 34 BVLC files of ../shared/groundtruth, each with its prototxt, and the README; then
+    # the kit's own 5 nets (issue 32), each a ground-truth file without CPU figures and a prototxt
+    assert len(files) == 1 + 2 * 34 + 2 * 5
     assert "groundtruth/bvlc_alexnet__deploy.json" in files
     assert "models/bvlc_alexnet/deploy.prototxt" in files
-    assert all((SHARED / f).is_file() for f in files)
+    assert all((SHARED / f).is_file() for f in files[:1 + 2 * 34])
+    assert files[1 + 2 * 34:] == [f for name in ("siamese", "resnet50_bn_train", "depthwise", "densenet121", "resnet152")
+                                  for f in (f"groundtruth/kit__{name}.json", f"kit/{name}.prototxt")]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return stage_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def test_the_kits_own_nets_are_staged_beside_shareds(corpus):
+    assert (corpus / "models" / "bvlc_alexnet" / "deploy.prototxt").is_file()
+    doc = json.loads((corpus / "groundtruth" / "kit__siamese.json").read_text())
+    assert doc == {"source": "kit/siamese.prototxt", "caffe": "bvlc", "kit": True,
+                   "runs": [{"phase": "TRAIN", "ok": True, "inputs": {}, "layers": []}, {"phase": "TEST", "ok": True, "inputs": {}, "layers": []}]}
+    assert (corpus / "kit" / "siamese.prototxt").read_text() == (REPO / "fixtures" / "siamese" / "mnist_siamese_train_test.prototxt").read_text()
+    assert (corpus / "kit" / "densenet121.prototxt").read_text() == (SHARED / "models" / "densenet" / "DenseNet_121.prototxt").read_text()
+
+
+def test_the_depthwise_net_holds_388_cudnn_handles_in_stock_caffe(corpus):
+    """Issue 32's depthwise net: a 3x3 convolution of 128 groups (3 handles each), a ReLU
+    (1), a 1x1 convolution (3), on input 1x128x56x56."""
+    device = analyze(str(corpus / "kit" / "depthwise.prototxt"), Options(device="gpu")).nets[0].device
+    assert device.handles.cudnn == 3 * 128 + 1 + 3 == 388
+    assert cudnn_groups(corpus / "kit" / "depthwise.prototxt") == 129
+
+
+def test_the_batchnorm_net_updates_its_statistics_in_train(corpus):
+    text = (corpus / "kit" / "resnet50_bn_train.prototxt").read_text()
+    assert text.count('type: "BatchNorm"') == 53 and "use_global_stats: true" not in text
+    assert "dim: 8 dim: 3 dim: 224 dim: 224" in text
 
 
 def _fake_tree(tmp_path: Path, name: str) -> Path:
@@ -205,7 +242,8 @@ def test_run_bundle_on_a_damaged_archive_says_so(tmp_path):
 
 
 # A stand-in for the probe: what benchmarks/gpu/probe.cpp writes, for any net, with the bytes
-# of the net's prototxt as its "device peak" (so each configuration's file shows its own net).
+# of the net's prototxt as its "device peak" (so each configuration's file shows its own net),
+# 7 cuDNN handles with CAFFEMEM_CUDNN_POOL=0 (else 4) and the stack limit it was asked for.
 FAKE_PROBE = """#!/bin/sh
 size=$(wc -c < "$1")
 cat > "$3" <<EOF
@@ -213,7 +251,8 @@ cat > "$3" <<EOF
  "process": {"device_used_after_context": 500, "handles_bytes": 20, "device_used_before_net": 520},
  "phase": "$2", "construct": {}, "fill_inputs": {},
  "layers": [{"name": "conv1", "type": "Convolution", "setup": {"device_alloc": 7}, "forward": {"device_alloc": 0}}],
- "end": {"device_in_use": 0, "host_in_use": 0, "device_peak": $size, "host_peak": 0, "device_used": 9},
+ "end": {"device_in_use": 0, "host_in_use": 0, "device_peak": $size, "host_peak": 0, "device_used": 9,
+         "cudnn_handles": $([ "$CAFFEMEM_CUDNN_POOL" = 0 ] && echo 7 || echo 4), "cuda_streams": 3, "stack_limit_bytes": ${CAFFEMEM_CUDA_STACK_BYTES:-1024}},
  "results": {"outputs": {}, "all": "$(grep -c mem_param "$1")"}}
 EOF
 """
@@ -228,22 +267,27 @@ def fake_programs(tmp_path):
     return {"stock": programs, "patched": programs}
 
 
-def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_programs):
-    """lenet deploy (TEST) in the four configurations: the probe ran on the net as it is,
+def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_programs, corpus):
+    """lenet deploy (TEST) in the four configurations (after lenet train_test: its runs took
+    less on the H200, gpu/estimate.py): the probe ran on the net as it is,
     on the blob plan and on the buffers plan, each plan made by this checkout's caffemem in
     GPU mode, its JSON kept beside the net, and on the net as it is again; in TRAIN also on
-    the recompute plan (a TEST net runs no Backward, so it has nothing to recompute)."""
+    the recompute plan (a TEST net runs no Backward, so it has nothing to recompute); lenet
+    train_test also without the cuDNN handle pool and under each smaller stack limit."""
     out = tmp_path / "out"
-    code = measure(CONFIGS, fake_programs, SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, jobs=2)
+    code = measure(CONFIGS, fake_programs, corpus, ["bvlc_examples_mnist__lenet"], out, device=0, jobs=2)
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
+    base = ("stock", "patched", "patched-buffers", "stock-again")
+    v6 = ("patched-nopool", "patched-stack-512", "patched-stack-256", "patched-stack-128")
     assert [(r["config"], r["file"], r["phase"], r["ok"]) for r in summary["runs"]] == [
         (c, f, p, True)
-        for f, phases in (("bvlc_examples_mnist__lenet.json", ["TEST"]), ("bvlc_examples_mnist__lenet_train_test.json", ["TRAIN", "TEST"]))
-        for p in phases for c in ("stock", "patched", "patched-buffers", "stock-again") + (("patched-recompute",) if p == "TRAIN" else ())
+        for f, phases in (("bvlc_examples_mnist__lenet_train_test.json", ["TRAIN", "TEST"]), ("bvlc_examples_mnist__lenet.json", ["TEST"]))
+        for p in phases for c in base + (("patched-recompute",) if p == "TRAIN" else ()) + (v6 if "train_test" in f else ())
     ]
     # The stand-in's digest is whether the net has a slot table: a plan's differs from stock's.
-    assert summary["bit_identical"] == {"patched": [0, 3], "patched-buffers": [0, 3], "stock-again": [3, 3], "patched-recompute": [0, 1]}
+    assert summary["bit_identical"] == {"patched": [0, 3], "patched-buffers": [0, 3], "stock-again": [3, 3], "patched-recompute": [0, 1],
+                                        "patched-nopool": [0, 2], "patched-stack-512": [0, 2], "patched-stack-256": [0, 2], "patched-stack-128": [0, 2]}
     recompute = json.loads((out / "patched-recompute" / "nets" / "bvlc_examples_mnist__lenet_train_test.TRAIN.optimized.optimize.json").read_text())
     assert recompute["phases"][0]["recompute"]["policy"] == "sqrt"
     stock = json.loads((out / "stock" / "bvlc_examples_mnist__lenet.json").read_text())
@@ -260,6 +304,25 @@ def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_progra
     assert (model["mode"], model["phase"]) == ("gpu", "TEST")
 
 
+def test_each_summary_row_says_what_the_run_asked_of_the_runtime_and_what_it_held(tmp_path, fake_programs, corpus):
+    """What the model needs of a run (issue 32): the variables set for the probe, the pool
+    on or off (None: stock Caffe has none), the stack limit asked for, and what the probe
+    counted: cuDNN handles and CUDA streams alive at the end, the stack limit the card reports."""
+    out = tmp_path / "out"
+    measure(CONFIGS, fake_programs, corpus, ["bvlc_examples_mnist__lenet_train_test"], out, device=0, jobs=2)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runtime_patch"] == PATCH_VERSION
+    rows = {r["config"]: r for r in summary["runs"] if r["phase"] == "TEST"}
+    fields = ("env", "pool", "stack_bytes", "cudnn_handles", "cuda_streams", "stack_limit_bytes")
+    assert {name: tuple(rows[name][k] for k in fields) for name in ("stock", "patched", "patched-nopool", "patched-stack-256")} == {
+        "stock": ({}, None, None, 4, 3, 1024),
+        "patched": ({}, True, None, 4, 3, 1024),
+        "patched-nopool": ({"CAFFEMEM_CUDNN_POOL": "0"}, False, None, 7, 3, 1024),
+        "patched-stack-256": ({"CAFFEMEM_CUDA_STACK_BYTES": "256"}, True, 256, 4, 3, 256),
+    }
+    assert rows["stock"]["estimated_seconds"] == 0.92  # lenet train_test's TEST run on the H200 (committed summary)
+
+
 def test_runs_past_the_time_budget_are_recorded_as_not_measured(tmp_path, fake_programs):
     out = tmp_path / "out"
     code = measure(CONFIGS[:1], fake_programs, SHARED, ["bvlc_examples_mnist__lenet"], out, device=0, deadline=0.0)
@@ -268,16 +331,36 @@ def test_runs_past_the_time_budget_are_recorded_as_not_measured(tmp_path, fake_p
     assert doc["runs"] == [{"phase": p, "ok": False, "error": "not measured: the time budget ran out"} for p in ("TRAIN", "TEST")]
 
 
-def test_the_nets_with_the_most_convolution_groups_are_measured_last():
-    """MobileNet v1: 13 depthwise convolutions with 4,960 groups in all, and 15 others of
-    1 group (each group is 3 cuDNN handles and streams in BVLC); lenet: 2 convolutions."""
-    assert convolution_groups(SHARED / "models/mobilenet/mobilenet_deploy.prototxt") == 4960 + 15
-    assert convolution_groups(SHARED / "models/bvlc_examples_mnist/lenet.prototxt") == 2
-    assert convolution_groups(SHARED / "models/legacy_v0_bvlc_imagenet/imagenet_deploy.prototxt") == 1 + 2 + 1 + 2 + 2  # V0: conv1..conv5, 2, 4, 5 of group 2
-    order = list(dict.fromkeys(t.gt_file.stem for t in tasks(SHARED, CONFIGS[:1], None)))
-    assert len(order) == 34
-    assert order[0] == "bvlc_examples_mnist__mnist_autoencoder"  # no convolution
-    assert order[-2:] == ["mobilenet__mobilenet_deploy", "mobilenet__mobilenet_v2_deploy"]
+def test_only_the_groups_of_convolutions_on_cudnn_count():
+    """MobileNet v1: 13 depthwise convolutions with 4,960 groups in all, which say `engine:
+    CAFFE`, and 15 others of 1 group on cuDNN (each group is 3 cuDNN handles and streams in
+    BVLC); lenet: 2 convolutions; a V0 net's convolutions are all on cuDNN."""
+    assert cudnn_groups(SHARED / "models/mobilenet/mobilenet_deploy.prototxt") == 15
+    assert cudnn_groups(SHARED / "models/bvlc_examples_mnist/lenet.prototxt") == 2
+    assert cudnn_groups(SHARED / "models/legacy_v0_bvlc_imagenet/imagenet_deploy.prototxt") == 1 + 2 + 1 + 2 + 2  # conv1..conv5, 2, 4, 5 of group 2
+
+
+def test_a_run_is_estimated_from_the_committed_results_else_its_net_else_its_cudnn_groups():
+    measured = {("a.json", "TEST", "stock"): 1.0, ("a.json", "TEST", "patched"): 2.0}
+    assert estimated_seconds(measured, "a.json", "TEST", "patched", 50) == 2.0
+    assert estimated_seconds(measured, "a.json", "TEST", "patched-nopool", 50) == 1.5
+    assert estimated_seconds(measured, "b.json", "TEST", "stock", 100) == 1.5 + 0.013 * 100
+
+
+def test_the_slowest_nets_are_measured_last_and_the_kit_fits_its_budget(corpus):
+    """Nets in the order of their runs' mean estimated seconds: the H200's committed
+    seconds (VGG16 TRAIN 3.4 s a run), else 1.5 s + 13 ms a cuDNN group (ResNet-152: 155
+    groups); a net's configurations side by side. The whole is estimated within run-bundle's
+    default budget, which leaves the device tool's 600 s room to pack the results."""
+    todo = tasks(corpus, CONFIGS, None)
+    order = list(dict.fromkeys(t.gt_file.stem for t in todo))
+    assert len(order) == 34 + 5
+    assert order[0] == "senet__SE-ResNet-50"  # Caffe refused it on the CPU: no run, no time
+    assert order[-3:] == ["kit__depthwise", "places365__train_val_vgg16", "kit__resnet152"]
+    assert [t.config.name for t in todo if t.gt_file.stem == "kit__resnet152"] == ["stock", "patched", "patched-buffers", "stock-again", "patched-nopool"]
+    assert len(todo) == 279
+    assert sum(t.seconds for t in todo) < BUDGET < 600 - 60
+    assert committed_seconds()[("places365__train_val_vgg16.json", "TRAIN", "stock")] == 4.24  # the H200 (h200-2026-11-26.summary.json)
 
 
 def test_results_over_the_limit_are_packed_without_the_probe_logs(tmp_path):
