@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
@@ -38,6 +39,7 @@ from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
 from caffemem.passes.liveness import Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
+from caffemem.plan.figures import Figure, Figures
 from caffemem.units import DTYPE_BYTES, format_size, mib_gib, parse_size
 
 POLICIES = ("cheap", "sqrt", "budget=SIZE")
@@ -159,6 +161,9 @@ class _Measured:
     copies: int  # restored_bytes
 
 
+_Found = TypeVar("_Found", _Measured, Figure)
+
+
 def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int) -> Choice:
     """The recomputation ``policy`` picks for ``schedule``, measured with ``liveness_of``
     (the plan's own liveness settings); ``stock_figure``: stock Caffe's figure, from which
@@ -171,31 +176,43 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     def bound(liveness: Liveness) -> int:
         return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
 
-    cache: dict[frozenset[int], _Measured] = {}
-
+    @_cached
     def measure(chosen: frozenset[int]) -> _Measured:
-        if chosen not in cache:
-            entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
-            extended = with_recomputation(schedule, entries)
-            liveness = liveness_of(extended)
-            copies = restored_bytes(schedule, entries)
-            flops = sum(units[u].flops for u in chosen if any(entry.layer in units[u].layers for entry in entries))
-            cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies)
-        return cache[chosen]
+        entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+        extended = with_recomputation(schedule, entries)
+        liveness = liveness_of(extended)
+        copies = restored_bytes(schedule, entries)
+        ran = {entry.layer for entry in entries}
+        flops = sum(units[u].flops for u in chosen if ran.intersection(units[u].layers))
+        return _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies)
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
     none = measure(frozenset())
+    figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness, stock_figure)
+    quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
-        best = measure(frozenset(u for u in eligible if units[u].cheap))
+        best = quick(frozenset(u for u in eligible if units[u].cheap))
     elif policy.name == "sqrt":
-        best = _sqrt(measure, checkpoint_candidates(schedule, units, plain), eligible)
+        best = _sqrt(quick, checkpoint_candidates(schedule, units, plain), eligible)
     else:
-        best = _budget(measure, units, eligible, checkpoint_candidates(schedule, units, plain), policy.target if policy.target is not None else policy.budget or 0)
-    best = _pruned(measure, best)
+        best = _budget(quick, units, eligible, checkpoint_candidates(schedule, units, plain), policy.target if policy.target is not None else policy.budget or 0)
+    best = measure(_pruned(quick, best).units)
     if best.figure >= none.figure and policy.name != "budget":
         best = none  # recomputing nothing beats a recomputation that saves nothing
     forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
     return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies)
+
+
+def _cached(figure_of: Callable[[frozenset[int]], _Found]) -> Callable[[frozenset[int]], _Found]:
+    """``figure_of`` asked once per candidate (the searches ask some again)."""
+    cache: dict[frozenset[int], _Found] = {}
+
+    def cached(chosen: frozenset[int]) -> _Found:
+        if chosen not in cache:
+            cache[chosen] = figure_of(chosen)
+        return cache[chosen]
+
+    return cached
 
 
 def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
