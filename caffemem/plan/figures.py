@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from caffemem.graph import count
-from caffemem.passes.liveness import Liveness, _kept_reason, _spans, _touches, _values
+from caffemem.passes.liveness import Liveness, _touches
 from caffemem.passes.recompute import _param_classes, names_given_twice
 from caffemem.passes.schedule import Schedule
 from caffemem.units import DTYPE_BYTES
@@ -60,7 +60,8 @@ class Figures:
         forward = {step.layer: step for step in steps if step.kind == "forward"}
         self.forward = forward
         writer: dict[int, int] = {}
-        self.exact = not names_given_twice(schedule.shaped.graph)
+        firsts = [unit.layers[0] for unit in units]
+        self.exact = not names_given_twice(schedule.shaped.graph) and firsts == sorted(firsts)
         for u, unit in enumerate(units):
             for layer in unit.layers:
                 for access in forward[layer].accesses:
@@ -93,14 +94,16 @@ class Figures:
             last = step.index if layers[step.layer].name not in shared else last
             place.append(last)
         self.place = place  # plain step index of the Backward a need at backward i runs before
-        # Each unit's recomputed accesses, per layer: (storage, writes first, reads) in step order.
-        self.unit_uses: list[tuple[tuple[tuple[int, bool, bool], ...], ...]] = []
+        # Each unit's recomputed accesses as arrays: (storage, writes first, reads, its
+        # layer's place in the unit), as liveness's _touches sees a step's accesses.
         shapes = schedule.shaped.layer_shapes
         dtype = DTYPE_BYTES[schedule.dtype]
         self.copies: list[int] = []
+        flat: list[tuple[int, bool, bool, int]] = []
+        self.unit_from = np.zeros(len(units) + 1, dtype=np.int64)  # unit u's rows: unit_from[u] to unit_from[u + 1]
         for unit in units:
-            per_layer = []
-            for layer in unit.layers:
+            rows = []
+            for offset, layer in enumerate(unit.layers):
                 accesses = forward[layer].accesses
                 if layer in unit.restores:
                     mine = _param_classes(schedule, layer)
@@ -111,98 +114,128 @@ class Figures:
                     first.setdefault(access.storage, access.write)
                     if not access.write:
                         reads.add(access.storage)
-                per_layer.append(tuple((storage, writes, storage in reads) for storage, writes in first.items()))
-            self.unit_uses.append(tuple(per_layer))
+                rows += [(storage, writes, storage in reads, offset) for storage, writes in first.items()]
+            flat += rows
+            self.unit_from[len(self.copies) + 1] = len(flat)
             self.copies.append(sum(count(shape) for layer in unit.restores for shape in shapes[layer].params) * dtype)
-        self.touches = _touches(schedule)
+        columns = list(zip(*flat)) if flat else [(), (), (), ()]
+        self.again_storage = np.array(columns[0], dtype=np.int64)
+        self.again_writes = np.array(columns[1], dtype=bool)
+        self.again_reads = np.array(columns[2], dtype=bool)
+        self.again_offset = np.array(columns[3], dtype=np.int64)
+        self.unit_layers = np.array([len(unit.layers) for unit in units], dtype=np.int64)
+        self.unit_copies = np.array(self.copies, dtype=np.int64)
+        self.unit_flops = np.array([unit.flops for unit in units], dtype=object)  # FLOPs may pass int64
+        classes = schedule.classes
         shareable = {life.storage: life for life in plain.shareable}
-        self.plain_lives = shareable
         self.shareable_bytes = sum(life.bytes for life in plain.shareable)
         lifted = {life.storage for life in deepest.shareable}
         # Buffers plain liveness keeps for holding a value Forward leaves for Backward, which
         # a recomputation refilling them lets share (every other reason is the schedule's alone).
-        self.liftable = {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
-        starts, ends, sizes, owners = [], [], [], []
-        for life in plain.shareable:
-            for start, end in life.spans:
-                starts.append(start)
-                ends.append(end)
-                sizes.append(life.bytes)
-                owners.append(life.storage)
-        self.starts = np.array(starts, dtype=np.int64)
-        self.ends = np.array(ends, dtype=np.int64)
-        self.sizes = np.array(sizes, dtype=np.int64)
-        self.owners = np.array(owners, dtype=np.int64)
-        self.storage_count = len(schedule.classes)
+        liftable = {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
+        self.storage_count = len(classes)
+        self.relevant = np.zeros(self.storage_count, dtype=bool)  # what a recomputation can change the figure by
+        self.relevant[list(shareable) + list(liftable)] = True
+        self.liftable = np.zeros(self.storage_count, dtype=bool)
+        self.liftable[list(liftable)] = True
+        self.buffer = np.array([c.kind == "buffer" for c in classes], dtype=bool)
+        self.bytes = np.array([c.bytes for c in classes], dtype=np.int64)
+        # Every plain use of those storages, by storage then step (liveness's _touches).
+        rows = sorted((storage, step, writes, reads) for storage, uses in _touches(schedule).items() if self.relevant[storage] for step, writes, reads in uses)
+        columns = list(zip(*rows)) if rows else [(), (), (), ()]
+        self.use_storage = np.array(columns[0], dtype=np.int64)
+        self.use_step = np.array(columns[1], dtype=np.int64)
+        self.use_writes = np.array(columns[2], dtype=bool)
+        self.use_reads = np.array(columns[3], dtype=bool)
+        spans = [(start, end, life.bytes, life.storage) for life in plain.shareable for start, end in life.spans]
+        columns = list(zip(*spans)) if spans else [(), (), (), ()]
+        self.starts = np.array(columns[0], dtype=np.int64)
+        self.ends = np.array(columns[1], dtype=np.int64)
+        self.sizes = np.array(columns[2], dtype=np.int64)
+        self.owners = np.array(columns[3], dtype=np.int64)
 
     def placement(self, chosen: frozenset[int]) -> list[tuple[int, int]]:
         """(unit, plain step index of the Backward it runs before), in the order ``placed``
         gives the entries: ``placed``'s rule, from the precomputed needs."""
         need = {u: self.own_need[u] for u in chosen if u in self.own_need}
-        for u in sorted(chosen, key=lambda u: self.units[u].layers[0], reverse=True):
+        for u in sorted(chosen, reverse=True):  # units_of lists units in Forward order
             if u not in need:
                 continue
             for p in self.producers[u]:
                 if p in chosen:
                     need[p] = min(need.get(p, need[u]), need[u])
-        ordered = sorted((u for u in need if self.place[need[u]] is not None), key=lambda u: (need[u], self.units[u].layers[0]))
+        ordered = sorted((u for u in need if self.place[need[u]] is not None), key=lambda u: (need[u], u))
         return [(u, self.place[need[u]]) for u in ordered]
 
     def figure(self, chosen: frozenset[int]) -> Figure:
-        """``chosen``'s figure, as measuring its extended schedule whole would give it."""
+        """``chosen``'s figure, as measuring its extended schedule whole would give it:
+        the lives of the storages the recomputed Forwards touch rebuilt by liveness's rules
+        (a blob's value ends at its last read before a recomputed Forward writes it first,
+        a buffer holds one value per write; a buffer that keeps values between steps is
+        shared only if every value is refilled), every other life shifted, the peak swept."""
         placement = self.placement(chosen)
         n = self.n
-        inserted = np.zeros(n + 1, dtype=np.int64)
-        for u, before in placement:
-            inserted[before] += len(self.units[u].layers)
-        shift = np.cumsum(inserted)  # recompute steps inserted at or before each plain step
-        ext = np.arange(n + 1, dtype=np.int64) + shift  # a plain step's index in the extended schedule
-        total = n + int(shift[-1])
-        # The extended steps each placed unit's layers take, in order before their Backward.
-        taken = {}
-        cursor: dict[int, int] = {}
-        uses: dict[int, list[tuple[int, bool, bool]]] = {}
-        recompute_steps: set[int] = set()
-        for u, before in placement:
-            at = cursor.get(before, int(ext[before]) - int(inserted[before]))
-            for per_layer in self.unit_uses[u]:
-                recompute_steps.add(at)
-                for storage, writes, reads in per_layer:
-                    uses.setdefault(storage, []).append((at, writes, reads))
-                at += 1
-            cursor[before] = at
-            taken[u] = at
-        classes = self.schedule.classes
+        ran = np.array([u for u, _ in placement], dtype=np.int64)
+        before = np.array([b for _, b in placement], dtype=np.int64)
+        lengths = self.unit_layers[ran]
+        inserted = np.bincount(before, weights=lengths, minlength=n + 1).astype(np.int64) if len(ran) else np.zeros(n + 1, dtype=np.int64)
+        ext = np.arange(n + 1, dtype=np.int64) + np.cumsum(inserted)  # a plain step's index in the extended schedule
+        total = n + int(inserted.sum())
+        # Each placed unit's first step: its Backward's place, less what runs there from it on
+        # (the units due at one place are next to each other in placement order).
+        after = np.cumsum(lengths) - lengths
+        group = np.ones(len(ran), dtype=bool)
+        group[1:] = before[1:] != before[:-1]
+        group_at = np.maximum.accumulate(np.where(group, np.arange(len(ran)), 0))
+        first_step = ext[before] - inserted[before] + after - after[group_at]
+        sizes = self.unit_from[ran + 1] - self.unit_from[ran]
+        rows = np.repeat(self.unit_from[ran] - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        again_storage = self.again_storage[rows]
+        keep = self.relevant[again_storage]
+        again_storage = again_storage[keep]
+        touched = np.zeros(self.storage_count, dtype=bool)
+        touched[again_storage] = True
         shareable_bytes = self.shareable_bytes
-        frozen_steps = frozenset(recompute_steps)
-        extra_starts, extra_ends, extra_sizes = [], [], []
-        for storage, again in uses.items():
-            life = self.plain_lives.get(storage)
-            if life is None and storage not in self.liftable:
-                continue  # kept whatever runs again
-            merged = sorted([(int(ext[step]), writes, reads) for step, writes, reads in self.touches[storage]] + again)
-            values = _values(classes[storage], merged, frozen_steps)
-            if life is None:
-                if _kept_reason(classes[storage], values, frozen_steps, set(), True, False):
-                    continue
-                shareable_bytes += classes[storage].bytes
-            for start, end in _spans(classes[storage], merged, frozen_steps):
-                extra_starts.append(start)
-                extra_ends.append(end)
-                extra_sizes.append(classes[storage].bytes)
-        moved = np.zeros(self.storage_count, dtype=bool)
-        if uses:
-            moved[np.fromiter(uses.keys(), dtype=np.int64, count=len(uses))] = True
-        keep = ~moved[self.owners]
-        delta = np.zeros(total + 1, dtype=np.int64)
-        np.add.at(delta, ext[self.starts[keep]], self.sizes[keep])
-        np.add.at(delta, ext[self.ends[keep]] + 1, -self.sizes[keep])
-        if extra_sizes:
-            sizes = np.array(extra_sizes, dtype=np.int64)
-            np.add.at(delta, np.array(extra_starts, dtype=np.int64), sizes)
-            np.add.at(delta, np.array(extra_ends, dtype=np.int64) + 1, -sizes)
+        delta = np.zeros(total + 2, dtype=np.int64)
+        if len(again_storage):
+            again_step = (np.repeat(first_step, sizes) + self.again_offset[rows])[keep]
+            again_writes = self.again_writes[rows][keep]
+            again_reads = self.again_reads[rows][keep]
+            plain = touched[self.use_storage]
+            storage = np.concatenate([self.use_storage[plain], again_storage])
+            step = np.concatenate([ext[self.use_step[plain]], again_step])
+            writes = np.concatenate([self.use_writes[plain], again_writes])
+            reads = np.concatenate([self.use_reads[plain], again_reads])
+            again = np.concatenate([np.zeros(int(plain.sum()), dtype=bool), np.ones(len(again_storage), dtype=bool)])
+            order = np.lexsort((step, storage))
+            storage, step, writes, reads, again = storage[order], step[order], writes[order], reads[order], again[order]
+            first = np.ones(len(storage), dtype=bool)
+            first[1:] = storage[1:] != storage[:-1]
+            opens = first | (writes & (self.buffer[storage] | again))  # liveness._values: where a new value begins
+            heads = np.flatnonzero(opens)
+            value_start = step[heads]
+            last_read = np.maximum.reduceat(np.where(reads, step, -1), heads)
+            value_end = np.maximum(last_read, value_start)
+            value_storage = storage[heads]
+            lengths = np.diff(np.append(heads, len(storage)))
+            # liveness._kept_reason for a buffer: every value written first, alone or by a recomputed Forward.
+            refilled = writes[heads] & ((lengths == 1) | again[heads])
+            owner_heads = np.flatnonzero(first[heads])
+            whole = np.logical_and.reduceat(refilled, owner_heads)
+            owners = value_storage[owner_heads]
+            dropped = self.liftable[owners] & ~whole
+            lifted = self.liftable[owners] & whole
+            shareable_bytes += int(self.bytes[owners[lifted]].sum())
+            kept_out = np.zeros(self.storage_count, dtype=bool)
+            kept_out[owners[dropped]] = True
+            alive = ~kept_out[value_storage]
+            sizes = self.bytes[value_storage[alive]]
+            np.add.at(delta, value_start[alive], sizes)
+            np.add.at(delta, value_end[alive] + 1, -sizes)
+        stay = ~touched[self.owners]
+        np.add.at(delta, ext[self.starts[stay]], self.sizes[stay])
+        np.add.at(delta, ext[self.ends[stay]] + 1, -self.sizes[stay])
         peak = max(0, int(np.cumsum(delta[:total]).max())) if total else 0
-        ran = tuple(u for u, _ in placement)
-        copies = sum(self.copies[u] for u in ran)
-        flops = sum(self.units[u].flops for u in ran)
-        return Figure(chosen, self.stock_figure - shareable_bytes + peak + copies, flops, ran)
+        copies = int(self.unit_copies[ran].sum())
+        flops = int(self.unit_flops[ran].sum()) if len(ran) else 0
+        return Figure(chosen, self.stock_figure - shareable_bytes + peak + copies, flops, tuple(int(u) for u in ran))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
@@ -187,7 +187,7 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
         return _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies)
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
-    none = measure(frozenset())
+    none = measure.seed(frozenset(), _Measured(frozenset(), (), schedule, plain, bound(plain), 0, 0))  # nothing recomputed: the plain liveness
     figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness, stock_figure)
     quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
@@ -203,16 +203,21 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies)
 
 
-def _cached(figure_of: Callable[[frozenset[int]], _Found]) -> Callable[[frozenset[int]], _Found]:
+class _cached(Generic[_Found]):
     """``figure_of`` asked once per candidate (the searches ask some again)."""
-    cache: dict[frozenset[int], _Found] = {}
 
-    def cached(chosen: frozenset[int]) -> _Found:
-        if chosen not in cache:
-            cache[chosen] = figure_of(chosen)
-        return cache[chosen]
+    def __init__(self, figure_of: Callable[[frozenset[int]], _Found]) -> None:
+        self.figure_of = figure_of
+        self.cache: dict[frozenset[int], _Found] = {}
 
-    return cached
+    def __call__(self, chosen: frozenset[int]) -> _Found:
+        if chosen not in self.cache:
+            self.cache[chosen] = self.figure_of(chosen)
+        return self.cache[chosen]
+
+    def seed(self, chosen: frozenset[int], known: _Found) -> _Found:
+        self.cache[chosen] = known
+        return known
 
 
 def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
@@ -226,8 +231,12 @@ def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
 def _pruned(measure: Callable[[frozenset[int]], _Measured], best: _Measured) -> _Measured:
     """``best`` less every unit whose recomputation does not lower the figure (one pass,
     last unit first: a later unit's recomputation often needs an earlier one's): the same
-    bytes or fewer for fewer FLOPs."""
-    for unit in sorted(best.units, reverse=True):
+    bytes or fewer for fewer FLOPs.  Past ``PRUNE_ALL`` units, ``PRUNE_TESTS`` of them,
+    spread evenly (each test is a figure over the whole net)."""
+    order = sorted(best.units, reverse=True)
+    if len(order) > PRUNE_ALL:
+        order = order[:: -(-len(order) // PRUNE_TESTS)]
+    for unit in order:
         if unit not in best.units:
             continue
         without = measure(best.units - {unit})
@@ -273,16 +282,51 @@ def checkpoint_candidates(schedule: Schedule, units: Sequence[Unit], plain: Live
 
 def _sqrt(measure, checkpoints: list[int], eligible: list[int]) -> _Measured:
     """Chen's segments: every k-th checkpoint candidate (``checkpoints``) kept, every other
-    eligible unit recomputed; the k with the smallest figure (then the fewest FLOPs)."""
+    eligible unit recomputed; the k with the smallest figure (then the fewest FLOPs).
+    Every k is tried up to ``EVERY_K`` candidates; past it (a net of thousands of layers)
+    the k of :func:`_ks_to_try`, a coarse grid refined around its best."""
     allowed = set(eligible)
     candidates = [u for u in checkpoints if u in allowed] or list(eligible)
-    tried = []
-    for k in range(1, len(candidates) + 1):
-        kept = set(candidates[k - 1 :: k])
-        tried.append(measure(frozenset(u for u in eligible if u not in kept)))
-    if not tried:
+    if not candidates:
         return measure(frozenset())
-    return min(tried, key=lambda m: (m.figure, m.flops))
+
+    def at(k: int):
+        kept = set(candidates[k - 1 :: k])
+        return measure(frozenset(u for u in eligible if u not in kept))
+
+    if len(candidates) <= EVERY_K:
+        return min((at(k) for k in range(1, len(candidates) + 1)), key=_rank)
+    tried = {k: at(k) for k in _ks_to_try(len(candidates))}
+    while True:  # refine: halve the gaps on both sides of the best k until they close
+        best = min(tried, key=lambda k: _rank(tried[k]))
+        below = max((k for k in tried if k < best), default=best)
+        above = min((k for k in tried if k > best), default=best)
+        fresh = {(best + below) // 2, (best + above + 1) // 2} - set(tried)
+        if not fresh:
+            return tried[best]
+        tried.update((k, at(k)) for k in fresh)
+
+
+EVERY_K = 64  # candidates up to which _sqrt tries every k (ResNet-152 has 54)
+PRUNE_ALL = 256  # chosen units up to which _pruned tests every one (ResNet-152's sqrt chooses 181)
+PRUNE_TESTS = 64  # past it, how many it tests, spread evenly
+
+
+def _ks_to_try(candidates: int) -> list[int]:
+    """The first k of a large net's search: 1 to 4, and a geometric grid (ratio √2) from 4
+    to every candidate in one segment, which holds Chen's √n; the figure falls then rises
+    with k on such nets (checkpoints kept against the longest segment recomputed)."""
+    ks = {1, 2, 3, 4, candidates}
+    k = 4.0
+    while k < candidates:
+        ks.add(round(k))
+        k *= 2**0.5
+    return sorted(ks)
+
+
+def _rank(found) -> tuple[int, int]:
+    """How the searches order candidates: the smaller figure, then the less work."""
+    return (found.figure, found.flops)
 
 
 def _segments(checkpoints: list[int], eligible: list[int]) -> list[list[int]]:
