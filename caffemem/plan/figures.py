@@ -22,12 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from caffemem.graph import count
-from caffemem.passes.liveness import Liveness, _touches
+from caffemem.passes.liveness import KEEPS_VALUES, Liveness, _touches
 from caffemem.passes.recompute import _param_classes, names_given_twice
 from caffemem.passes.schedule import Schedule
 from caffemem.units import DTYPE_BYTES
-
-KEEPS_VALUES = "a layer buffer that keeps values between steps"  # liveness._kept_reason's: the one reason a recomputation can lift
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ class Figures:
                 u = writer.get(access.storage)
                 if u is not None and not access.write and u not in own:
                     own[u] = i
-        self.own_need = own
+        self.own_need = [own.get(u, -1) for u in range(len(units))]
         self.producers: list[tuple[int, ...]] = []
         for u, unit in enumerate(units):
             found = []
@@ -93,7 +91,7 @@ class Figures:
         for step in backward_order:
             last = step.index if layers[step.layer].name not in shared else last
             place.append(last)
-        self.place = place  # plain step index of the Backward a need at backward i runs before
+        self.places = np.array([-1 if at is None else at for at in place], dtype=np.int64)  # plain step index of the Backward a need at backward i runs before (-1: none)
         # Each unit's recomputed accesses as arrays: (storage, writes first, reads, its
         # layer's place in the unit), as liveness's _touches sees a step's accesses.
         shapes = schedule.shaped.layer_shapes
@@ -141,7 +139,7 @@ class Figures:
         self.buffer = np.array([c.kind == "buffer" for c in classes], dtype=bool)
         self.bytes = np.array([c.bytes for c in classes], dtype=np.int64)
         # Every plain use of those storages, by storage then step (liveness's _touches).
-        rows = sorted((storage, step, writes, reads) for storage, uses in _touches(schedule).items() if self.relevant[storage] for step, writes, reads in uses)
+        rows = [(storage, step, writes, reads) for storage, uses in _touches(schedule).items() if self.relevant[storage] for step, writes, reads in uses]
         columns = list(zip(*rows)) if rows else [(), (), (), ()]
         self.use_storage = np.array(columns[0], dtype=np.int64)
         self.use_step = np.array(columns[1], dtype=np.int64)
@@ -154,18 +152,32 @@ class Figures:
         self.sizes = np.array(columns[2], dtype=np.int64)
         self.owners = np.array(columns[3], dtype=np.int64)
 
-    def placement(self, chosen: frozenset[int]) -> list[tuple[int, int]]:
-        """(unit, plain step index of the Backward it runs before), in the order ``placed``
-        gives the entries: ``placed``'s rule, from the precomputed needs."""
-        need = {u: self.own_need[u] for u in chosen if u in self.own_need}
-        for u in sorted(chosen, reverse=True):  # units_of lists units in Forward order
-            if u not in need:
+    def placement(self, chosen: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The units that run again, in the order ``placed`` gives their entries, and the
+        plain step index of the Backward each runs before: ``placed``'s rule, from the
+        precomputed needs (a unit's own, then the earliest of the chosen units reading it)."""
+        order = sorted(chosen)  # units_of lists units in Forward order
+        need = [-1] * len(self.units)
+        own, producers = self.own_need, self.producers
+        member = bytearray(len(self.units))
+        for u in order:
+            need[u] = own[u]
+            member[u] = 1
+        for u in reversed(order):
+            due = need[u]
+            if due < 0:
                 continue
-            for p in self.producers[u]:
-                if p in chosen:
-                    need[p] = min(need.get(p, need[u]), need[u])
-        ordered = sorted((u for u in need if self.place[need[u]] is not None), key=lambda u: (need[u], u))
-        return [(u, self.place[need[u]]) for u in ordered]
+            for p in producers[u]:
+                if member[p] and (need[p] < 0 or due < need[p]):
+                    need[p] = due
+        units = np.array(order, dtype=np.int64)
+        due = np.array(need, dtype=np.int64)[units] if order else np.zeros(0, dtype=np.int64)
+        placed = due >= 0
+        units, due = units[placed], due[placed]
+        places = self.places[due] if len(due) else due
+        units, due, places = units[places >= 0], due[places >= 0], places[places >= 0]
+        ranked = np.lexsort((units, due))
+        return units[ranked], places[ranked]
 
     def figure(self, chosen: frozenset[int]) -> Figure:
         """``chosen``'s figure, as measuring its extended schedule whole would give it:
@@ -173,10 +185,8 @@ class Figures:
         (a blob's value ends at its last read before a recomputed Forward writes it first,
         a buffer holds one value per write; a buffer that keeps values between steps is
         shared only if every value is refilled), every other life shifted, the peak swept."""
-        placement = self.placement(chosen)
+        ran, before = self.placement(chosen)
         n = self.n
-        ran = np.array([u for u, _ in placement], dtype=np.int64)
-        before = np.array([b for _, b in placement], dtype=np.int64)
         lengths = self.unit_layers[ran]
         inserted = np.bincount(before, weights=lengths, minlength=n + 1).astype(np.int64) if len(ran) else np.zeros(n + 1, dtype=np.int64)
         ext = np.arange(n + 1, dtype=np.int64) + np.cumsum(inserted)  # a plain step's index in the extended schedule

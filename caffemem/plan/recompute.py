@@ -36,7 +36,7 @@ from typing import Generic, TypeVar
 from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
 from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
-from caffemem.passes.liveness import Liveness
+from caffemem.passes.liveness import KEEPS_VALUES, Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.plan.figures import Figure, Figures
@@ -188,7 +188,10 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
     none = measure.seed(frozenset(), _Measured(frozenset(), (), schedule, plain, bound(plain), 0, 0))  # nothing recomputed: the plain liveness
-    figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness, stock_figure)
+    # Which buffers a recomputation lets share, as liveness decides with all its settings: those
+    # the deepest recomputation shares, of those plain keeps for the one reason it can lift.
+    liftable = any(why == KEEPS_VALUES for why in plain.kept.values())
+    figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness if liftable else plain, stock_figure)
     quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
         best = quick(frozenset(u for u in eligible if units[u].cheap))
