@@ -6,8 +6,11 @@ again from its head, gives its storage back its last value); a unit is recompute
 every layer's spec says its Forward may run twice (LayerSpec.recompute: no random draw, no
 cursor, no state another step reads, BatchNorm's running averages saved and restored) and it
 writes no storage that stays private anyway (an output, a loss).  Every candidate set is
-measured, not estimated: the extended schedule (passes/recompute.py) goes through the same
-liveness as any plan, and its lower bound is what the packer then reaches.
+measured, not estimated: the searches take its figure from plan/figures.py (the plain
+liveness with the lives of the storages its recomputed Forwards touch rebuilt, the same
+figure as its extended schedule through liveness, in a fraction of the time: issue 33), and
+the chosen set's extended schedule (passes/recompute.py) goes through the same liveness as
+any plan, whose lower bound is what the packer then reaches.
 
 - ``cheap``: MXNet's mirror (``MXNET_BACKWARD_DO_MIRROR``): the units whose Forward costs
   little beside a convolution's (no GEMM), less those that save nothing (recomputing an
@@ -301,7 +304,7 @@ def _sqrt(measure, checkpoints: list[int], eligible: list[int]) -> _Measured:
         return min((at(k) for k in range(1, len(candidates) + 1)), key=_rank)
     tried = {k: at(k) for k in _ks_to_try(len(candidates))}
     while True:  # refine: halve the gaps on both sides of the best k until they close
-        best = min(tried, key=lambda k: _rank(tried[k]))
+        best = min(tried, key=lambda k: (_rank(tried[k]), k))  # ties: the smaller k, as trying every k does
         below = max((k for k in tried if k < best), default=best)
         above = min((k for k in tried if k > best), default=best)
         fresh = {(best + below) // 2, (best + above + 1) // 2} - set(tried)
