@@ -122,3 +122,86 @@ class ScanningSlots:
         if self.refs[index] == 0:
             self.keys[index] = ""
 
+
+
+def reference_choose(schedule, specs, policy, liveness_of, stock_figure):
+    """`optimize --recompute`'s policies as they were (plan/recompute.py before issue 33):
+    every candidate measured whole (its extended schedule through liveness), every k of
+    Chen's segments tried, every chosen unit's removal measured; quadratic and obvious.
+    Returns (figure, flops, recomputed entries)."""
+    from caffemem.plan import recompute as r
+
+    plain = liveness_of(schedule)
+    units = r.units_of(schedule, specs, plain)
+
+    def bound(liveness) -> int:
+        return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
+
+    cache = {}
+
+    def measure(chosen):
+        if chosen not in cache:
+            entries = r.placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+            liveness = liveness_of(r.with_recomputation(schedule, entries))
+            copies = r.restored_bytes(schedule, entries)
+            flops = sum(units[u].flops for u in chosen if any(entry.layer in units[u].layers for entry in entries))
+            cache[chosen] = r._Measured(chosen, entries, None, liveness, bound(liveness) + copies, flops, copies)
+        return cache[chosen]
+
+    def sqrt(checkpoints, eligible):
+        allowed = set(eligible)
+        candidates = [u for u in checkpoints if u in allowed] or list(eligible)
+        tried = [measure(frozenset(u for u in eligible if u not in set(candidates[k - 1 :: k]))) for k in range(1, len(candidates) + 1)]
+        return min(tried, key=lambda m: (m.figure, m.flops)) if tried else measure(frozenset())
+
+    def pruned(best):
+        for unit in sorted(best.units, reverse=True):
+            if unit not in best.units:
+                continue
+            without = measure(best.units - {unit})
+            if without.figure <= best.figure:
+                best = without
+        return best
+
+    def budget(eligible, checkpoints, target):
+        none = measure(frozenset())
+        if none.figure <= target:
+            return none
+        options = []
+        for segment in r._segments(checkpoints, eligible):
+            found = [(0, 0, frozenset())]
+            for chosen in {frozenset(u for u in segment if units[u].cheap), frozenset(segment)} - {frozenset()}:
+                measured = measure(chosen)
+                if measured.figure < none.figure:
+                    found.append((none.figure - measured.figure, measured.flops, chosen))
+            options.append(found)
+        deepest = min([measure(frozenset(eligible)), sqrt(checkpoints, eligible)], key=lambda m: m.figure)
+        need, best = none.figure - target, None
+        for _ in range(8):
+            chosen = r._knapsack(options, need)
+            if chosen is None:
+                break
+            measured = measure(chosen)
+            if measured.figure <= target:
+                best = measured
+                break
+            need += measured.figure - target
+        if best is None and deepest.figure <= target:
+            best = deepest
+        if best is None:
+            raise r.missed(target, min(deepest, none, key=lambda m: m.figure).figure)
+        return best
+
+    eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
+    none = measure(frozenset())
+    checkpoints = r.checkpoint_candidates(schedule, units, plain)
+    if policy.name == "cheap":
+        best = measure(frozenset(u for u in eligible if units[u].cheap))
+    elif policy.name == "sqrt":
+        best = sqrt(checkpoints, eligible)
+    else:
+        best = budget(eligible, checkpoints, policy.target if policy.target is not None else policy.budget or 0)
+    best = pruned(best)
+    if best.figure >= none.figure and policy.name != "budget":
+        best = none
+    return best.figure, best.flops, best.recomputed

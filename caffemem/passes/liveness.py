@@ -118,6 +118,9 @@ def kept_members(liveness: Liveness) -> dict[tuple[BlobId, str], str]:
 UNBOUND = "a layer buffer the patched Caffe cannot bind by name (its layer's NamedBuffers does not list it; a recurrent layer's unrolled net is a Net of its own)"
 
 
+KEEPS_VALUES = "a layer buffer that keeps values between steps"  # the one reason a recomputation can lift (plan/figures.py)
+
+
 TWO_STORAGES = "its name is both a net blob's and a layer buffer's or parameter's, and the slot table finds storage by name: rename the blob to plan it"
 
 
@@ -160,7 +163,7 @@ def _kept_reason(storage: StorageClass, values, recompute_steps: frozenset[int],
         # Refilled at every step, or a value a recomputed Forward writes for the Backward
         # that reads it (the same refill, once more); a value Forward leaves for Backward stays.
         refilled = all(value[0][1] and (len(value) == 1 or value[0][0] in recompute_steps) for value in values)
-        return None if refilled else "a layer buffer that keeps values between steps"
+        return None if refilled else KEEPS_VALUES
     if not values[0][0][1]:
         return "read before it is written (relies on zero-filled fresh memory)"
     return None

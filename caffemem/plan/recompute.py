@@ -6,8 +6,11 @@ again from its head, gives its storage back its last value); a unit is recompute
 every layer's spec says its Forward may run twice (LayerSpec.recompute: no random draw, no
 cursor, no state another step reads, BatchNorm's running averages saved and restored) and it
 writes no storage that stays private anyway (an output, a loss).  Every candidate set is
-measured, not estimated: the extended schedule (passes/recompute.py) goes through the same
-liveness as any plan, and its lower bound is what the packer then reaches.
+measured, not estimated: the searches take its figure from plan/figures.py (the plain
+liveness with the lives of the storages its recomputed Forwards touch rebuilt, the same
+figure as its extended schedule through liveness, in a fraction of the time: issue 33), and
+the chosen set's extended schedule (passes/recompute.py) goes through the same liveness as
+any plan, whose lower bound is what the packer then reaches.
 
 - ``cheap``: MXNet's mirror (``MXNET_BACKWARD_DO_MIRROR``): the units whose Forward costs
   little beside a convolution's (no GEMM), less those that save nothing (recomputing an
@@ -36,15 +39,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
 from caffemem.layers.bound_buffers import BOUND_BUFFERS
 from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
-from caffemem.passes.liveness import Liveness
+from caffemem.passes.liveness import KEEPS_VALUES, Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.plan.timing import LayerTime, Prices, iteration_seconds, layer_times, prices_for, update_seconds
+from caffemem.plan.figures import Figure, Figures
 from caffemem.units import DTYPE_BYTES, format_size, mib_gib, parse_size
 
 POLICIES = ("cheap", "sqrt", "budget=SIZE")
@@ -200,6 +205,9 @@ def time_ratio_at(choice: Choice, specs: SpecTable, prices: Prices) -> float:
     return 1.0 + again / iteration_seconds(times, update_seconds(choice.schedule.shaped, DTYPE_BYTES[choice.schedule.dtype], prices))
 
 
+_Found = TypeVar("_Found", _Measured, Figure)
+
+
 def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None) -> Choice:
     """The recomputation ``policy`` picks for ``schedule``, measured with ``liveness_of``
     (the plan's own liveness settings); ``stock_figure``: stock Caffe's figure, from which
@@ -215,34 +223,54 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     def bound(liveness: Liveness) -> int:
         return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
 
-    cache: dict[frozenset[int], _Measured] = {}
-
+    @_cached
     def measure(chosen: frozenset[int]) -> _Measured:
-        if chosen not in cache:
-            entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
-            extended = with_recomputation(schedule, entries)
-            liveness = liveness_of(extended)
-            copies = restored_bytes(schedule, entries)
-            run = [u for u in chosen if any(entry.layer in units[u].layers for entry in entries)]
-            flops = sum(units[u].flops for u in run)
-            seconds = sum(units[u].seconds for u in run)
-            cache[chosen] = _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies, seconds)
-        return cache[chosen]
+        entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+        extended = with_recomputation(schedule, entries)
+        liveness = liveness_of(extended)
+        copies = restored_bytes(schedule, entries)
+        ran = {entry.layer for entry in entries}
+        run = [u for u in chosen if ran.intersection(units[u].layers)]
+        flops = sum(units[u].flops for u in run)
+        seconds = sum(units[u].seconds for u in run)
+        return _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies, seconds)
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
-    none = measure(frozenset())
+    none = measure.seed(frozenset(), _Measured(frozenset(), (), schedule, plain, bound(plain), 0, 0))  # nothing recomputed: the plain liveness
+    # Which buffers a recomputation lets share, as liveness decides with all its settings: those
+    # the deepest recomputation shares, of those plain keeps for the one reason it can lift.
+    liftable = any(why == KEEPS_VALUES for why in plain.kept.values())
+    figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness if liftable else plain, stock_figure)
+    quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
-        best = measure(frozenset(u for u in eligible if units[u].cheap))
+        best = quick(frozenset(u for u in eligible if units[u].cheap))
     elif policy.name == "sqrt":
-        best = _sqrt(measure, checkpoint_candidates(schedule, units, plain), eligible)
+        best = _sqrt(quick, checkpoint_candidates(schedule, units, plain), eligible)
     else:
-        best = _budget(measure, units, eligible, checkpoint_candidates(schedule, units, plain), policy.target if policy.target is not None else policy.budget or 0)
-    best = _pruned(measure, best)
+        best = _budget(quick, units, eligible, checkpoint_candidates(schedule, units, plain), policy.target if policy.target is not None else policy.budget or 0)
+    best = measure(_pruned(quick, best).units)
     if best.figure >= none.figure and policy.name != "budget":
         best = none  # recomputing nothing beats a recomputation that saves nothing
     forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
     iteration = iteration_seconds(times, update_seconds(shaped, DTYPE_BYTES[schedule.dtype], prices))
     return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies, best.seconds, iteration, prices.measured_on)
+
+
+class _cached(Generic[_Found]):
+    """``figure_of`` asked once per candidate (the searches ask some again)."""
+
+    def __init__(self, figure_of: Callable[[frozenset[int]], _Found]) -> None:
+        self.figure_of = figure_of
+        self.cache: dict[frozenset[int], _Found] = {}
+
+    def __call__(self, chosen: frozenset[int]) -> _Found:
+        if chosen not in self.cache:
+            self.cache[chosen] = self.figure_of(chosen)
+        return self.cache[chosen]
+
+    def seed(self, chosen: frozenset[int], known: _Found) -> _Found:
+        self.cache[chosen] = known
+        return known
 
 
 def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
@@ -264,8 +292,12 @@ def restored_bytes(schedule: Schedule, entries: Sequence[Recomputation]) -> int:
 def _pruned(measure: Callable[[frozenset[int]], _Measured], best: _Measured) -> _Measured:
     """``best`` less every unit whose recomputation does not lower the figure (one pass,
     last unit first: a later unit's recomputation often needs an earlier one's): the same
-    bytes or fewer for fewer seconds."""
-    for unit in sorted(best.units, reverse=True):
+    bytes or fewer for fewer seconds.  Past ``PRUNE_ALL`` units, ``PRUNE_TESTS`` of them,
+    spread evenly (each test is a figure over the whole net)."""
+    order = sorted(best.units, reverse=True)
+    if len(order) > PRUNE_ALL:
+        order = order[:: -(-len(order) // PRUNE_TESTS)]
+    for unit in order:
         if unit not in best.units:
             continue
         without = measure(best.units - {unit})
@@ -311,17 +343,52 @@ def checkpoint_candidates(schedule: Schedule, units: Sequence[Unit], plain: Live
 
 def _sqrt(measure, checkpoints: list[int], eligible: list[int]) -> _Measured:
     """Chen's segments: every k-th checkpoint candidate (``checkpoints``) kept, every other
-    eligible unit recomputed; the k with the smallest figure (then the fewest estimated
-    seconds)."""
+    eligible unit recomputed; the k with the smallest figure (then the fewest estimated seconds).
+    Every k is tried up to ``EVERY_K`` candidates; past it (a net of thousands of layers)
+    the k of :func:`_ks_to_try`, a coarse grid refined around its best."""
     allowed = set(eligible)
     candidates = [u for u in checkpoints if u in allowed] or list(eligible)
-    tried = []
-    for k in range(1, len(candidates) + 1):
-        kept = set(candidates[k - 1 :: k])
-        tried.append(measure(frozenset(u for u in eligible if u not in kept)))
-    if not tried:
+    if not candidates:
         return measure(frozenset())
-    return min(tried, key=lambda m: (m.figure, m.seconds))
+
+    def at(k: int):
+        kept = set(candidates[k - 1 :: k])
+        return measure(frozenset(u for u in eligible if u not in kept))
+
+    if len(candidates) <= EVERY_K:
+        return min((at(k) for k in range(1, len(candidates) + 1)), key=_rank)
+    tried = {k: at(k) for k in _ks_to_try(len(candidates))}
+    while True:  # refine: halve the gaps on both sides of the best k until they close
+        best = min(tried, key=lambda k: (_rank(tried[k]), k))  # ties: the smaller k, as trying every k does
+        below = max((k for k in tried if k < best), default=best)
+        above = min((k for k in tried if k > best), default=best)
+        fresh = {(best + below) // 2, (best + above + 1) // 2} - set(tried)
+        if not fresh:
+            return tried[best]
+        tried.update((k, at(k)) for k in fresh)
+
+
+EVERY_K = 64  # candidates up to which _sqrt tries every k (ResNet-152 has 54)
+PRUNE_ALL = 256  # chosen units up to which _pruned tests every one (ResNet-152's sqrt chooses 181)
+PRUNE_TESTS = 64  # past it, how many it tests, spread evenly
+
+
+def _ks_to_try(candidates: int) -> list[int]:
+    """The first k of a large net's search: 1 to 4, and a geometric grid (ratio √2) from 4
+    to every candidate in one segment, which holds Chen's √n; the figure falls then rises
+    with k on such nets (checkpoints kept against the longest segment recomputed)."""
+    ks = {1, 2, 3, 4, candidates}
+    k = 4.0
+    while k < candidates:
+        ks.add(round(k))
+        k *= 2**0.5
+    return sorted(ks)
+
+
+def _rank(found) -> tuple[int, float]:
+    """How the searches order candidates: the smaller figure, then the fewer estimated
+    seconds (plan/timing.py)."""
+    return (found.figure, found.seconds)
 
 
 def _segments(checkpoints: list[int], eligible: list[int]) -> list[list[int]]:

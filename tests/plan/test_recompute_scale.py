@@ -1,0 +1,142 @@
+"""The recompute policies at any depth (issue 33, item 4): they search with figures computed
+from the plain liveness (plan/figures.py) instead of measuring every candidate whole, and
+they choose what the whole measures chose (tests/reference_planners.reference_choose, the
+policies as they were): on random nets, on the fixed nets, for every candidate."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+from random_nets import RandomNet, caffe_nets
+from reference_planners import reference_choose
+
+from caffemem.api.analyze import Options
+from caffemem.api.optimize import OptimizeSettings, optimize
+from caffemem.plan import recompute
+from caffemem.plan.figures import Figures
+from caffemem.passes.recompute import placed, with_recomputation
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "fixtures"))
+import generate  # noqa: E402  (fixtures/generate.py)
+
+SEED = 20261128
+optimize_module = importlib.import_module("caffemem.api.optimize")
+
+
+def chosen_both_ways(monkeypatch, path: str, policy: str, batch: int | None = None) -> list[tuple]:
+    """Plan ``path`` with ``policy``; at each call of ``choose``, what it chose and what the
+    reference chose from the same schedule: [(new figure, new FLOPs, new entries), (old ...)]."""
+    seen = []
+
+    def both(schedule, specs, asked, liveness_of, stock_figure):
+        choice = recompute.choose(schedule, specs, asked, liveness_of, stock_figure)
+        seen.append(((choice.figure, choice.extra_flops, choice.recomputed), reference_choose(schedule, specs, asked, liveness_of, stock_figure)))
+        return choice
+
+    monkeypatch.setattr(optimize_module, "choose", both)
+    optimize(path, Options(device="cpu", phase="TRAIN", batch=batch), OptimizeSettings(share_buffers=True, recompute=policy))
+    return seen
+
+
+def written(net: RandomNet, folder: str) -> str:
+    path = Path(folder) / "net.prototxt"
+    path.write_text(net.text)
+    return str(path)
+
+
+@seed(SEED)
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(net=caffe_nets(max_layers=12), policy=st.sampled_from(["cheap", "sqrt"]))
+def test_on_random_nets_the_choice_is_the_one_every_candidate_measured_whole_gave(monkeypatch, net, policy):
+    with tempfile.TemporaryDirectory() as folder:
+        for new, old in chosen_both_ways(monkeypatch, written(net, folder), policy):
+            assert new == old
+
+
+@pytest.mark.parametrize("policy", ["cheap", "sqrt", "budget=600KiB", "budget=700KiB"])
+def test_on_the_recompute_fixture_every_policy_chooses_as_before(monkeypatch, policy):
+    [(new, old)] = chosen_both_ways(monkeypatch, str(REPO / "fixtures" / "plan" / "recompute_resnet.prototxt"), policy, batch=4)
+    assert new == old
+
+
+@pytest.mark.parametrize("policy", ["cheap", "sqrt"])
+def test_on_a_generated_resnet_50_every_policy_chooses_as_before(monkeypatch, tmp_path, policy):
+    path = tmp_path / "resnet50.prototxt"
+    path.write_text(generate.resnet(50, batch=2, size=64))
+    [(new, old)] = chosen_both_ways(monkeypatch, str(path), policy)
+    assert new == old
+
+
+def figures_and_whole(monkeypatch, path: str):
+    """For the plain schedule ``optimize --recompute sqrt`` plans: plan/figures.py's
+    evaluator, and the whole measure of a candidate (its extended schedule's liveness)."""
+    captured = {}
+
+    def keep(schedule, specs, asked, liveness_of, stock_figure):
+        captured.update(schedule=schedule, specs=specs, liveness_of=liveness_of, stock_figure=stock_figure)
+        return recompute.choose(schedule, specs, asked, liveness_of, stock_figure)
+
+    monkeypatch.setattr(optimize_module, "choose", keep)
+    optimize(path, Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="sqrt"))
+    schedule, liveness_of, stock = captured["schedule"], captured["liveness_of"], captured["stock_figure"]
+    plain = liveness_of(schedule)
+    units = recompute.units_of(schedule, captured["specs"], plain)
+    eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
+
+    def whole(chosen: frozenset[int]) -> tuple[int, int]:
+        entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+        liveness = liveness_of(with_recomputation(schedule, entries))
+        figure = stock - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak + recompute.restored_bytes(schedule, entries)
+        ran = {entry.layer for entry in entries}
+        return figure, sum(units[u].flops for u in chosen if ran.intersection(units[u].layers))
+
+    deepest = liveness_of(with_recomputation(schedule, placed(schedule, [units[u].layers for u in eligible], [layer for u in eligible for layer in units[u].restores])))
+    return Figures(schedule, units, plain, deepest, stock), eligible, whole
+
+
+@seed(SEED)
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(net=caffe_nets(max_layers=12), draw=st.randoms(use_true_random=False))
+def test_a_candidates_figure_is_the_whole_measures_on_random_nets(monkeypatch, net, draw):
+    with tempfile.TemporaryDirectory() as folder:
+        figures, eligible, whole = figures_and_whole(monkeypatch, written(net, folder))
+    assert figures.exact
+    for _ in range(6):
+        chosen = frozenset(u for u in eligible if draw.random() < 0.5)
+        found = figures.figure(chosen)
+        assert (found.figure, found.flops) == whole(chosen)
+
+
+def test_a_candidates_figure_is_the_whole_measures_on_a_resnet_with_batchnorm_restored(monkeypatch, tmp_path):
+    path = tmp_path / "resnet18.prototxt"
+    path.write_text(generate.resnet(18, batch=2, size=32))
+    figures, eligible, whole = figures_and_whole(monkeypatch, str(path))
+    draw = random.Random(SEED)
+    for share in (0.0, 0.2, 0.5, 0.8, 1.0):
+        chosen = frozenset(u for u in eligible if draw.random() < share)
+        found = figures.figure(chosen)
+        assert (found.figure, found.flops) == whole(chosen)
+
+
+def test_past_every_k_sqrt_searches_a_grid_around_its_best_and_finds_the_every_k_minimum_on_a_chain(monkeypatch, tmp_path):
+    """A 400-layer chain has about 200 checkpoint candidates, past EVERY_K: the grid and its
+    refinement find the figure trying every k finds."""
+    path = tmp_path / "chain.prototxt"
+    path.write_text(generate.chain(400))
+    searched = chosen_both_ways(monkeypatch, str(path), "sqrt")
+    monkeypatch.setattr(recompute, "EVERY_K", 10**6)
+    monkeypatch.setattr(recompute, "PRUNE_ALL", 10**6)
+    every = chosen_both_ways(monkeypatch, str(path), "sqrt")
+    assert searched[0][0][0] == every[0][0][0] == every[0][1][0]
+
+
+def test_the_grid_holds_one_to_four_every_candidate_and_a_geometric_run_between():
+    assert recompute._ks_to_try(40) == [1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 40]
