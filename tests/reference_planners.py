@@ -124,15 +124,17 @@ class ScanningSlots:
 
 
 
-def reference_choose(schedule, specs, policy, liveness_of, stock_figure):
-    """`optimize --recompute`'s policies as they were (plan/recompute.py before issue 33):
+def reference_choose(schedule, specs, policy, liveness_of, stock_figure, prices=None):
+    """`optimize --recompute`'s policies searched as they were before issue 33's scaling:
     every candidate measured whole (its extended schedule through liveness), every k of
     Chen's segments tried, every chosen unit's removal measured; quadratic and obvious.
-    Returns (figure, flops, recomputed entries)."""
+    Ties and the budget's knapsack go by estimated seconds at ``prices`` (plan/timing.py),
+    as today's policies rank.  Returns (figure, flops, recomputed entries)."""
     from caffemem.plan import recompute as r
 
+    prices = prices if prices is not None else r.prices_for("cpu")
     plain = liveness_of(schedule)
-    units = r.units_of(schedule, specs, plain)
+    units = r.units_of(schedule, specs, plain, r.times_of(schedule, specs, prices))
 
     def bound(liveness) -> int:
         return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
@@ -144,15 +146,16 @@ def reference_choose(schedule, specs, policy, liveness_of, stock_figure):
             entries = r.placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
             liveness = liveness_of(r.with_recomputation(schedule, entries))
             copies = r.restored_bytes(schedule, entries)
-            flops = sum(units[u].flops for u in chosen if any(entry.layer in units[u].layers for entry in entries))
-            cache[chosen] = r._Measured(chosen, entries, None, liveness, bound(liveness) + copies, flops, copies)
+            run = [u for u in chosen if any(entry.layer in units[u].layers for entry in entries)]
+            flops = sum(units[u].flops for u in run)
+            cache[chosen] = r._Measured(chosen, entries, None, liveness, bound(liveness) + copies, flops, copies, sum(units[u].seconds for u in run))
         return cache[chosen]
 
     def sqrt(checkpoints, eligible):
         allowed = set(eligible)
         candidates = [u for u in checkpoints if u in allowed] or list(eligible)
         tried = [measure(frozenset(u for u in eligible if u not in set(candidates[k - 1 :: k]))) for k in range(1, len(candidates) + 1)]
-        return min(tried, key=lambda m: (m.figure, m.flops)) if tried else measure(frozenset())
+        return min(tried, key=lambda m: (m.figure, m.seconds)) if tried else measure(frozenset())
 
     def pruned(best):
         for unit in sorted(best.units, reverse=True):
@@ -173,7 +176,7 @@ def reference_choose(schedule, specs, policy, liveness_of, stock_figure):
             for chosen in {frozenset(u for u in segment if units[u].cheap), frozenset(segment)} - {frozenset()}:
                 measured = measure(chosen)
                 if measured.figure < none.figure:
-                    found.append((none.figure - measured.figure, measured.flops, chosen))
+                    found.append((none.figure - measured.figure, measured.seconds, chosen))
             options.append(found)
         deepest = min([measure(frozenset(eligible)), sqrt(checkpoints, eligible)], key=lambda m: m.figure)
         need, best = none.figure - target, None

@@ -36,9 +36,9 @@ def chosen_both_ways(monkeypatch, path: str, policy: str, batch: int | None = No
     reference chose from the same schedule: [(new figure, new FLOPs, new entries), (old ...)]."""
     seen = []
 
-    def both(schedule, specs, asked, liveness_of, stock_figure):
-        choice = recompute.choose(schedule, specs, asked, liveness_of, stock_figure)
-        seen.append(((choice.figure, choice.extra_flops, choice.recomputed), reference_choose(schedule, specs, asked, liveness_of, stock_figure)))
+    def both(schedule, specs, asked, liveness_of, stock_figure, prices=None):
+        choice = recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices)
+        seen.append(((choice.figure, choice.extra_flops, choice.recomputed), reference_choose(schedule, specs, asked, liveness_of, stock_figure, prices)))
         return choice
 
     monkeypatch.setattr(optimize_module, "choose", both)
@@ -80,15 +80,15 @@ def figures_and_whole(monkeypatch, path: str):
     evaluator, and the whole measure of a candidate (its extended schedule's liveness)."""
     captured = {}
 
-    def keep(schedule, specs, asked, liveness_of, stock_figure):
-        captured.update(schedule=schedule, specs=specs, liveness_of=liveness_of, stock_figure=stock_figure)
-        return recompute.choose(schedule, specs, asked, liveness_of, stock_figure)
+    def keep(schedule, specs, asked, liveness_of, stock_figure, prices=None):
+        captured.update(schedule=schedule, specs=specs, liveness_of=liveness_of, stock_figure=stock_figure, prices=prices or recompute.prices_for("cpu"))
+        return recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices)
 
     monkeypatch.setattr(optimize_module, "choose", keep)
     optimize(path, Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="sqrt"))
     schedule, liveness_of, stock = captured["schedule"], captured["liveness_of"], captured["stock_figure"]
     plain = liveness_of(schedule)
-    units = recompute.units_of(schedule, captured["specs"], plain)
+    units = recompute.units_of(schedule, captured["specs"], plain, recompute.times_of(schedule, captured["specs"], captured["prices"]))
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
 
     def whole(chosen: frozenset[int]) -> tuple[int, int]:
