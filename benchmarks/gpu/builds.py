@@ -39,6 +39,9 @@ CHECK_OBJECTS = [
     ".build_release/cuda/src/caffe/layers/conv_layer.o",  # base_conv_layer.hpp
     ".build_release/cuda/src/caffe/layers/softmax_loss_layer.o",  # softmax(_loss)_layer.hpp
     ".build_release/cuda/src/caffe/layers/batch_norm_layer.o",
+    ".build_release/src/caffe/util/cudnn_pool.o",  # patch v6: the per-device cuDNN pool
+    *(f".build_release/src/caffe/layers/cudnn_{layer}_layer.o" for layer in ("relu", "sigmoid", "tanh", "pooling", "lrn", "lcn")),
+    *(f".build_release/cuda/src/caffe/layers/cudnn_{layer}_layer.o" for layer in ("relu", "sigmoid", "tanh", "pooling", "lrn", "lcn", "softmax")),
 ]
 #: Debian packages a BVLC build needs (the list of .ci/build_caffe.sh).
 DEBIAN_PACKAGES = [

@@ -49,7 +49,6 @@ from caffemem.passes.liveness import KEEPS_VALUES, Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.plan.timing import LayerTime, Prices, iteration_seconds, layer_times, prices_for, update_seconds
-from caffemem.plan.figures import Figure, Figures
 from caffemem.units import DTYPE_BYTES, format_size, mib_gib, parse_size
 
 POLICIES = ("cheap", "sqrt", "budget=SIZE")
@@ -205,7 +204,7 @@ def time_ratio_at(choice: Choice, specs: SpecTable, prices: Prices) -> float:
     return 1.0 + again / iteration_seconds(times, update_seconds(choice.schedule.shaped, DTYPE_BYTES[choice.schedule.dtype], prices))
 
 
-_Found = TypeVar("_Found", _Measured, Figure)
+_Found = TypeVar("_Found")  # a _Measured, or plan/figures.py's Figure
 
 
 def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None) -> Choice:
@@ -240,6 +239,8 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     # Which buffers a recomputation lets share, as liveness decides with all its settings: those
     # the deepest recomputation shares, of those plain keeps for the one reason it can lift.
     liftable = any(why == KEEPS_VALUES for why in plain.kept.values())
+    from caffemem.plan.figures import Figures  # numpy: here, not at import (a run under a tight address-space cap plans no recomputation)
+
     figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness if liftable else plain, stock_figure)
     quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
