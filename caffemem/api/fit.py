@@ -15,6 +15,7 @@ import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 from fractions import Fraction
 
 from caffemem.api.analyze import (
@@ -35,8 +36,11 @@ from caffemem.passes.memory import MemoryReport
 from caffemem.passes.shapes import FROM_FILE
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
-from caffemem.plan.recompute import Policy, parse_policy
+from caffemem.plan.recompute import Choice, Policy, parse_policy
 from caffemem.units import DTYPE_BYTES, format_size, parse_size, plural
+
+if TYPE_CHECKING:
+    from caffemem.api.optimize import RecomputeBound
 
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
 
@@ -111,6 +115,9 @@ class Subject:
     measure: Measure
     test_nets: int = 0  # a solver's test nets (they stay at their own batch)
     notes: tuple[str, ...] = ()
+    # fit --recompute: ``measure`` gives the plan's lower bound (the policy's choice, no
+    # packing), never above the plan's figure; ``confirm`` the whole plan's, for the answer.
+    confirm: Measure | None = None
 
 
 @dataclass(frozen=True)
@@ -131,10 +138,12 @@ class Evaluation:
 class Evaluations:
     """Exact evaluations against a budget, each batch at most once, kept in the order made."""
 
-    def __init__(self, measure: Measure, budget: int) -> None:
+    def __init__(self, measure: Measure, budget: int, confirm: Measure | None = None) -> None:
         self.measure = measure
         self.budget = budget
+        self.confirm = confirm  # see Subject.confirm
         self.made: dict[int, Evaluation] = {}
+        self.confirmed: set[int] = set()
 
     def at(self, batch: int) -> Evaluation:
         if batch not in self.made:
@@ -147,6 +156,22 @@ class Evaluations:
             return False
         used = self.at(batch).bytes
         return used is not None and used <= self.budget
+
+    def fits_exactly(self, batch: int) -> bool:
+        """:meth:`fits`, by ``confirm``'s figure where there is one (it then replaces the
+        bound as this batch's evaluation).  A batch whose bound does not fit is not planned:
+        the plan's figure is never below it."""
+        if self.confirm is None or not self.fits(batch):
+            return self.fits(batch)
+        self.exact(batch)
+        return self.fits(batch)
+
+    def exact(self, batch: int) -> Evaluation:
+        """This batch's evaluation by ``confirm`` (made once)."""
+        if self.confirm is not None and batch not in self.confirmed:
+            self.made[batch] = evaluate(self.confirm, batch)
+            self.confirmed.add(batch)
+        return self.at(batch)
 
 
 def evaluate(measure: Measure, batch: int) -> Evaluation:
@@ -185,6 +210,8 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
     (exponentially from the last evaluation, then by halves) where the guess was wrong."""
     fits = evaluations.fits
     if not fits(1):
+        if evaluations.confirm is not None:
+            evaluations.exact(1)
         return BatchSearch(0)
     low, high = 1, None  # low fits; high (once known) does not
     for probe in PROBES[1:]:
@@ -210,7 +237,14 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
         else:
             high = middle
     # Both ends were evaluated exactly (high only fails unevaluated past MAX_BATCH): the
-    # answer and its successor are the confirmation.
+    # answer and its successor are the confirmation.  With a bound (fit --recompute) the
+    # answer is planned whole, a batch lower while that plan does not fit; its successor's
+    # bound (or plan) already does not.
+    if evaluations.confirm is not None:
+        while low >= 1 and not evaluations.fits_exactly(low):
+            low -= 1
+        if low == 0:
+            evaluations.exact(1)  # batch 1's own figure and card, for what is reported
     return BatchSearch(low, guess, line)
 
 
@@ -328,7 +362,7 @@ def schedule_effective_batch(effective_batch: int, gpus: int, largest: int, eval
     for batch in divisors_descending(per_gpu):
         if per_gpu // batch > MAX_ITER_SIZE:
             break
-        if batch <= largest and evaluations.fits(batch):
+        if batch <= largest and evaluations.fits_exactly(batch):
             return BatchSchedule(batch, per_gpu // batch, gpus, evaluations.at(batch).bytes or 0)
     raise CaffememError(
         f"--effective-batch {effective_batch}: no batch that fits (at most {largest}) divides {per_gpu} samples per GPU with an iter_size Caffe can hold (at most {MAX_ITER_SIZE}, an int32)"
@@ -417,7 +451,7 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
             raise CaffememError("fit --recompute takes cheap or sqrt: the budget is the card's (--gpu-memory less --reserve), and fit searches the batch that fits it")
         request = replace(request, optimized=True)
     subject = subject_of(path, options, request.optimized, request.recompute)
-    evaluations = Evaluations(subject.measure, request.budget)
+    evaluations = Evaluations(subject.measure, request.budget, subject.confirm)
     search = largest_fitting_batch(evaluations)
     schedule = None
     if search.batch:
@@ -526,7 +560,15 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
         report, seconds = _planned(net, at_phase, optimized, recompute)
         return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None, seconds)
 
+    def bound(batch: int) -> Footprint:
+        analysis = analyze(path, replace(at_phase, batch=batch), tables=False)
+        net = analysis.nets[0]
+        found = _bound(net, at_phase, recompute)
+        return Footprint(found.choice.figure, _notes(analysis, net, options), None, _seconds(found.choice))
+
     notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
+    if recompute is not None:
+        return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), measure)
     return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized, recompute))
 
 
@@ -546,7 +588,19 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
         process = solver_footprint(solver, (train.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None, seconds)
 
+    def bound(batch: int) -> Footprint:
+        """The process with the train net at its plan's bound: the train net's figure is the
+        one part a plan changes (its pool and untouched gradients are the base run's)."""
+        analysis = analyze(path, replace(train_options, batch=batch), tables=False)
+        train = analysis.nets[0]
+        found = _bound(train, options, recompute)
+        process = solver_footprint(solver, (train.shaped, found.base), test_parts, DTYPE_BYTES[options.dtype])
+        total = process.total_bytes - found.base.total_bytes + found.choice.figure
+        return Footprint(total, _notes(analysis, train, options) + process.notes, None, _seconds(found.choice))
+
     notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
+    if recompute is not None:
+        return Subject("solver", "TRAIN", max(solver.iter_size, 1), bound, len(tests), notes + _optimized_notes(optimized, recompute), measure)
     return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized, recompute))
 
 
@@ -568,8 +622,20 @@ def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Po
     from caffemem.api.optimize import OptimizeSettings, planned_phase
 
     planned = planned_phase(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
-    choice = planned.recompute
-    return planned.planned_figures, (choice.iteration_seconds * choice.time_ratio if choice is not None else None)
+    return planned.planned_figures, _seconds(planned.recompute)
+
+
+def _bound(net: NetAnalysis, options: Options, recompute: Policy) -> "RecomputeBound":
+    """What ``recompute`` chooses for this net and the bound of its plan (api/optimize.py
+    ``recompute_bound``): fit --recompute's search, the plan made at the answer only."""
+    from caffemem.api.optimize import OptimizeSettings, recompute_bound
+
+    return recompute_bound(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
+
+
+def _seconds(choice: "Choice | None") -> float | None:
+    """One iteration's estimated seconds with the Forwards ``choice`` runs again."""
+    return choice.iteration_seconds * choice.time_ratio if choice is not None else None
 
 
 def time_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...], budget: int) -> tuple[str, ...]:
