@@ -128,6 +128,7 @@ class Evaluation:
     notes: tuple[str, ...] = field(default=(), compare=False)
     device: DeviceReport | None = field(default=None, compare=False, repr=False)
     seconds: float | None = field(default=None, compare=False)  # one iteration, estimated (fit --recompute)
+    bound: bool = field(default=False, compare=False)  # fit --recompute: the plan's lower bound, not the plan's figure
 
     @property
     def per_sample(self) -> float | None:
@@ -147,7 +148,8 @@ class Evaluations:
 
     def at(self, batch: int) -> Evaluation:
         if batch not in self.made:
-            self.made[batch] = evaluate(self.measure, batch)
+            made = evaluate(self.measure, batch)
+            self.made[batch] = replace(made, bound=True) if self.confirm is not None else made
         return self.made[batch]
 
     def fits(self, batch: int) -> bool:
@@ -241,11 +243,42 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
     # answer is planned whole, a batch lower while that plan does not fit; its successor's
     # bound (or plan) already does not.
     if evaluations.confirm is not None:
-        while low >= 1 and not evaluations.fits_exactly(low):
-            low -= 1
-        if low == 0:
-            evaluations.exact(1)  # batch 1's own figure and card, for what is reported
+        low = _planned_answer(evaluations, low)
     return BatchSearch(low, guess, line)
+
+
+def _planned_answer(evaluations: Evaluations, batch: int) -> int:
+    """The largest batch up to ``batch`` (the bound's answer) whose whole plan fits: where
+    the plan at ``batch`` does not, a step down by what it misses over the bytes a sample
+    adds, again while that plan does not fit, then halves between the two (the bound of
+    the batch above the answer already does not fit: a plan is never below its bound)."""
+    if batch and evaluations.fits_exactly(batch):
+        return batch
+    if batch <= 1:
+        evaluations.exact(1)  # batch 1's own figure and card, for what is reported
+        return 1 if evaluations.fits(1) else 0
+    first = evaluations.at(1).bytes or 0
+    high, low = batch, batch
+    while low > 1:
+        used = evaluations.at(high).bytes
+        per_sample = max(Fraction((used or 0) - first, high - 1), Fraction(1))
+        low = max(1, min(high - 1, high - math.ceil(Fraction((used or 0) - evaluations.budget) / per_sample))) if used is not None else high - 1
+        if evaluations.fits_exactly(low):
+            break
+        high = low
+    else:
+        evaluations.exact(1)
+        if not evaluations.fits(1):
+            return 0
+    if high - low > 1 and not evaluations.fits_exactly(low + 1):  # the step down usually lands on the answer
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        if evaluations.fits_exactly(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _bracket(fits: Callable[[int], bool], low: int, high: int | None) -> tuple[int, int]:
@@ -513,7 +546,9 @@ def search_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...]) -> tu
             f"memory is not linear in the batch here: the line through batches {search.line[0]} and {search.line[1]} "
             f"predicted {search.guess}; exact evaluations ({len(evaluations)}) found {search.batch}"
         )
-    drops = [(a, b) for (a, used_a), (b, used_b) in zip(built, built[1:]) if used_b < used_a]
+    kinds = [sorted((e.batch, e.bytes) for e in evaluations if e.bytes is not None and e.bound == bound) for bound in (False, True)]
+    drops = [(a, b) for same in kinds for (a, used_a), (b, used_b) in zip(same, same[1:]) if used_b < used_a]  # a bound is below its plan: compared alike only
+    drops.sort()
     if drops:
         smaller, larger = drops[0]
         notes.append(f"memory is not monotone in the batch (batch {larger} needs less than batch {smaller}): a batch above the answer may fit again")
