@@ -25,6 +25,7 @@ from caffemem.api.analyze import (
     analyze,
     default_phase,
     load_source,
+    shaped_net,
     spec_table,
     with_overrides,
 )
@@ -41,6 +42,7 @@ from caffemem.units import DTYPE_BYTES, format_size, parse_size, plural
 
 if TYPE_CHECKING:
     from caffemem.api.optimize import RecomputeBound
+    from caffemem.graph import ShapedGraph
 
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
 
@@ -595,11 +597,9 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
         report, seconds = _planned(net, at_phase, optimized, recompute)
         return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None, seconds)
 
-    def bound(batch: int) -> Footprint:
-        analysis = analyze(path, replace(at_phase, batch=batch), tables=False)
-        net = analysis.nets[0]
-        found = _bound(net, at_phase, recompute)
-        return Footprint(found.choice.figure, _notes(analysis, net, options), None, _seconds(found.choice))
+    def bound(batch: int) -> Footprint:  # its notes are the plan's at the answer (``measure``)
+        found = _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute)
+        return Footprint(found.choice.figure, (), None, _seconds(found.choice))
 
     notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
     if recompute is not None:
@@ -613,6 +613,7 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
         raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=str(path)))
     solver, _ = upgrade_solver(source.proto, source.file)
     train_options = replace(options, phase="TRAIN")
+    specs = spec_table(options)
     tests = analyze(path, replace(options, phase="TEST", batch=None), tables=False).nets
     test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]  # a TEST net runs no Backward: nothing to recompute
 
@@ -626,12 +627,10 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
     def bound(batch: int) -> Footprint:
         """The process with the train net at its plan's bound: the train net's figure is the
         one part a plan changes (its pool and untouched gradients are the base run's)."""
-        analysis = analyze(path, replace(train_options, batch=batch), tables=False)
-        train = analysis.nets[0]
-        found = _bound(train, options, recompute)
-        process = solver_footprint(solver, (train.shaped, found.base), test_parts, DTYPE_BYTES[options.dtype])
-        total = process.total_bytes - found.base.total_bytes + found.choice.figure
-        return Footprint(total, _notes(analysis, train, options) + process.notes, None, _seconds(found.choice))
+        shaped = shaped_net(source, replace(train_options, batch=batch), specs)
+        found = _bound(shaped, options, recompute)
+        process = solver_footprint(solver, (shaped, found.base), test_parts, DTYPE_BYTES[options.dtype])
+        return Footprint(process.total_bytes - found.base.total_bytes + found.choice.figure, (), None, _seconds(found.choice))
 
     notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
     if recompute is not None:
@@ -660,12 +659,12 @@ def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Po
     return planned.planned_figures, _seconds(planned.recompute)
 
 
-def _bound(net: NetAnalysis, options: Options, recompute: Policy) -> "RecomputeBound":
+def _bound(shaped: "ShapedGraph", options: Options, recompute: Policy) -> "RecomputeBound":
     """What ``recompute`` chooses for this net and the bound of its plan (api/optimize.py
     ``recompute_bound``): fit --recompute's search, the plan made at the answer only."""
     from caffemem.api.optimize import OptimizeSettings, recompute_bound
 
-    return recompute_bound(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
+    return recompute_bound(shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
 
 
 def _seconds(choice: "Choice | None") -> float | None:
