@@ -591,14 +591,16 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     phase = options.phase or default_phase(upgrade_net(source.proto, source.file)[0], specs)
     at_phase = replace(options, phase=phase)
 
+    bounds: dict[int, RecomputeBound] = {}  # fit --recompute: each batch's bound, which its plan starts from
+
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(at_phase, batch=batch), tables=False)  # stock Caffe at every batch: a table binds at one only
         net = analysis.nets[0]
-        report, seconds = _planned(net, at_phase, optimized, recompute)
+        report, seconds = _planned(net, at_phase, optimized, recompute, bounds.pop(batch, None))
         return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None, seconds)
 
     def bound(batch: int) -> Footprint:  # its notes are the plan's at the answer (``measure``)
-        found = _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute)
+        found = bounds[batch] = _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute)
         return Footprint(found.choice.figure, (), None, _seconds(found.choice))
 
     notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
@@ -617,10 +619,12 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
     tests = analyze(path, replace(options, phase="TEST", batch=None), tables=False).nets
     test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]  # a TEST net runs no Backward: nothing to recompute
 
+    bounds: dict[int, RecomputeBound] = {}  # fit --recompute: each batch's bound, which its plan starts from
+
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(train_options, batch=batch), tables=False)
         train = analysis.nets[0]
-        report, seconds = _planned(train, options, optimized, recompute)
+        report, seconds = _planned(train, options, optimized, recompute, bounds.pop(batch, None))
         process = solver_footprint(solver, (train.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None, seconds)
 
@@ -628,7 +632,7 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
         """The process with the train net at its plan's bound: the train net's figure is the
         one part a plan changes (its pool and untouched gradients are the base run's)."""
         shaped = shaped_net(source, replace(train_options, batch=batch), specs)
-        found = _bound(shaped, options, recompute)
+        found = bounds[batch] = _bound(shaped, options, recompute)
         process = solver_footprint(solver, (shaped, found.base), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes - found.base.total_bytes + found.choice.figure, (), None, _seconds(found.choice))
 
@@ -648,14 +652,15 @@ def _report(net: NetAnalysis, options: Options, optimized: bool, recompute: "Pol
     return planned_report(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
 
 
-def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None") -> "tuple[MemoryReport, float | None]":
+def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None", bound: "RecomputeBound | None" = None) -> "tuple[MemoryReport, float | None]":
     """:func:`_report`, and with ``recompute`` one iteration's estimated seconds with the
     Forwards it runs again (plan/timing.py)."""
     if recompute is None:
         return _report(net, options, optimized), None
     from caffemem.api.optimize import OptimizeSettings, planned_phase
 
-    planned = planned_phase(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
+    shaped = bound.ready.schedule.shaped if bound is not None else net.shaped  # the net the bound was made on (the same net, built once)
+    planned = planned_phase(shaped, spec_table(options), options, OptimizeSettings(recompute=recompute), bound)
     return planned.planned_figures, _seconds(planned.recompute)
 
 

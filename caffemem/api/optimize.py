@@ -253,10 +253,11 @@ def pooled_workspaces(schedule: Schedule) -> dict[tuple[BlobId, str], str]:
 BUDGET_RETRIES = 4  # --recompute budget=SIZE: plans made again at a lower target when the packer missed the bound
 
 
-def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
+def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None) -> PhasePlan:
     """:func:`plan_one`, and for ``--recompute budget=SIZE`` the same again at a lower target
-    while the plan the packer made is above the budget its bound met."""
-    planned = plan_one(shaped, specs, options, settings)
+    while the plan the packer made is above the budget its bound met.  ``bound``: this net's
+    :func:`recompute_bound` at these settings, already made (fit --recompute's answer)."""
+    planned = plan_one(shaped, specs, options, settings, bound)
     policy = settings.recompute
     for _ in range(BUDGET_RETRIES if policy is not None and policy.budget is not None else 0):
         figure = planned.totals()["planned"]
@@ -272,7 +273,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     return planned
 
 
-def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
+def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, ranked by the figure the
     reports print (the card's in GPU mode), verified, the smallest safe one kept.
 
@@ -283,7 +284,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     (:func:`packed_onto`), so sharing buffers never ends above not sharing them."""
     if settings.recompute is not None:
         settings = replace(settings, share_buffers=True)
-    ready = _prepared(shaped, specs, options, settings)
+    ready = bound.ready if bound is not None else _prepared(shaped, specs, options, settings)
     on_card_run, run, stock, schedule, liveness, schedules, keep = ready.on_card_run, ready.run, ready.stock, ready.schedule, ready.liveness, ready.schedules, ready.keep
     on_card, stock_card, runtime_card, base_figure = ready.on_card, ready.stock_card, ready.runtime_card, ready.base_figure
 
@@ -293,7 +294,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
 
     recompute = None
     if settings.recompute is not None:
-        recompute = _recompute_choice(ready, specs, options, settings)
+        recompute = bound.choice if bound is not None else _recompute_choice(ready, specs, options, settings)
         read_back(schedule, specs, recompute)
         if recompute.recomputed:
             schedule, liveness = recompute.schedule, recompute.liveness
@@ -454,6 +455,7 @@ class RecomputeBound:
 
     base: "MemoryReport | DeviceReport"
     choice: Choice
+    ready: _Prepared = field(repr=False, compare=False)  # what the plan at this batch starts from (plan_one reuses it)
 
 
 def recompute_bound(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> RecomputeBound:
@@ -463,7 +465,7 @@ def recompute_bound(shaped: ShapedGraph, specs: SpecTable, options: Options, set
     below the bound (a packing holds at least the peak of what it shares)."""
     settings = replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude), share_buffers=True)
     ready = _prepared(shaped, specs, options, settings)
-    return RecomputeBound(ready.base, _recompute_choice(ready, specs, options, settings))
+    return RecomputeBound(ready.base, _recompute_choice(ready, specs, options, settings), ready)
 
 
 MAX_FORK_EXCLUSIONS = 64  # blobs kept private before giving up on making the fork's plan safe
@@ -538,10 +540,10 @@ def planned_report(shaped: ShapedGraph, specs: SpecTable, options: Options, sett
     return planned_phase(shaped, specs, options, settings).planned_figures
 
 
-def planned_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings()) -> PhasePlan:
+def planned_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings(), bound: "RecomputeBound | None" = None) -> PhasePlan:
     """:func:`planned_report`'s whole plan (``fit --recompute`` reads its recomputation's
-    estimated seconds)."""
-    return plan_phase(shaped, specs, options, replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude)))
+    estimated seconds; ``bound``: :func:`recompute_bound` of ``shaped`` at ``settings``)."""
+    return plan_phase(shaped, specs, options, replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude)), bound)
 
 
 def optimize(
