@@ -15,8 +15,8 @@ import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from caffemem.api.analyze import (
     Analysis,

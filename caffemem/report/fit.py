@@ -88,7 +88,9 @@ def fit_lines(result: FitResult, width: int | None = None) -> list[str]:
     found = "confirmed" if search.guess == search.batch else "searched"
     guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
     bounds = sum(1 for e in result.evaluations if e.bound)
-    made = f"{len(result.evaluations)} exact evaluations" if not bounds else f"{len(result.evaluations)} evaluations ({bounds} by the recompute plan's bound, {len(result.evaluations) - bounds} planned whole)"
+    made = f"{len(result.evaluations)} exact evaluations"
+    if bounds:  # fit --recompute: the search's figures are the plan's bound, the answer's a plan
+        made = f"{len(result.evaluations)} evaluations ({bounds} by the recompute plan's bound, {len(result.evaluations) - bounds} planned whole)"
     lines.append(f"  found by: {guess}{found} with {made}, at {search.batch} and {search.batch + 1} among them")
     return _fitted(lines + advice_lines(result) + [f"note: {note}" for note in result.notes], width)
 
