@@ -575,6 +575,16 @@ def _analyze_solver(source: SolverSource, options: Options, specs: SpecTable, ta
 
 
 def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState, options: Options, specs: SpecTable, tables: bool = True) -> NetAnalysis:
+    shaped, notes = _solver_shaped(role, index, net, state, options, specs)
+    memory, device = measure(shaped, specs, options)
+    (memory, device), carried, said = as_run(net, net.file, shaped, specs, options, memory, device) if tables else ((memory, device), None, ())
+    notes = tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes + said
+    return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs), carried, specs=specs, options=options)
+
+
+def _solver_shaped(role: str, index: int, net: NetSource, state: caffe_pb2.NetState, options: Options, specs: SpecTable) -> tuple[ShapedGraph, list[str]]:
+    """A solver's net built as Solver builds it (its state, the run's stages and level),
+    and the upgrade's notes."""
     upgraded, notes = upgrade_net(net.proto, net.file)
     if role == "test":
         # Solver::Test runs a test net's Forward only (solver.cpp): force_backward gives it
@@ -585,11 +595,18 @@ def _solver_net(role: str, index: int, net: NetSource, state: caffe_pb2.NetState
     run_state.stage.extend(options.stages)
     if options.level is not None:
         run_state.level = options.level
-    shaped = build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}")
-    memory, device = measure(shaped, specs, options)
-    (memory, device), carried, said = as_run(net, net.file, shaped, specs, options, memory, device) if tables else ((memory, device), None, ())
-    notes = tuple(net.notes) + tuple(notes) + placeholder_notes(shaped, options) + memory.notes + said
-    return NetAnalysis(role, index, net.file, shaped, memory, notes, device, net_batch(shaped, specs), carried, specs=specs, options=options)
+    return build_net(net, upgraded, run_state, options, specs, role if role == "train" else f"test{index}"), notes
+
+
+def shaped_net(source: "NetSource | SolverSource", options: Options, specs: SpecTable) -> ShapedGraph:
+    """The net :func:`analyze` measures at ``options.phase`` (a solver: its train net),
+    built and shaped only, from a source loaded once: fit --recompute's search plans from
+    it at every batch and needs no stock figures (issue 33)."""
+    if isinstance(source, SolverSource):
+        return _solver_shaped("train", 0, source.train, source.train_state, options, specs)[0]
+    upgraded, _ = upgrade_net(source.proto, source.file)
+    phase = options.phase or default_phase(upgraded, specs, options.stages, options.level)
+    return build_net(source, upgraded, make_state(phase, options.stages, options.level, base=upgraded.state), options, specs)
 
 
 def parse_inputs(values: Sequence[str], overrides: Sequence[str] = ()) -> dict[str, Shape]:

@@ -16,6 +16,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from caffemem.api.analyze import (
     Analysis,
@@ -24,6 +25,7 @@ from caffemem.api.analyze import (
     analyze,
     default_phase,
     load_source,
+    shaped_net,
     spec_table,
     with_overrides,
 )
@@ -35,8 +37,12 @@ from caffemem.passes.memory import MemoryReport
 from caffemem.passes.shapes import FROM_FILE
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
-from caffemem.plan.recompute import Policy, parse_policy
+from caffemem.plan.recompute import Choice, Policy, parse_policy
 from caffemem.units import DTYPE_BYTES, format_size, parse_size, plural
+
+if TYPE_CHECKING:
+    from caffemem.api.optimize import RecomputeBound
+    from caffemem.graph import ShapedGraph
 
 DEFAULT_RESERVE = "500MiB"  # CPU-mode figures leave out the CUDA context and the handles
 
@@ -111,6 +117,9 @@ class Subject:
     measure: Measure
     test_nets: int = 0  # a solver's test nets (they stay at their own batch)
     notes: tuple[str, ...] = ()
+    # fit --recompute: ``measure`` gives the plan's lower bound (the policy's choice, no
+    # packing), never above the plan's figure; ``confirm`` the whole plan's, for the answer.
+    confirm: Measure | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,7 @@ class Evaluation:
     notes: tuple[str, ...] = field(default=(), compare=False)
     device: DeviceReport | None = field(default=None, compare=False, repr=False)
     seconds: float | None = field(default=None, compare=False)  # one iteration, estimated (fit --recompute)
+    bound: bool = field(default=False, compare=False)  # fit --recompute: the plan's lower bound, not the plan's figure
 
     @property
     def per_sample(self) -> float | None:
@@ -131,14 +141,17 @@ class Evaluation:
 class Evaluations:
     """Exact evaluations against a budget, each batch at most once, kept in the order made."""
 
-    def __init__(self, measure: Measure, budget: int) -> None:
+    def __init__(self, measure: Measure, budget: int, confirm: Measure | None = None) -> None:
         self.measure = measure
         self.budget = budget
+        self.confirm = confirm  # see Subject.confirm
         self.made: dict[int, Evaluation] = {}
+        self.confirmed: set[int] = set()
 
     def at(self, batch: int) -> Evaluation:
         if batch not in self.made:
-            self.made[batch] = evaluate(self.measure, batch)
+            made = evaluate(self.measure, batch)
+            self.made[batch] = replace(made, bound=True) if self.confirm is not None else made
         return self.made[batch]
 
     def fits(self, batch: int) -> bool:
@@ -147,6 +160,22 @@ class Evaluations:
             return False
         used = self.at(batch).bytes
         return used is not None and used <= self.budget
+
+    def fits_exactly(self, batch: int) -> bool:
+        """:meth:`fits`, by ``confirm``'s figure where there is one (it then replaces the
+        bound as this batch's evaluation).  A batch whose bound does not fit is not planned:
+        the plan's figure is never below it."""
+        if self.confirm is None or not self.fits(batch):
+            return self.fits(batch)
+        self.exact(batch)
+        return self.fits(batch)
+
+    def exact(self, batch: int) -> Evaluation:
+        """This batch's evaluation by ``confirm`` (made once)."""
+        if self.confirm is not None and batch not in self.confirmed:
+            self.made[batch] = evaluate(self.confirm, batch)
+            self.confirmed.add(batch)
+        return self.at(batch)
 
 
 def evaluate(measure: Measure, batch: int) -> Evaluation:
@@ -185,6 +214,8 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
     (exponentially from the last evaluation, then by halves) where the guess was wrong."""
     fits = evaluations.fits
     if not fits(1):
+        if evaluations.confirm is not None:
+            evaluations.exact(1)
         return BatchSearch(0)
     low, high = 1, None  # low fits; high (once known) does not
     for probe in PROBES[1:]:
@@ -210,8 +241,46 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
         else:
             high = middle
     # Both ends were evaluated exactly (high only fails unevaluated past MAX_BATCH): the
-    # answer and its successor are the confirmation.
+    # answer and its successor are the confirmation.  With a bound (fit --recompute) the
+    # answer is planned whole, a batch lower while that plan does not fit; its successor's
+    # bound (or plan) already does not.
+    if evaluations.confirm is not None:
+        low = _planned_answer(evaluations, low)
     return BatchSearch(low, guess, line)
+
+
+def _planned_answer(evaluations: Evaluations, batch: int) -> int:
+    """The largest batch up to ``batch`` (the bound's answer) whose whole plan fits: where
+    the plan at ``batch`` does not, a step down by what it misses over the bytes a sample
+    adds, again while that plan does not fit, then halves between the two (the bound of
+    the batch above the answer already does not fit: a plan is never below its bound)."""
+    if batch and evaluations.fits_exactly(batch):
+        return batch
+    if batch <= 1:
+        evaluations.exact(1)  # batch 1's own figure and card, for what is reported
+        return 1 if evaluations.fits(1) else 0
+    first = evaluations.at(1).bytes or 0
+    high, low = batch, batch
+    while low > 1:
+        used = evaluations.at(high).bytes
+        per_sample = max(Fraction((used or 0) - first, high - 1), Fraction(1))
+        low = max(1, min(high - 1, high - math.ceil(Fraction((used or 0) - evaluations.budget) / per_sample))) if used is not None else high - 1
+        if evaluations.fits_exactly(low):
+            break
+        high = low
+    else:
+        evaluations.exact(1)
+        if not evaluations.fits(1):
+            return 0
+    if high - low > 1 and not evaluations.fits_exactly(low + 1):  # the step down usually lands on the answer
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        if evaluations.fits_exactly(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _bracket(fits: Callable[[int], bool], low: int, high: int | None) -> tuple[int, int]:
@@ -328,7 +397,7 @@ def schedule_effective_batch(effective_batch: int, gpus: int, largest: int, eval
     for batch in divisors_descending(per_gpu):
         if per_gpu // batch > MAX_ITER_SIZE:
             break
-        if batch <= largest and evaluations.fits(batch):
+        if batch <= largest and evaluations.fits_exactly(batch):
             return BatchSchedule(batch, per_gpu // batch, gpus, evaluations.at(batch).bytes or 0)
     raise CaffememError(
         f"--effective-batch {effective_batch}: no batch that fits (at most {largest}) divides {per_gpu} samples per GPU with an iter_size Caffe can hold (at most {MAX_ITER_SIZE}, an int32)"
@@ -417,7 +486,7 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
             raise CaffememError("fit --recompute takes cheap or sqrt: the budget is the card's (--gpu-memory less --reserve), and fit searches the batch that fits it")
         request = replace(request, optimized=True)
     subject = subject_of(path, options, request.optimized, request.recompute)
-    evaluations = Evaluations(subject.measure, request.budget)
+    evaluations = Evaluations(subject.measure, request.budget, subject.confirm)
     search = largest_fitting_batch(evaluations)
     schedule = None
     if search.batch:
@@ -479,7 +548,9 @@ def search_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...]) -> tu
             f"memory is not linear in the batch here: the line through batches {search.line[0]} and {search.line[1]} "
             f"predicted {search.guess}; exact evaluations ({len(evaluations)}) found {search.batch}"
         )
-    drops = [(a, b) for (a, used_a), (b, used_b) in zip(built, built[1:]) if used_b < used_a]
+    kinds = [sorted((e.batch, e.bytes) for e in evaluations if e.bytes is not None and e.bound == bound) for bound in (False, True)]
+    drops = [(a, b) for same in kinds for (a, used_a), (b, used_b) in zip(same, same[1:]) if used_b < used_a]  # a bound is below its plan: compared alike only
+    drops.sort()
     if drops:
         smaller, larger = drops[0]
         notes.append(f"memory is not monotone in the batch (batch {larger} needs less than batch {smaller}): a batch above the answer may fit again")
@@ -520,13 +591,21 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     phase = options.phase or default_phase(upgrade_net(source.proto, source.file)[0], specs)
     at_phase = replace(options, phase=phase)
 
+    bounds: dict[int, RecomputeBound] = {}  # fit --recompute: each batch's bound, which its plan starts from
+
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(at_phase, batch=batch), tables=False)  # stock Caffe at every batch: a table binds at one only
         net = analysis.nets[0]
-        report, seconds = _planned(net, at_phase, optimized, recompute)
+        report, seconds = _planned(net, at_phase, optimized, recompute, bounds.pop(batch, None))
         return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None, seconds)
 
+    def bound(batch: int) -> Footprint:  # its notes are the plan's at the answer (``measure``)
+        found = bounds[batch] = _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute)
+        return Footprint(found.choice.figure, (), None, _seconds(found.choice))
+
     notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
+    if recompute is not None:
+        return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), measure)
     return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized, recompute))
 
 
@@ -536,17 +615,30 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
         raise CaffememError("a solver is fitted as its training process; pass the net file to fit its TEST phase", Location(file=str(path)))
     solver, _ = upgrade_solver(source.proto, source.file)
     train_options = replace(options, phase="TRAIN")
+    specs = spec_table(options)
     tests = analyze(path, replace(options, phase="TEST", batch=None), tables=False).nets
     test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]  # a TEST net runs no Backward: nothing to recompute
+
+    bounds: dict[int, RecomputeBound] = {}  # fit --recompute: each batch's bound, which its plan starts from
 
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(train_options, batch=batch), tables=False)
         train = analysis.nets[0]
-        report, seconds = _planned(train, options, optimized, recompute)
+        report, seconds = _planned(train, options, optimized, recompute, bounds.pop(batch, None))
         process = solver_footprint(solver, (train.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None, seconds)
 
+    def bound(batch: int) -> Footprint:
+        """The process with the train net at its plan's bound: the train net's figure is the
+        one part a plan changes (its pool and untouched gradients are the base run's)."""
+        shaped = shaped_net(source, replace(train_options, batch=batch), specs)
+        found = bounds[batch] = _bound(shaped, options, recompute)
+        process = solver_footprint(solver, (shaped, found.base), test_parts, DTYPE_BYTES[options.dtype])
+        return Footprint(process.total_bytes - found.base.total_bytes + found.choice.figure, (), None, _seconds(found.choice))
+
     notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
+    if recompute is not None:
+        return Subject("solver", "TRAIN", max(solver.iter_size, 1), bound, len(tests), notes + _optimized_notes(optimized, recompute), measure)
     return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized, recompute))
 
 
@@ -560,16 +652,29 @@ def _report(net: NetAnalysis, options: Options, optimized: bool, recompute: "Pol
     return planned_report(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
 
 
-def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None") -> "tuple[MemoryReport, float | None]":
+def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None", bound: "RecomputeBound | None" = None) -> "tuple[MemoryReport, float | None]":
     """:func:`_report`, and with ``recompute`` one iteration's estimated seconds with the
     Forwards it runs again (plan/timing.py)."""
     if recompute is None:
         return _report(net, options, optimized), None
     from caffemem.api.optimize import OptimizeSettings, planned_phase
 
-    planned = planned_phase(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
-    choice = planned.recompute
-    return planned.planned_figures, (choice.iteration_seconds * choice.time_ratio if choice is not None else None)
+    shaped = bound.ready.schedule.shaped if bound is not None else net.shaped  # the net the bound was made on (the same net, built once)
+    planned = planned_phase(shaped, spec_table(options), options, OptimizeSettings(recompute=recompute), bound)
+    return planned.planned_figures, _seconds(planned.recompute)
+
+
+def _bound(shaped: "ShapedGraph", options: Options, recompute: Policy) -> "RecomputeBound":
+    """What ``recompute`` chooses for this net and the bound of its plan (api/optimize.py
+    ``recompute_bound``): fit --recompute's search, the plan made at the answer only."""
+    from caffemem.api.optimize import OptimizeSettings, recompute_bound
+
+    return recompute_bound(shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
+
+
+def _seconds(choice: "Choice | None") -> float | None:
+    """One iteration's estimated seconds with the Forwards ``choice`` runs again."""
+    return choice.iteration_seconds * choice.time_ratio if choice is not None else None
 
 
 def time_notes(search: BatchSearch, evaluations: tuple[Evaluation, ...], budget: int) -> tuple[str, ...]:

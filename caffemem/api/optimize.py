@@ -253,10 +253,11 @@ def pooled_workspaces(schedule: Schedule) -> dict[tuple[BlobId, str], str]:
 BUDGET_RETRIES = 4  # --recompute budget=SIZE: plans made again at a lower target when the packer missed the bound
 
 
-def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
+def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None) -> PhasePlan:
     """:func:`plan_one`, and for ``--recompute budget=SIZE`` the same again at a lower target
-    while the plan the packer made is above the budget its bound met."""
-    planned = plan_one(shaped, specs, options, settings)
+    while the plan the packer made is above the budget its bound met.  ``bound``: this net's
+    :func:`recompute_bound` at these settings, already made (fit --recompute's answer)."""
+    planned = plan_one(shaped, specs, options, settings, bound)
     policy = settings.recompute
     for _ in range(BUDGET_RETRIES if policy is not None and policy.budget is not None else 0):
         figure = planned.totals()["planned"]
@@ -272,7 +273,7 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     return planned
 
 
-def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> PhasePlan:
+def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, ranked by the figure the
     reports print (the card's in GPU mode), verified, the smallest safe one kept.
 
@@ -283,34 +284,17 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     (:func:`packed_onto`), so sharing buffers never ends above not sharing them."""
     if settings.recompute is not None:
         settings = replace(settings, share_buffers=True)
-    on_card_run = prepare_run(shaped, specs, options)
-    run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
-    stock = replay(run)
-    schedule = build_schedule(shaped, specs, options.dtype, run=run)
-    cpu_schedule = build_schedule(shaped, specs, options.dtype, run=on_cpu) if on_cpu is not None else None
-    keep: dict[tuple[BlobId, str], str] = {}
-    if cpu_schedule is not None:
-        keep = {member: f"on the CPU: {why}" for member, why in kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)).items()}
-    on_card = stock_card = None
-    if options.device == "gpu":
-        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, card=options.card)
-        stock_card = on_card(on_card_run)
-        runtime_card = on_card(on_card_run, pooled=True)
-        on_host = [c for c in schedule.classes if not any(member in stock_card.on_device for member in c.members)]
-        keep |= {member: ON_HOST_ONLY for c in on_host for member in c.members if member not in keep}
-        keep |= {member: why for member, why in pooled_workspaces(schedule).items() if member not in keep}
-    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
-    schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
+    ready = bound.ready if bound is not None else _prepared(shaped, specs, options, settings)
+    on_card_run, run, stock, schedule, liveness, schedules, keep = ready.on_card_run, ready.run, ready.stock, ready.schedule, ready.liveness, ready.schedules, ready.keep
+    on_card, stock_card, runtime_card, base_figure = ready.on_card, ready.stock_card, ready.runtime_card, ready.base_figure
 
     fork_slots, fork, fork_card = fork_plan(shaped, specs, options, settings.exclude, run, on_card_run)
     fork_data = fork_plan_data(fork_slots)
     fork_violations = verify_plan_on(schedules, fork_data)
-    stock_figure = stock_card.device_bytes if stock_card is not None else stock.total_bytes
-    base_figure = runtime_card.device_bytes if on_card is not None else stock.total_bytes  # what our plans start from
 
     recompute = None
     if settings.recompute is not None:
-        recompute = choose(schedule, specs, settings.recompute, functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=keep or None), base_figure, prices_for(options.device, options.build_engine))
+        recompute = bound.choice if bound is not None else _recompute_choice(ready, specs, options, settings)
         read_back(schedule, specs, recompute)
         if recompute.recomputed:
             schedule, liveness = recompute.schedule, recompute.liveness
@@ -408,6 +392,82 @@ def read_back(schedule: Schedule, specs: SpecTable, choice: Choice) -> None:
         raise UnsafePlan(f"the recompute table would not run what was planned ({why}); nothing written", Location(file=shaped.graph.source))
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """What every plan of one built net starts from: its runs, stock's figures, the
+    schedule and the liveness (with what stays private), in the figures' mode."""
+
+    on_card_run: Run
+    run: Run
+    stock: MemoryReport
+    schedule: Schedule
+    liveness: Liveness
+    schedules: tuple[Schedule, ...]
+    keep: dict[tuple[BlobId, str], str]
+    on_card: object  # GPU mode: the card's report of a run (device_footprint, partial); else None
+    stock_card: DeviceReport | None
+    runtime_card: DeviceReport | None
+    base_figure: int  # what our plans start from (the v6 pool's run in GPU mode)
+
+    @property
+    def base(self) -> "MemoryReport | DeviceReport":
+        """The report of the run our plans start from."""
+        return self.runtime_card if self.runtime_card is not None else self.stock
+
+
+def _prepared(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> _Prepared:
+    """:func:`plan_one`'s start, shared with :func:`recompute_bound`."""
+    on_card_run = prepare_run(shaped, specs, options)
+    run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
+    stock = replay(run)
+    schedule = build_schedule(shaped, specs, options.dtype, run=run)
+    cpu_schedule = build_schedule(shaped, specs, options.dtype, run=on_cpu) if on_cpu is not None else None
+    keep: dict[tuple[BlobId, str], str] = {}
+    if cpu_schedule is not None:
+        keep = {member: f"on the CPU: {why}" for member, why in kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)).items()}
+    on_card = stock_card = runtime_card = None
+    if options.device == "gpu":
+        on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, card=options.card)
+        stock_card = on_card(on_card_run)
+        runtime_card = on_card(on_card_run, pooled=True)
+        on_host = [c for c in schedule.classes if not any(member in stock_card.on_device for member in c.members)]
+        keep |= {member: ON_HOST_ONLY for c in on_host for member in c.members if member not in keep}
+        keep |= {member: why for member, why in pooled_workspaces(schedule).items() if member not in keep}
+    liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
+    schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
+    base_figure = runtime_card.device_bytes if runtime_card is not None else stock.total_bytes
+    return _Prepared(on_card_run, run, stock, schedule, liveness, schedules, keep, on_card, stock_card, runtime_card, base_figure)
+
+
+def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, settings: OptimizeSettings) -> Choice:
+    """What ``settings.recompute`` chooses on the prepared net, measured with the plan's own
+    liveness settings."""
+    assert settings.recompute is not None
+    liveness_of = functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=ready.keep or None)
+    return choose(ready.schedule, specs, settings.recompute, liveness_of, ready.base_figure, prices_for(options.device, options.build_engine))
+
+
+@dataclass(frozen=True)
+class RecomputeBound:
+    """A recompute policy's choice on one built net without the plan: ``choice.figure`` is
+    the plan's lower bound (what the packer then reaches at best), ``base`` the report of
+    the run every plan starts from."""
+
+    base: "MemoryReport | DeviceReport"
+    choice: Choice
+    ready: _Prepared = field(repr=False, compare=False)  # what the plan at this batch starts from (plan_one reuses it)
+
+
+def recompute_bound(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> RecomputeBound:
+    """What :func:`planned_phase` chooses to recompute, and its bound, without packing or
+    verifying a plan: ``fit --recompute`` searches the batch by it and plans the answer
+    only (issue 33: a plan per batch took ~3 s on ResNet-152).  A plan's figure is never
+    below the bound (a packing holds at least the peak of what it shares)."""
+    settings = replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude), share_buffers=True)
+    ready = _prepared(shaped, specs, options, settings)
+    return RecomputeBound(ready.base, _recompute_choice(ready, specs, options, settings), ready)
+
+
 MAX_FORK_EXCLUSIONS = 64  # blobs kept private before giving up on making the fork's plan safe
 
 
@@ -480,10 +540,10 @@ def planned_report(shaped: ShapedGraph, specs: SpecTable, options: Options, sett
     return planned_phase(shaped, specs, options, settings).planned_figures
 
 
-def planned_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings()) -> PhasePlan:
+def planned_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings = OptimizeSettings(), bound: "RecomputeBound | None" = None) -> PhasePlan:
     """:func:`planned_report`'s whole plan (``fit --recompute`` reads its recomputation's
-    estimated seconds)."""
-    return plan_phase(shaped, specs, options, replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude)))
+    estimated seconds; ``bound``: :func:`recompute_bound` of ``shaped`` at ``settings``)."""
+    return plan_phase(shaped, specs, options, replace(settings, exclude=excluded_blobs(shaped.graph.proto, settings.exclude)), bound)
 
 
 def optimize(

@@ -37,7 +37,7 @@ def fit_json(result: FitResult) -> dict[str, Any]:
         "schedule": None
         if schedule is None
         else {"effective_batch": schedule.effective_batch, "batch": schedule.batch, "iter_size": schedule.iter_size, "gpus": schedule.gpus, "bytes": schedule.bytes},
-        "evaluations": [{"batch": e.batch, "bytes": e.bytes, "error": e.error} for e in result.evaluations],
+        "evaluations": [{"batch": e.batch, "bytes": e.bytes, "error": e.error, "bound": e.bound} for e in result.evaluations],
         "notes": list(result.notes),
         "advice": None if result.advice is None else {"batch": result.advice.batch, "commands": list(result.advice.commands), "then": result.advice.then},
     }
@@ -81,12 +81,17 @@ def fit_lines(result: FitResult, width: int | None = None) -> list[str]:
     elif following.bytes is None:
         lines.append(f"  batch {following.batch} cannot be built: {following.error}")
     else:
-        lines.append(f"  batch {following.batch} needs {_figure(following.bytes)}: over the budget")
+        at_least = "at least " if following.bound else ""  # fit --recompute: its plan's bound, already over
+        lines.append(f"  batch {following.batch} needs {at_least}{_figure(following.bytes)}: over the budget")
     if result.bytes_per_sample is not None and result.fixed_bytes is not None:
         lines.append(f"  per sample: {_sized(result.bytes_per_sample)}; fixed part: {_sized(result.fixed_bytes)}")
     found = "confirmed" if search.guess == search.batch else "searched"
     guess = f"the line through batches {search.line[0]} and {search.line[1]} predicted {search.guess}; " if search.line and search.guess is not None else ""
-    lines.append(f"  found by: {guess}{found} with {len(result.evaluations)} exact evaluations, at {search.batch} and {search.batch + 1} among them")
+    bounds = sum(1 for e in result.evaluations if e.bound)
+    made = f"{len(result.evaluations)} exact evaluations"
+    if bounds:  # fit --recompute: the search's figures are the plan's bound, the answer's a plan
+        made = f"{len(result.evaluations)} evaluations ({bounds} by the recompute plan's bound, {len(result.evaluations) - bounds} planned whole)"
+    lines.append(f"  found by: {guess}{found} with {made}, at {search.batch} and {search.batch + 1} among them")
     return _fitted(lines + advice_lines(result) + [f"note: {note}" for note in result.notes], width)
 
 

@@ -124,6 +124,31 @@ def test_optimized_counts_the_plan_optimize_makes_at_each_batch(nets):
     assert batch > fit(nets["chain"], Options(), FitRequest(gpu_memory=64 * MiB, reserve=0)).search.batch
 
 
+RECOMPUTE_RESNET = str(FIXTURES / "plan" / "recompute_resnet.prototxt")
+
+
+def _sqrt_plan_bytes(batch: int) -> int:
+    """`optimize --recompute sqrt`'s figure on the card for RECOMPUTE_RESNET's TRAIN net at ``batch``."""
+    at = Options(device="gpu", phase="TRAIN", batch=batch)
+    return optimize(RECOMPUTE_RESNET, at, OptimizeSettings(recompute="sqrt")).phases[0].planned_figures.total_bytes
+
+
+def test_fit_recompute_reports_the_whole_plan_at_its_batch_and_the_next_batch_s_plan_does_not_fit():
+    """Issue 33: fit --recompute searches by the recompute choice's bound and plans only the
+    answer; what it reports is still the whole plan's figure at that batch."""
+    result = fit(RECOMPUTE_RESNET, Options(device="gpu", phase="TRAIN"), FitRequest(gpu_memory=GiB, reserve=0, recompute="sqrt"))
+    assert (result.search.batch, result.bytes) == (2932, 1_073_650_660) == (2932, _sqrt_plan_bytes(2932))
+    assert _sqrt_plan_bytes(2933) == 1_073_781_896 > GiB
+
+
+def test_fit_recompute_steps_down_from_a_batch_whose_bound_fits_but_whose_plan_does_not():
+    """At batch 2933 the choice's bound (1,073,688,008 B) is within 1 GiB, the packed plan
+    (1,073,781,896 B) is not: the answer is the batch below, and batch 2933 is reported by its plan."""
+    result = fit(RECOMPUTE_RESNET, Options(device="gpu", phase="TRAIN"), FitRequest(gpu_memory=GiB, reserve=0, recompute="sqrt"))
+    assert result.search.batch == 2932
+    assert result.following is not None and result.following.bytes == 1_073_781_896
+
+
 def test_memory_that_is_a_staircase_in_the_batch_still_gets_the_exact_answer(nets):
     result = fit(nets["strided"], Options(), FitRequest(gpu_memory=MiB, reserve=0))
     batch = result.search.batch

@@ -117,3 +117,14 @@ def test_fit_with_recomputation_says_the_seconds_per_sample_and_the_fastest_batc
     batch = doc["batch"]
     assert re.search(rf"batch {batch}: an estimated [\d.,]+ ms per sample \([\d.,]+ ms per iteration, recomputation included", notes), notes
     assert "trains fastest per sample" in notes
+
+
+def test_fit_with_recomputation_says_which_figures_are_bounds():
+    """Issue 33: fit --recompute searches by the recompute plan's bound and plans the answer
+    whole; the batch above is over the budget by its bound, which the terminal says."""
+    fitted = run("fit", FIXTURE, "--device", "cpu", "--phase", "train", "--gpu-memory", "24MiB", "--reserve", "0", "--recompute", "sqrt")
+    assert fitted.exit_code == 0, fitted.output
+    flat = " ".join(fitted.output.split())
+    assert "largest batch per GPU 222, needs 23.96 MiB (0.02 GiB), 25,124,072 B" in flat
+    assert "batch 223 needs at least 24.07 MiB (0.02 GiB), 25,236,832 B: over the budget" in flat
+    assert "confirmed with 6 evaluations (5 by the recompute plan's bound, 1 planned whole), at 222 and 223 among them" in flat
