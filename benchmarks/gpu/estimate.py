@@ -10,7 +10,10 @@ The estimate of a run is, in this order:
 3. else, for a net never measured, BASE + PER_GROUP x its cuDNN convolution groups: a least-
    squares line through the 46 runs of the H200 result (means over configurations): 1.5 s
    and 13 ms a group (3 cuDNN handles and streams each), worst miss 2.3 s (VGG16 TRAIN, the
-   largest allocations)."""
+   largest allocations).
+A timed run (issue 33, gpu/configs.py TIMED_NETS) adds its iterations, warm-up included, at
+PER_ITERATION each: GoogLeNet and ResNet-50 TRAIN b32 took 71 and 117 ms on an H200 (issue
+33), a recompute plan up to 2.05x that."""
 
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from gpu.paths import REPO
 RESULTS = REPO / "benchmarks" / "gpu-groundtruth"
 BASE = 1.5
 PER_GROUP = 0.013
+PER_ITERATION = 0.15
+WARMUP = 3  # the iterations probe.cpp runs before it times (kTimeWarmup)
 
 
 def committed_seconds(summaries: Iterable[Path] | None = None) -> dict[tuple[str, str, str], float]:
@@ -44,3 +49,8 @@ def estimated_seconds(measured: dict[tuple[str, str, str], float], file: str, ph
     if same:
         return sum(same) / len(same)
     return BASE + PER_GROUP * cudnn_groups
+
+
+def timed_seconds(iterations: int) -> float:
+    """What timing `iterations` SGD iterations adds to a run (0 when it times none)."""
+    return (WARMUP + iterations) * PER_ITERATION if iterations else 0.0

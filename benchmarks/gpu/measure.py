@@ -15,7 +15,7 @@ from pathlib import Path
 
 from caffemem.runtime import PATCH_VERSION
 from gpu.configs import Config
-from gpu.estimate import committed_seconds, estimated_seconds
+from gpu.estimate import committed_seconds, estimated_seconds, timed_seconds
 from gpu.nets import cudnn_groups, prepare_net
 from gpu.paths import REPO, REQUIREMENTS
 from gpu.probe import Programs, probe_run
@@ -90,7 +90,8 @@ def tasks(corpus: Path, configs: tuple[Config, ...], names: list[str] | None) ->
         if gt.get("caffe") != "bvlc":
             continue
         groups = cudnn_groups(corpus / gt["source"])
-        runs = [Task(gt_file, gt, gt_run, c, estimated_seconds(measured, gt_file.name, gt_run["phase"], c.name, groups) if gt_run.get("ok") else 0.0)
+        runs = [Task(gt_file, gt, gt_run, c, estimated_seconds(measured, gt_file.name, gt_run["phase"], c.name, groups)
+                     + timed_seconds(c.time_iterations(gt_file.stem, gt_run["phase"])) if gt_run.get("ok") else 0.0)
                 for gt_run in gt["runs"] for c in configs if gt_run["phase"] in c.phases and c.runs_on(gt_file.stem)]
         nets.append((sum(t.seconds for t in runs) / max(1, len(runs)), gt_file.name, runs))
     return [task for _, _, runs in sorted(nets, key=lambda n: (n[0], n[1])) for task in runs]
@@ -148,7 +149,7 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
                 net = future.result()
                 left = None if deadline is None else max(1.0, deadline - time.monotonic())
                 measured = probe_run(programs[task.config.variant], net, phase, out_dir / task.config.name / "nets" / f"{task.stem}.probe.json",
-                                     device, timeout=left, env=dict(task.config.env))
+                                     device, timeout=left, env=probe_env(task))
             except (RuntimeError, subprocess.CalledProcessError, OSError, ValueError) as e:
                 if future is not None:
                     failures += 1
@@ -163,6 +164,8 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
                 row.update(ok=True, device_peak=end["device_peak"], device_used=end["device_used"], process=measured["process"], **held(end))
                 if "results" in measured:
                     row["results"] = measured["results"]
+                if "timing" in measured:
+                    row["timing"] = measured["timing"]
                 log(f"{task.config.name} {task.stem}: device peak {end['device_peak']} B counted, {end['device_used']} B used on the card"
                     f" ({time.monotonic() - started:.1f} s)")
             row["seconds"] = round(time.monotonic() - started, 2)
@@ -170,13 +173,46 @@ def measure(configs: tuple[Config, ...], programs: dict[str, Programs], corpus: 
             _write_json(out_dir / task.config.name / task.gt_file.name, doc)
     measured_runs = sum(r["ok"] for r in rows)
     identical = bit_identical(rows)
+    ratios = time_ratios(rows)
     _write_json(out_dir / "summary.json", {"seconds": round(time.monotonic() - t0, 1), "estimated_seconds": round(sum(t.seconds for t in todo), 1),
                                            "runtime_patch": PATCH_VERSION, "measured": measured_runs, "failed": failures,
-                                           "bit_identical": identical, "runs": rows})
+                                           "bit_identical": identical, "time_ratios": ratios, "runs": rows})
     for config, (same, compared) in identical.items():
         log(f"{config}: what the net computed is bit-identical to stock Caffe's in {same} of {compared} run(s)")
+    for file, by_config in ratios.items():
+        log(f"{file} TRAIN, seconds per iteration against stock: " + ", ".join(f"{c} {r:.2f}x" for c, r in by_config.items()))
     log(f"wrote {out_dir}: {measured_runs} run(s) measured, {failures} failed or not measured, in {time.monotonic() - t0:.0f} s")
     return 1 if failures else 0
+
+
+def probe_env(task: Task) -> dict[str, str]:
+    """The variables set for the probe: the configuration's, and on a timed run
+    (gpu/configs.py TIMED_NETS) how many iterations it times after measuring."""
+    iterations = task.config.time_iterations(task.gt_file.stem, task.gt_run["phase"])
+    return {**dict(task.config.env), **({"CAFFEMEM_PROBE_TIME_ITERS": str(iterations)} if iterations else {})}
+
+
+def iteration_seconds(timing: dict) -> float:
+    """A timed run's seconds per iteration: the median of its timed iterations (a shared
+    card's stray slow iteration does not move it)."""
+    seconds = sorted(timing["seconds"])
+    middle = len(seconds) // 2
+    return seconds[middle] if len(seconds) % 2 else (seconds[middle - 1] + seconds[middle]) / 2
+
+
+def time_ratios(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """file -> config -> seconds per iteration against stock Caffe's (the faster of the
+    `stock` and `stock-again` runs), for each timed TRAIN run (issue 33)."""
+    timed = [r for r in rows if r.get("ok") and "timing" in r and r["timing"]["seconds"]]
+    stock: dict[str, float] = {}
+    for r in timed:
+        if r["config"] in ("stock", "stock-again"):
+            stock[r["file"]] = min(stock.get(r["file"], float("inf")), iteration_seconds(r["timing"]))
+    ratios: dict[str, dict[str, float]] = {}
+    for r in timed:
+        if r["config"] not in ("stock", "stock-again") and r["file"] in stock:
+            ratios.setdefault(r["file"], {})[r["config"]] = round(iteration_seconds(r["timing"]) / stock[r["file"]], 4)
+    return ratios
 
 
 def asked(config: Config) -> dict:

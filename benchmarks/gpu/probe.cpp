@@ -26,6 +26,12 @@
 //   statically: their own streams never come here); `end` gives those alive after the run, and
 //   the CUDA stack limit the card then reports (cudaDeviceGetLimit: the patched runtime sets it
 //   from CAFFEMEM_CUDA_STACK_BYTES), `process` the limit before the net.
+// - Time (issue 33): with CAFFEMEM_PROBE_TIME_ITERS=N, after every figure and digest is
+//   taken, the probe runs what an SGD iteration runs of the net, as the solver calls it
+//   (src/caffe/solver.cpp Solver::Step: ClearParamDiffs, then Net::ForwardBackward, whose
+//   Backward runs the patched runtime's recompute entries; not ApplyUpdate, which a plan does
+//   not change), TIME_WARMUP times unmeasured, then N times, each timed between
+//   cudaDeviceSynchronize calls: `timing` gives every iteration's seconds.
 // The per-process constant is measured before the net exists: the CUDA context (cudaFree(0)),
 // then Caffe's cuBLAS handle and cuRAND generator (the thread's Caffe object creates them on
 // first use, src/caffe/common.cpp 107-123; cuBLAS may take more at its first GEMM, which then
@@ -36,6 +42,7 @@
 #include <dlfcn.h>
 #include <glog/logging.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -357,6 +364,33 @@ std::string Results(caffe::Net<float>* net, bool train) {
   return o.str();
 }
 
+const int kTimeWarmup = 3;  // iterations run before the timed ones (cuDNN's and cuBLAS's first calls)
+
+// Seconds of each of `iterations` SGD iterations of the net, less the update (see above).
+std::vector<double> TimeIterations(caffe::Net<float>* net, int iterations) {
+  std::vector<double> seconds;
+  for (int i = 0; i < kTimeWarmup + iterations; ++i) {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    net->ClearParamDiffs();
+    net->ForwardBackward();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (i >= kTimeWarmup) { seconds.push_back(took.count()); }
+  }
+  return seconds;
+}
+
+std::string TimingJson(int iterations, const std::vector<double>& seconds) {
+  std::ostringstream o;
+  o.precision(9);
+  o << "{\"iterations\": " << iterations << ", \"warmup\": " << kTimeWarmup
+    << ", \"call\": \"ClearParamDiffs + Net::ForwardBackward\", \"seconds\": [";
+  for (size_t i = 0; i < seconds.size(); ++i) { o << (i ? ", " : "") << seconds[i]; }
+  o << "]}";
+  return o.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -451,12 +485,22 @@ int main(int argc, char** argv) {
   }
   const long long device_in_use = g_device_in_use, host_in_use = g_host_in_use;
   const long long device_peak = g_device_peak, host_peak = g_host_peak;
+  const long long stack_limit_end = StackLimit();
+  const std::string results = Results(net.get(), phase == caffe::TRAIN);
+  // Timed last: the iterations change the gradients and may allocate (none of it counted).
+  const char* time_iters = getenv("CAFFEMEM_PROBE_TIME_ITERS");
+  const int iterations = time_iters ? atoi(time_iters) : 0;
+  std::string timing;
+  if (iterations > 0 && phase == caffe::TRAIN) {
+    timing = TimingJson(iterations, TimeIterations(net.get(), iterations));
+  }
   out << " ],\n \"end\": {\"device_in_use\": " << device_in_use << ", \"host_in_use\": "
       << host_in_use << ", \"device_peak\": " << device_peak << ", \"host_peak\": "
       << host_peak << ", \"device_used\": " << total - free_end
       << ", \"cudnn_handles\": " << cudnn_handles << ", \"cuda_streams\": " << cuda_streams
-      << ", \"stack_limit_bytes\": " << StackLimit() << "},\n"
-      << " \"results\": " << Results(net.get(), phase == caffe::TRAIN) << "}\n";
+      << ", \"stack_limit_bytes\": " << stack_limit_end << "},\n";
+  if (!timing.empty()) { out << " \"timing\": " << timing << ",\n"; }
+  out << " \"results\": " << results << "}\n";
   out.close();
   if (!out) {
     fprintf(stderr, "probe: cannot write %s\n", out_path.c_str());

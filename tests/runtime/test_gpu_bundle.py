@@ -13,6 +13,7 @@ the library path, `ldd` finds every library and each probe exits 3 (no GPU here)
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -34,12 +35,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from gpu.archive import ARCHIVE_LIMIT, MIB, pack, pack_results, unpack  # noqa: E402
 from gpu.bundle import cached_archive, stage  # noqa: E402
 from gpu.corpus import KIT_NETS, corpus_files, stage_corpus  # noqa: E402
+import gpu.configs as gpu_configs  # noqa: E402
 from gpu.configs import CONFIGS  # noqa: E402
 from gpu.kit import Kit, preflight  # noqa: E402
 from gpu.layout import FORMAT, PROBE_NAME, TOOLS, VARIANTS, patch_key  # noqa: E402
 from gpu.libraries import CUDA_NEEDED, cuda_dirs, kind, missing_cuda, parse_ldd  # noqa: E402
 from gpu.measure import measure, tasks  # noqa: E402
-from gpu.estimate import committed_seconds, estimated_seconds  # noqa: E402
+from gpu.estimate import committed_seconds, estimated_seconds, timed_seconds  # noqa: E402
 from gpu.nets import cudnn_groups  # noqa: E402
 from gpu.paths import SHARED  # noqa: E402
 from gpu.cli import BUDGET  # noqa: E402
@@ -138,10 +140,10 @@ def test_the_depthwise_net_holds_388_cudnn_handles_in_stock_caffe(corpus):
     assert cudnn_groups(corpus / "kit" / "depthwise.prototxt") == 129
 
 
-def test_the_batchnorm_net_updates_its_statistics_in_train(corpus):
+def test_the_batchnorm_net_updates_its_statistics_in_train_at_the_batch_issue_33_timed(corpus):
     text = (corpus / "kit" / "resnet50_bn_train.prototxt").read_text()
     assert text.count('type: "BatchNorm"') == 53 and "use_global_stats: true" not in text
-    assert "dim: 8 dim: 3 dim: 224 dim: 224" in text
+    assert "dim: 32 dim: 3 dim: 224 dim: 224" in text
 
 
 def _fake_tree(tmp_path: Path, name: str) -> Path:
@@ -243,7 +245,8 @@ def test_run_bundle_on_a_damaged_archive_says_so(tmp_path):
 
 # A stand-in for the probe: what benchmarks/gpu/probe.cpp writes, for any net, with the bytes
 # of the net's prototxt as its "device peak" (so each configuration's file shows its own net),
-# 7 cuDNN handles with CAFFEMEM_CUDNN_POOL=0 (else 4) and the stack limit it was asked for.
+# 7 cuDNN handles with CAFFEMEM_CUDNN_POOL=0 (else 4) and the stack limit it was asked for;
+# asked to time iterations, it says they took the bytes of its net (+2, +1) in seconds.
 FAKE_PROBE = """#!/bin/sh
 size=$(wc -c < "$1")
 cat > "$3" <<EOF
@@ -253,6 +256,7 @@ cat > "$3" <<EOF
  "layers": [{"name": "conv1", "type": "Convolution", "setup": {"device_alloc": 7}, "forward": {"device_alloc": 0}}],
  "end": {"device_in_use": 0, "host_in_use": 0, "device_peak": $size, "host_peak": 0, "device_used": 9,
          "cudnn_handles": $([ "$CAFFEMEM_CUDNN_POOL" = 0 ] && echo 7 || echo 4), "cuda_streams": 3, "stack_limit_bytes": ${CAFFEMEM_CUDA_STACK_BYTES:-1024}},
+ $([ -n "$CAFFEMEM_PROBE_TIME_ITERS" ] && printf '"timing": {"iterations": %s, "warmup": 3, "seconds": [%s, %s, %s]},' "$CAFFEMEM_PROBE_TIME_ITERS" $size $((size + 2)) $((size + 1)))
  "results": {"outputs": {}, "all": "$(grep -c mem_param "$1")"}}
 EOF
 """
@@ -279,7 +283,7 @@ def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_progra
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     base = ("stock", "patched", "patched-buffers", "stock-again")
-    v6 = ("patched-nopool", "patched-stack-512", "patched-stack-256", "patched-stack-128")
+    v6 = ("patched-nopool", "patched-stack-256", "patched-stack-128")
     assert [(r["config"], r["file"], r["phase"], r["ok"]) for r in summary["runs"]] == [
         (c, f, p, True)
         for f, phases in (("bvlc_examples_mnist__lenet_train_test.json", ["TRAIN", "TEST"]), ("bvlc_examples_mnist__lenet.json", ["TEST"]))
@@ -287,7 +291,8 @@ def test_measure_writes_runs_json_for_stock_and_both_plans(tmp_path, fake_progra
     ]
     # The stand-in's digest is whether the net has a slot table: a plan's differs from stock's.
     assert summary["bit_identical"] == {"patched": [0, 3], "patched-buffers": [0, 3], "stock-again": [3, 3], "patched-recompute": [0, 1],
-                                        "patched-nopool": [0, 2], "patched-stack-512": [0, 2], "patched-stack-256": [0, 2], "patched-stack-128": [0, 2]}
+                                        "patched-nopool": [0, 2], "patched-stack-256": [0, 2], "patched-stack-128": [0, 2]}
+    assert summary["time_ratios"] == {} and not any("timing" in r for r in summary["runs"])  # lenet is not timed
     recompute = json.loads((out / "patched-recompute" / "nets" / "bvlc_examples_mnist__lenet_train_test.TRAIN.optimized.optimize.json").read_text())
     assert recompute["phases"][0]["recompute"]["policy"] == "sqrt"
     stock = json.loads((out / "stock" / "bvlc_examples_mnist__lenet.json").read_text())
@@ -356,11 +361,42 @@ def test_the_slowest_nets_are_measured_last_and_the_kit_fits_its_budget(corpus):
     order = list(dict.fromkeys(t.gt_file.stem for t in todo))
     assert len(order) == 34 + 5
     assert order[0] == "senet__SE-ResNet-50"  # Caffe refused it on the CPU: no run, no time
-    assert order[-3:] == ["kit__depthwise", "places365__train_val_vgg16", "kit__resnet152"]
+    assert order[-4:] == ["kit__depthwise", "places365__train_val_vgg16", "kit__resnet152", "kit__resnet50_bn_train"]
     assert [t.config.name for t in todo if t.gt_file.stem == "kit__resnet152"] == ["stock", "patched", "patched-buffers", "stock-again", "patched-nopool"]
-    assert len(todo) == 279
+    assert len(todo) == 270
     assert sum(t.seconds for t in todo) < BUDGET < 600 - 60
     assert committed_seconds()[("places365__train_val_vgg16.json", "TRAIN", "stock")] == 4.24  # the H200 (h200-2026-11-26.summary.json)
+
+
+def test_the_probe_times_iterations_only_on_issue_33s_nets_in_train_in_the_timed_configurations():
+    by_name = {c.name: c for c in CONFIGS}
+    assert by_name["patched-cheap"].plan == ("--recompute", "cheap") and by_name["patched-cheap"].phases == ("TRAIN",)
+    assert by_name["patched-recompute"].time_iterations("bvlc_googlenet__train_val", "TRAIN") == 15
+    assert by_name["stock-again"].time_iterations("kit__resnet50_bn_train", "TRAIN") == 15
+    assert by_name["stock"].time_iterations("bvlc_googlenet__train_val", "TEST") == 0  # no Backward to time
+    assert by_name["patched"].time_iterations("bvlc_googlenet__train_val", "TRAIN") == 0  # the blob plan: not asked
+    assert by_name["stock"].time_iterations("bvlc_alexnet__train_val", "TRAIN") == 0
+    assert timed_seconds(15) == (3 + 15) * 0.15 and timed_seconds(0) == 0.0
+
+
+def test_a_timed_run_gives_its_iterations_and_the_summary_each_plans_median_against_stocks_faster(tmp_path, fake_programs, corpus, monkeypatch):
+    """lenet train_test timed as issue 33's nets are: the stand-in says each iteration took
+    the bytes of its net (then +2, +1) seconds, so each configuration's median is its net's
+    bytes + 1, and the ratio is that against stock's (stock and stock-again run the same net)."""
+    lenet = ("bvlc_examples_mnist__lenet_train_test",)
+    monkeypatch.setattr(gpu_configs, "TIMED_NETS", lenet)
+    configs = tuple(dataclasses.replace(c, nets=lenet) if c.name == "patched-cheap" else c for c in CONFIGS)
+    out = tmp_path / "out"
+    measure(configs, fake_programs, corpus, list(lenet), out, device=0, jobs=2)
+    summary = json.loads((out / "summary.json").read_text())
+    timed = {r["config"]: r["timing"] for r in summary["runs"] if "timing" in r}
+    assert sorted(timed) == ["patched-buffers", "patched-cheap", "patched-recompute", "stock", "stock-again"]
+    assert all(r["phase"] == "TRAIN" for r in summary["runs"] if "timing" in r)
+    net = {c: out / c / "nets" / f"bvlc_examples_mnist__lenet_train_test.TRAIN{'' if c.startswith('stock') else '.optimized'}.prototxt" for c in timed}
+    assert timed["stock"] == {"iterations": 15, "warmup": 3, "seconds": [net["stock"].stat().st_size + k for k in (0, 2, 1)]}
+    stock = net["stock"].stat().st_size + 1
+    assert summary["time_ratios"] == {"bvlc_examples_mnist__lenet_train_test.json": {
+        c: round((net[c].stat().st_size + 1) / stock, 4) for c in ("patched-buffers", "patched-recompute", "patched-cheap")}}
 
 
 def test_results_over_the_limit_are_packed_without_the_probe_logs(tmp_path):
