@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from gpu.archive import MIB, pack
-from gpu.builds import CUDA_ARCH, Variant, build, build_path
+from gpu.builds import KIT_ARCH, Variant, build, build_path
 from gpu.cache import cache_root, digest
 from gpu.corpus import corpus_files, key_inputs, stage_corpus
 from gpu.layout import FORMAT, MANIFEST, PROBE_NAME, ROOT, TOOLS, VARIANTS, patch_key
@@ -99,7 +99,7 @@ def stage(trees: dict[str, Path], probes: dict[str, Path], cuda: Path, dest: Pat
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "variants": {v: {"tree": trees[v].name, "programs": sorted(str(p.relative_to(dest)) for p in programs if p.is_relative_to(dest / v))} for v in VARIANTS},
         "runtime_patch": patch_key(),
-        "cuda_arch": CUDA_ARCH,
+        "cuda_arch": KIT_ARCH,
         "toolkit": [line for line in REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")],
         "cuda_needed": list(CUDA_NEEDED),
         "libraries": {name: str(Path(path).resolve()) for name, path in sorted(needed.items())},

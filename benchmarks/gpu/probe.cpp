@@ -59,6 +59,9 @@
 namespace {
 
 const int kNoGpu = 3;
+// The kit's builds carry SASS for sm_90 and compute_90 PTX only (benchmarks/gpu/builds.py
+// KIT_ARCH): an older card would fail at its first kernel, so it counts as no GPU.
+const int kMinMajor = 9;
 
 struct Stats {
   long long device_alloc = 0, device_freed = 0, device_calls = 0;
@@ -403,8 +406,26 @@ int main(int argc, char** argv) {
         cudaGetErrorString(e));
     return kNoGpu;
   }
+  int usable = 0;
+  std::ostringstream older;
+  for (int d = 0; d < devices; ++d) {
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+    if (prop.major >= kMinMajor) {
+      ++usable;
+    } else {
+      older << (older.tellp() > 0 ? ", " : "") << d << ": " << prop.name << " " << prop.major << "." << prop.minor;
+    }
+  }
+  if (usable == 0) {
+    printf("devices 0\n");
+    fprintf(stderr, "probe: no CUDA device of compute capability %d.0 or newer (%s); the kit's "
+        "Caffe is built for sm_90 (benchmarks/gpu/builds.py KIT_ARCH): build it with "
+        "CUDA_ARCH for this card\n", kMinMajor, older.str().c_str());
+    return kNoGpu;
+  }
   if (argc == 2 && std::string(argv[1]) == "--devices") {
-    printf("devices %d\n", devices);
+    printf("devices %d\n", usable);
     return 0;
   }
   if (argc < 4 || argc > 5) {
