@@ -120,6 +120,9 @@ class Subject:
     # fit --recompute: ``measure`` gives the plan's lower bound (the policy's choice, no
     # packing), never above the plan's figure; ``confirm`` the whole plan's, for the answer.
     confirm: Measure | None = None
+    # fit --recompute: what the file says around one batch's plan (an analysis of the net at
+    # that batch), made for the answer alone; ``confirm``'s footprints carry only the rest.
+    notes_at: Callable[[int], tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -496,7 +499,8 @@ def fit(net: NetLike, options: Options, request: FitRequest, *, phase: str | Non
             schedule = BatchSchedule(search.batch, subject.iter_size, request.gpus, evaluations.at(search.batch).bytes or 0)
     made = tuple(evaluations.made.values())
     answer = evaluations.made.get(search.batch or 1)
-    notes = subject.notes + (answer.notes if answer else ()) + search_notes(search, made) + time_notes(search, made, request.budget)
+    answer_notes = (subject.notes_at(answer.batch) if subject.notes_at is not None and answer is not None and not answer.bound else ()) + (answer.notes if answer else ())
+    notes = subject.notes + answer_notes + search_notes(search, made) + time_notes(search, made, request.budget)
     if request.gpus > 1 and subject.test_nets:
         notes += ("with several GPUs only the root solver (the first GPU) builds the test nets: these figures are that GPU's, the others need less",)
     if schedule is not None and request.effective_batch is not None:
@@ -591,22 +595,31 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     phase = options.phase or default_phase(upgrade_net(source.proto, source.file)[0], specs)
     at_phase = replace(options, phase=phase)
 
-    bounds: dict[int, RecomputeBound] = {}  # fit --recompute: each batch's bound, which its plan starts from
-
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(at_phase, batch=batch), tables=False)  # stock Caffe at every batch: a table binds at one only
         net = analysis.nets[0]
-        report, seconds = _planned(net, at_phase, optimized, recompute, bounds.pop(batch, None))
-        return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None, seconds)
+        report = _report(net, at_phase, optimized)
+        return Footprint(report.total_bytes, _notes(analysis, net, options), report if isinstance(report, DeviceReport) else None)
 
-    def bound(batch: int) -> Footprint:  # its notes are the plan's at the answer (``measure``)
+    notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
+    if recompute is None:
+        return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized, recompute))
+
+    bounds: dict[int, RecomputeBound] = {}  # each batch's bound, which its plan starts from
+
+    def bound(batch: int) -> Footprint:
         found = bounds[batch] = _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute)
         return Footprint(found.choice.figure, (), None, _seconds(found.choice))
 
-    notes = ("a net file counts that net alone; pass the solver file to count the training process (solver history, test nets)",) if phase == "TRAIN" else ()
-    if recompute is not None:
-        return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), measure)
-    return Subject("net", phase, 1, measure, 0, notes + _optimized_notes(optimized, recompute))
+    def planned(batch: int) -> Footprint:  # its notes: ``notes_at``, for the answer only
+        report, seconds = _planned(bounds.pop(batch, None) or _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute), at_phase, recompute)
+        return Footprint(report.total_bytes, (), report if isinstance(report, DeviceReport) else None, seconds)
+
+    def notes_at(batch: int) -> tuple[str, ...]:
+        analysis = analyze(path, replace(at_phase, batch=batch), tables=False)
+        return _notes(analysis, analysis.nets[0], options)
+
+    return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), planned, notes_at)
 
 
 def _solver_subject(path: str, source: SolverSource, options: Options, optimized: bool, recompute: "Policy | None" = None) -> Subject:
@@ -619,27 +632,40 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
     tests = analyze(path, replace(options, phase="TEST", batch=None), tables=False).nets
     test_parts = [(test.shaped, _report(test, options, optimized)) for test in tests]  # a TEST net runs no Backward: nothing to recompute
 
-    bounds: dict[int, RecomputeBound] = {}  # fit --recompute: each batch's bound, which its plan starts from
-
     def measure(batch: int) -> Footprint:
         analysis = analyze(path, replace(train_options, batch=batch), tables=False)
         train = analysis.nets[0]
-        report, seconds = _planned(train, options, optimized, recompute, bounds.pop(batch, None))
+        report = _report(train, options, optimized)
         process = solver_footprint(solver, (train.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
-        return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None, seconds)
+        return Footprint(process.total_bytes, _notes(analysis, train, options) + process.notes, report if isinstance(report, DeviceReport) else None)
+
+    notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
+    if recompute is None:
+        return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized, recompute))
+
+    bounds: dict[int, RecomputeBound] = {}  # each batch's bound, which its plan starts from
+
+    def bound_at(batch: int) -> RecomputeBound:
+        return _bound(shaped_net(source, replace(train_options, batch=batch), specs), options, recompute)
 
     def bound(batch: int) -> Footprint:
         """The process with the train net at its plan's bound: the train net's figure is the
         one part a plan changes (its pool and untouched gradients are the base run's)."""
-        shaped = shaped_net(source, replace(train_options, batch=batch), specs)
-        found = bounds[batch] = _bound(shaped, options, recompute)
-        process = solver_footprint(solver, (shaped, found.base), test_parts, DTYPE_BYTES[options.dtype])
+        found = bounds[batch] = bound_at(batch)
+        process = solver_footprint(solver, (found.ready.schedule.shaped, found.base), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes - found.base.total_bytes + found.choice.figure, (), None, _seconds(found.choice))
 
-    notes = ("the test nets keep their own batch sizes; only the train net's batch varies",) if tests else ()
-    if recompute is not None:
-        return Subject("solver", "TRAIN", max(solver.iter_size, 1), bound, len(tests), notes + _optimized_notes(optimized, recompute), measure)
-    return Subject("solver", "TRAIN", max(solver.iter_size, 1), measure, len(tests), notes + _optimized_notes(optimized, recompute))
+    def planned(batch: int) -> Footprint:  # its notes: ``notes_at``'s, then the process's
+        found = bounds.pop(batch, None) or bound_at(batch)
+        report, seconds = _planned(found, options, recompute)
+        process = solver_footprint(solver, (found.ready.schedule.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
+        return Footprint(process.total_bytes, process.notes, report if isinstance(report, DeviceReport) else None, seconds)
+
+    def notes_at(batch: int) -> tuple[str, ...]:
+        analysis = analyze(path, replace(train_options, batch=batch), tables=False)
+        return _notes(analysis, analysis.nets[0], options)
+
+    return Subject("solver", "TRAIN", max(solver.iter_size, 1), bound, len(tests), notes + _optimized_notes(optimized, recompute), planned, notes_at)
 
 
 def _report(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None" = None) -> MemoryReport:
@@ -652,15 +678,13 @@ def _report(net: NetAnalysis, options: Options, optimized: bool, recompute: "Pol
     return planned_report(net.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute))
 
 
-def _planned(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None", bound: "RecomputeBound | None" = None) -> "tuple[MemoryReport, float | None]":
-    """:func:`_report`, and with ``recompute`` one iteration's estimated seconds with the
-    Forwards it runs again (plan/timing.py)."""
-    if recompute is None:
-        return _report(net, options, optimized), None
+def _planned(bound: "RecomputeBound", options: Options, recompute: Policy) -> "tuple[MemoryReport, float | None]":
+    """`optimize --recompute`'s figures for the net ``bound`` was made on (its plan starts
+    from the bound), and one iteration's estimated seconds with the Forwards it runs again
+    (plan/timing.py)."""
     from caffemem.api.optimize import OptimizeSettings, planned_phase
 
-    shaped = bound.ready.schedule.shaped if bound is not None else net.shaped  # the net the bound was made on (the same net, built once)
-    planned = planned_phase(shaped, spec_table(options), options, OptimizeSettings(recompute=recompute), bound)
+    planned = planned_phase(bound.ready.schedule.shaped, spec_table(options), options, OptimizeSettings(recompute=recompute), bound)
     return planned.planned_figures, _seconds(planned.recompute)
 
 

@@ -394,56 +394,75 @@ def read_back(schedule: Schedule, specs: SpecTable, choice: Choice) -> None:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """What every plan of one built net starts from: its runs, stock's figures, the
-    schedule and the liveness (with what stays private), in the figures' mode."""
+    """What every plan of one built net starts from: its runs, the schedule and the
+    liveness (with what stays private), in the figures' mode; stock's figures on demand
+    (fit --recompute's search reads only the base run's: :func:`recompute_bound`)."""
 
     on_card_run: Run
     run: Run
-    stock: MemoryReport
     schedule: Schedule
     liveness: Liveness
     schedules: tuple[Schedule, ...]
     keep: dict[tuple[BlobId, str], str]
     on_card: object  # GPU mode: the card's report of a run (device_footprint, partial); else None
-    stock_card: DeviceReport | None
     runtime_card: DeviceReport | None
-    base_figure: int  # what our plans start from (the v6 pool's run in GPU mode)
+
+    @functools.cached_property
+    def stock(self) -> MemoryReport:
+        """Stock Caffe's heap (a replay: made when a plan is, not for a bound)."""
+        return replay(self.run)
+
+    @functools.cached_property
+    def stock_card(self) -> DeviceReport | None:
+        """Stock BVLC's card (GPU mode), as :attr:`stock`."""
+        return self.on_card(self.on_card_run) if self.on_card is not None else None  # type: ignore[operator]
 
     @property
     def base(self) -> "MemoryReport | DeviceReport":
-        """The report of the run our plans start from."""
+        """The report of the run our plans start from (the v6 pool's run in GPU mode)."""
         return self.runtime_card if self.runtime_card is not None else self.stock
+
+    @property
+    def base_figure(self) -> int:
+        """What our plans start from: :attr:`base`'s figure."""
+        return self.base.device_bytes if isinstance(self.base, DeviceReport) else self.base.total_bytes
 
 
 def _prepared(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings) -> _Prepared:
     """:func:`plan_one`'s start, shared with :func:`recompute_bound`."""
     on_card_run = prepare_run(shaped, specs, options)
     run, on_cpu = planning_runs(shaped, specs, options, on_card_run)  # in CPU mode: the same run, None
-    stock = replay(run)
     schedule = build_schedule(shaped, specs, options.dtype, run=run)
     cpu_schedule = build_schedule(shaped, specs, options.dtype, run=on_cpu) if on_cpu is not None else None
     keep: dict[tuple[BlobId, str], str] = {}
     if cpu_schedule is not None:
         keep = {member: f"on the CPU: {why}" for member, why in kept_members(lifetimes(cpu_schedule, settings.exclude, settings.share_buffers)).items()}
-    on_card = stock_card = runtime_card = None
+    on_card = runtime_card = None
     if options.device == "gpu":
         on_card = functools.partial(device_footprint, specs=specs, engine=options.build_engine, context_bytes=options.context_bytes, gpus=options.gpus, card=options.card)
-        stock_card = on_card(on_card_run)
         runtime_card = on_card(on_card_run, pooled=True)
-        on_host = [c for c in schedule.classes if not any(member in stock_card.on_device for member in c.members)]
+        # What the card touches is the same in stock's run: the pool changes which storage
+        # a cuDNN workspace is, not what a step touches (passes/device.py _TwoSidedHeap.touch).
+        on_host = [c for c in schedule.classes if not any(member in runtime_card.on_device for member in c.members)]
         keep |= {member: ON_HOST_ONLY for c in on_host for member in c.members if member not in keep}
         keep |= {member: why for member, why in pooled_workspaces(schedule).items() if member not in keep}
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
     schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
-    base_figure = runtime_card.device_bytes if runtime_card is not None else stock.total_bytes
-    return _Prepared(on_card_run, run, stock, schedule, liveness, schedules, keep, on_card, stock_card, runtime_card, base_figure)
+    return _Prepared(on_card_run, run, schedule, liveness, schedules, keep, on_card, runtime_card)
 
 
 def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, settings: OptimizeSettings) -> Choice:
     """What ``settings.recompute`` chooses on the prepared net, measured with the plan's own
     liveness settings."""
     assert settings.recompute is not None
-    liveness_of = functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=ready.keep or None)
+
+    def liveness_of(schedule: Schedule) -> Liveness:
+        """The prepared schedule's liveness is made already, with these settings when
+        they share buffers (a recomputation's always do): choose asks for it first."""
+        if schedule is ready.schedule and settings.share_buffers:
+            return ready.liveness
+        return lifetimes(schedule, settings.exclude, True, ready.keep or None)
+
     return choose(ready.schedule, specs, settings.recompute, liveness_of, ready.base_figure, prices_for(options.device, options.build_engine))
 
 
