@@ -367,30 +367,21 @@ def check_files(targets: Sequence[str | Problem], settings: CheckSettings, jobs:
             if advance:
                 advance()
     else:
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_leave_interrupts_to_the_parent)
-        try:
-            with _interrupts_held():  # the workers fork while submitting
-                futures = {pool.submit(_check_file_in_worker, file, settings): file for file in files}
-            for future in as_completed(futures):
-                by_file[futures[future]], read_there = future.result()
-                note_reads(read_there)
-                if advance:
-                    advance()
-        except BaseException:  # Ctrl-C, an error: stop the workers now, not after their current file
-            for worker in list((getattr(pool, "_processes", None) or {}).values()):  # (shutdown forgets them)
-                worker.kill()  # SIGKILL: the workers ignore SIGTERM, which the parent answers
-            # Wait for the pool's manager thread (quick: its workers are gone); left running,
-            # Python 3.10's exit hook wakes it through a pipe already closed and prints
-            # "Exception ignored ... Bad file descriptor" after our one line.  A Ctrl-C that
-            # lands inside concurrent.futures' own locking (as_completed's waiter) can leave
-            # a lock it then releases again ("release unlocked lock"): the workers are gone
-            # either way, and the interrupt, not that, is what the user gets.
+        with _signals_answered_once() as stopping:
+            pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_leave_interrupts_to_the_parent)
             try:
-                pool.shutdown(wait=True, cancel_futures=True)
-            except RuntimeError:
-                pass
-            raise
-        pool.shutdown()
+                with _interrupts_held():  # the workers fork while submitting
+                    futures = {pool.submit(_check_file_in_worker, file, settings): file for file in files}
+                for future in as_completed(futures):
+                    by_file[futures[future]], read_there = future.result()
+                    note_reads(read_there)
+                    if advance:
+                        advance()
+            except BaseException:  # Ctrl-C, an error: stop the workers now, not after their current file
+                stopping()
+                _stop_workers(pool)
+                raise
+            pool.shutdown()
     return tuple(outcome for target in targets for outcome in ((target,) if isinstance(target, Problem) else by_file[target]))
 
 
@@ -401,9 +392,68 @@ def _check_file_in_worker(file: str, settings: CheckSettings) -> tuple[tuple[Out
     return check_file(file, settings), reads()
 
 
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers and wait for its manager thread (quick: its workers are
+    gone); left running, Python 3.10's exit hook wakes it through a pipe already closed
+    and prints "Exception ignored ... Bad file descriptor" after our one line.  A Ctrl-C
+    that lands inside concurrent.futures' own locking (as_completed's waiter) can leave a
+    lock it then releases again ("release unlocked lock"): the workers are gone either
+    way, and the interrupt, not that, is what the user gets."""
+    for worker in list((getattr(pool, "_processes", None) or {}).values()):  # (shutdown forgets them)
+        worker.kill()  # SIGKILL: the workers ignore SIGTERM, which the parent answers
+    try:
+        pool.shutdown(wait=True, cancel_futures=True)
+    except RuntimeError:
+        pass
+
+
+@contextmanager
+def _signals_answered_once() -> Iterator[Callable[[], None]]:
+    """While check_files runs its workers, Ctrl-C (SIGTERM, SIGHUP) raises once; from then
+    on, or once the caller says it is `stopping` (an error), a further signal is only
+    noted until the workers are stopped.  Ctrl-C reaches the whole process group, so a
+    second one is common (the user's second press, or every worker's own): raised while
+    the parent killed its workers, it skipped the rest, and the parent, its one line
+    printed, then waited at exit for a worker still measuring its file (CI under load: a
+    test's worker asleep for 30 s).  A signal noted while stopping after an error is
+    delivered once the workers are gone: Ctrl-C still wins over the error."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield lambda: None
+        return
+    state = {"answered": False, "stopping": False}
+    noted: list[int] = []
+    previous: dict[int, Callable] = {}
+
+    def once(number: int, frame: object) -> None:
+        if state["answered"] or state["stopping"]:
+            noted.append(number)
+            return
+        try:
+            previous[number](number, frame)  # KeyboardInterrupt, or Terminated
+        except BaseException:
+            state["answered"] = True
+            raise
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and callable(signal.getsignal(number)):  # not SIG_IGN (nohup, `&`), SIG_DFL
+            previous[number] = signal.signal(number, once)
+    try:
+        yield lambda: state.update(stopping=True)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if noted and not state["answered"]:
+            signal.raise_signal(noted[0])
+
+
 @contextmanager
 def _interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C while the pool forks its workers, then deliver it: a worker forked with
+    """Hold Ctrl-C while the pool forks its workers, then deliver it (to the handler
+    before this one: raised, or ignored where SIGINT is ignored): a worker forked with
     Python's default handler and interrupted before its initializer ran printed "Process
     ForkProcess-2:" and the start of a traceback beside our one line.  Forked under this
     handler, a worker only notes the signal, until the initializer ignores it."""
@@ -420,7 +470,7 @@ def _interrupts_held() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
     if held:
-        raise KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)
 
 
 def _leave_interrupts_to_the_parent() -> None:

@@ -125,7 +125,10 @@ def _softmax_loss_memory(
     pointed at prob_'s data.  Backward (when propagate_down[0]) writes bottom[0]'s diff
     from prob_ and the labels.  ``labels_*``: what the infogain matrix adds.
     ``device_scratch``: the layer's .cu file (SoftmaxWithLoss's; InfogainLoss has none)
-    counts in bottom[0]'s and prob_'s diffs and reads the loss top's device data."""
+    counts in bottom[0]'s and prob_'s diffs and reads the loss top's device data.  The inner
+    Softmax comes from LayerRegistry (softmax_loss_layer.cpp, infogain_loss_layer.cpp
+    LayerSetUp): with cuDNN a CuDNNSoftmaxLayer, whose LayerSetUp calls cudnnCreate (its
+    handle is counted with this layer's; runtime v6 gives it the pool's default-stream one)."""
     prob = q.buffer("prob")
     softmax = softmax_memory(q, q.bottom(0), prob, q.bottoms[0], axis, "softmax/")
     loss_setup, loss_forward = inner_loss(prob, weights)
@@ -139,7 +142,7 @@ def _softmax_loss_memory(
         backward = (read(prob), read(q.bottom(1))) + labels_backward + (write(q.bottom(0), "diff"), read(q.top(0), "diff", "host"))
         # Backward_gpu also reads the loss top's data on the device and prob_'s diff (counts).
         backward += (read(q.top(0)), write(prob, "diff")) if q.device == "gpu" and device_scratch else ()
-    return LayerMemory(setup=setup, forward=forward, backward=backward)
+    return LayerMemory(setup=setup, forward=forward, backward=backward, cudnn_handles=softmax.cudnn_handles)
 
 
 def _softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
@@ -178,7 +181,7 @@ def _rfcn_softmax_with_loss_memory(q: MemoryQuery) -> LayerMemory:
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
         backward = (read(prob), write(q.bottom(0), "diff"), read(q.top(0)), read(q.bottom(1)), write(prob, "diff"), read(q.top(0), "diff", "host"))
-    return LayerMemory(setup=buffer_setup(prob, q.bottoms[0]) + softmax.setup, forward=forward, backward=backward)
+    return LayerMemory(setup=buffer_setup(prob, q.bottoms[0]) + softmax.setup, forward=forward, backward=backward, cudnn_handles=softmax.cudnn_handles)
 
 
 # TheLegendAli/DeepLab-Context@fb04e9e2 (DeepLab v1, deeplab-public) src/caffe/layers/

@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from gpu import measured as gpu_measured  # noqa: E402
 from gpu.configs import CONFIGS  # noqa: E402
 
+from caffemem.api.analyze import Options, analyze  # noqa: E402
 from caffemem.passes.device import CUDA_CONTEXT, CUDNN_HANDLE, LAZY_KERNELS_HIGH, LAZY_KERNELS_LOW  # noqa: E402
 
 
@@ -29,9 +30,13 @@ THIRD = gpu_measured.ARCHIVE.with_name("h200-2026-11-26.tar.xz")
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory) -> list[gpu_measured.Row]:
-    root = gpu_measured.unpack(gpu_measured.ARCHIVE, tmp_path_factory.mktemp("gpu"))
-    return list(gpu_measured.rows(root))
+def first_root(tmp_path_factory) -> Path:
+    return gpu_measured.unpack(gpu_measured.ARCHIVE, tmp_path_factory.mktemp("gpu"))
+
+
+@pytest.fixture(scope="module")
+def measured(first_root) -> list[gpu_measured.Row]:
+    return list(gpu_measured.rows(first_root))
 
 
 @pytest.fixture(scope="module")
@@ -109,18 +114,48 @@ def test_the_context_constant_is_what_the_card_held_before_the_net():
         assert before == {CUDA_CONTEXT.bytes}
 
 
-def test_the_handle_and_lazy_kernel_constants_are_the_fit_of_the_measurement(measured):
-    slope, low, high = gpu_measured.handle_fit(measured)
-    assert (round(slope), round(low), round(high)) == (CUDNN_HANDLE.bytes, LAZY_KERNELS_LOW, LAZY_KERNELS_HIGH)
+def test_the_handle_constant_lies_among_the_fits_of_the_three_measurements(measured, second, third):
+    # CUDNN_HANDLE was the first run's fit when the model missed the handle of the Softmax
+    # that SoftmaxWithLoss builds inside (issue 32).  Counted, each measurement's own fit
+    # (9.47, 9.52, 9.51 MiB) lies within 0.5% of it, on both sides: the data ask no refit.
+    fits = [round(gpu_measured.handle_fit(rows)[0]) for rows in (measured, second, third)]
+    assert fits == [9_927_448, 9_982_249, 9_975_030]
+    assert min(fits) < CUDNN_HANDLE.bytes < max(fits)
 
 
-def test_every_run_of_both_measurements_lies_in_the_lazy_kernel_band(measured, second):
-    # With the constant bytes per cuDNN handle (the fit of the first run, rounded to a byte),
-    # what the card held beyond the figure stays within the band the README states, to
-    # within the rounding (1 KiB).
-    for rows in (measured, second):
+def test_the_lazy_kernel_band_is_what_every_run_held_beyond_the_figure(measured, second, third):
+    # With the constant bytes per cuDNN handle, what the card held beyond the figure: the
+    # same least and most on each of the three measurements.
+    for rows in (measured, second, third):
         rests = [row.unmodelled - row.cudnn_handles * CUDNN_HANDLE.bytes for row in rows]
-        assert LAZY_KERNELS_LOW - 1024 <= min(rests) and max(rests) <= LAZY_KERNELS_HIGH + 1024
+        assert (min(rests), max(rests)) == (LAZY_KERNELS_LOW, LAZY_KERNELS_HIGH)
+
+
+def _loss_handles(root: Path, row: gpu_measured.Row) -> int:
+    """The cuDNN handles the model counts for the net's SoftmaxWithLoss layers (their inner
+    Softmax), as stock Caffe runs it (a plan changes no layer)."""
+    net = root / "stock" / "nets" / f"{row.file[:-len('.json')]}.{row.phase}.prototxt"
+    device = analyze(str(net), Options(device="gpu", phase=row.phase)).nets[0].device
+    return sum(layer.cudnn_handles for layer in device.layers if layer.type == "SoftmaxWithLoss")
+
+
+def test_counting_softmax_with_losss_inner_handle_brings_the_model_to_the_card(measured, first_root):
+    # SoftmaxWithLoss builds its Softmax through LayerRegistry: with cuDNN a
+    # CuDNNSoftmaxLayer, one cudnnCreate (issue 32).  Not counted, the 71 runs of nets with
+    # one (GoogLeNet: three) held beyond the figure a median 10.8 MiB, about one handle,
+    # the 65 others -1.7 MiB; counted, 0.8 MiB.
+    def median_mib(values: list[int]) -> float:
+        values = sorted(values)
+        return round((values[(len(values) - 1) // 2] + values[len(values) // 2]) / 2 / 2**20, 1)
+
+    losses = {(row.file, row.phase): _loss_handles(first_root, row) for row in measured if row.config == "stock"}
+    rest = {row: row.unmodelled - row.cudnn_handles * CUDNN_HANDLE.bytes for row in measured}
+    with_loss = [row for row in measured if losses[(row.file, row.phase)]]
+    assert sorted({losses[(row.file, row.phase)] for row in with_loss}) == [1, 3]
+    uncounted = [rest[row] + losses[(row.file, row.phase)] * CUDNN_HANDLE.bytes for row in with_loss]
+    counted = [rest[row] for row in with_loss]
+    others = [rest[row] for row in measured if not losses[(row.file, row.phase)]]
+    assert (len(with_loss), median_mib(uncounted), median_mib(counted), len(others), median_mib(others)) == (71, 10.8, 0.8, 65, -1.7)
 
 
 def _differing(summary: dict, config: str, part: str) -> set[tuple[str, str]]:

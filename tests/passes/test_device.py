@@ -164,6 +164,40 @@ def test_softmax_loss_scratch_and_loss_reads_are_on_the_card():
     assert loss.device == (0, 256, 0)
 
 
+def test_softmax_with_loss_on_cudnn_holds_its_inner_softmaxs_handle():
+    # softmax_loss_layer.cpp LayerSetUp builds its Softmax through LayerRegistry: with cuDNN
+    # (the engine DEFAULT in a USE_CUDNN build) a CuDNNSoftmaxLayer, whose LayerSetUp calls
+    # cudnnCreate (cudnn_softmax_layer.cpp).  No other layer of TRAIN has a handle.
+    device = gpu(TRAIN).device
+    loss = next(layer for layer in device.layers if layer.name == "loss")
+    assert (loss.cudnn_handles, device.handles.cudnn, device.handles.streams) == (1, 1, 0)
+    assert device.device_by_cause["library_handles"] == CUDNN_HANDLE.bytes
+
+
+def test_softmax_with_loss_on_caffes_engine_holds_no_handle():
+    # softmax_param's engine is the inner Softmax's (the param is copied): CAFFE, no cuDNN.
+    caffe = gpu(TRAIN.replace('top: "loss" }', 'top: "loss" softmax_param { engine: CAFFE } }')).device
+    assert (caffe.handles.cudnn, gpu(TRAIN, engine="caffe").device.handles.cudnn) == (0, 0)
+
+
+def test_infogain_loss_on_cudnn_holds_its_inner_softmaxs_handle():
+    # infogain_loss_layer.cpp LayerSetUp builds its Softmax through LayerRegistry too.
+    infogain = TRAIN.replace('type: "SoftmaxWithLoss" bottom: "ip" bottom: "label"', 'type: "InfogainLoss" bottom: "ip" bottom: "label" bottom: "h"')
+    infogain = infogain.replace('shape { dim: 2 } } }', 'shape { dim: 2 } shape { dim: 10 dim: 10 } } }').replace('top: "data" top: "label"', 'top: "data" top: "label" top: "h"')
+    assert gpu(infogain).device.handles.cudnn == 1
+
+
+def test_the_v6_pool_gives_softmax_with_loss_its_default_stream_handle():
+    # Runtime v6 (cudnn_softmax_layer.cpp edit): the inner CuDNNSoftmaxLayer takes the pool's
+    # default_handle(), created on first use: a net whose only cuDNN layer is the loss's
+    # Softmax holds that one handle and no stream.
+    from caffemem.api.optimize import planned_report
+
+    net = gpu(TRAIN)
+    planned = planned_report(net.shaped, net.specs, Options(device="gpu"))
+    assert (planned.handles.cudnn, planned.handles.streams, planned.handles.pooled) == (1, 0, True)
+
+
 def test_the_context_is_the_measured_constant_and_can_be_given():
     # Measured on an H100 (benchmarks/gpu-groundtruth): total minus free memory once the
     # context, the main thread's cuBLAS handle and its cuRAND generator exist.

@@ -96,7 +96,8 @@ def test_gpu_mode_gives_the_largest_step_on_the_card_and_no_unlabelled_cpu_figur
     assert lines[2] == "largest step on the card: the Forward of layer 1 'conv1' (Convolution) allocates 3.01 MiB"
     cpu = as_json(LENET, "--device", "gpu")["cpu_total_bytes"]
     assert not any(f"{cpu / 2**20:,.2f} MiB" in line for line in lines)
-    assert any("a GPU run holds 723.04 MiB on the card: the log counts" in line for line in lines)
+    # (723.04 MiB before its SoftmaxWithLoss's inner cuDNN Softmax handle was counted: issue 32)
+    assert any("a GPU run holds 732.55 MiB on the card: the log counts" in line for line in lines)
 
 
 def test_the_host_column_is_in_mib_throughout():
