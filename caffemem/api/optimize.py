@@ -443,7 +443,11 @@ def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, sett
     """What ``settings.recompute`` chooses on the prepared net, measured with the plan's own
     liveness settings."""
     assert settings.recompute is not None
-    liveness_of = functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=ready.keep or None)
+    measured = functools.partial(lifetimes, exclude=settings.exclude, share_buffers=True, keep=ready.keep or None)
+
+    def liveness_of(schedule: Schedule) -> Liveness:  # the plain schedule's is made already, at these settings
+        return ready.liveness if schedule is ready.schedule else measured(schedule)
+
     return choose(ready.schedule, specs, settings.recompute, liveness_of, ready.base_figure, prices_for(options.device, options.build_engine))
 
 

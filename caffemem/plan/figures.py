@@ -41,16 +41,18 @@ class Figure:
 
 class Figures:
     """Figures of candidate recomputations of ``schedule`` (see the module docstring).
-    ``plain``: the schedule's liveness; ``deepest``: the liveness with every unit in
-    ``units`` recomputed (which buffers a recomputation lets share, as liveness decides
-    with all its settings); ``bound``: a liveness's figure from its shareable bytes and
-    peak, as plan/recompute.py's ``choose`` counts it.
+    ``plain``: the schedule's liveness; ``deepest``: the liveness with every eligible unit
+    of ``units`` recomputed (which buffers a recomputation lets share, as liveness decides
+    with all its settings), or None: found here, from ``plain.liftable`` and the values
+    of that recomputation (issue 33: measuring it whole was a third of a search);
+    ``stock_figure``: what a plan's figure starts from, as plan/recompute.py's ``choose``
+    counts it.
 
     ``exact`` is False where the precomputed placement would not be ``placed``'s (a
     storage two units write, a layer name the net gives twice): the caller then measures
     whole."""
 
-    def __init__(self, schedule: Schedule, units: Sequence, plain: Liveness, deepest: Liveness, stock_figure: int) -> None:
+    def __init__(self, schedule: Schedule, units: Sequence, plain: Liveness, deepest: Liveness | None, stock_figure: int) -> None:
         self.schedule = schedule
         self.units = units
         self.stock_figure = stock_figure
@@ -129,30 +131,44 @@ class Figures:
         classes = schedule.classes
         shareable = {life.storage: life for life in plain.shareable}
         self.shareable_bytes = sum(life.bytes for life in plain.shareable)
-        lifted = {life.storage for life in deepest.shareable}
         # Buffers plain liveness keeps for holding a value Forward leaves for Backward, which
         # a recomputation refilling them lets share (every other reason is the schedule's alone).
-        liftable = {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
+        if deepest is not None:
+            lifted = {life.storage for life in deepest.shareable}
+            liftable = {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
+        else:
+            liftable = set(plain.liftable)  # those every value of which the deepest recomputation refills: below
         self.storage_count = len(classes)
-        self.relevant = np.zeros(self.storage_count, dtype=bool)  # what a recomputation can change the figure by
-        self.relevant[list(shareable) + list(liftable)] = True
-        self.liftable = np.zeros(self.storage_count, dtype=bool)
-        self.liftable[list(liftable)] = True
         self.buffer = np.array([c.kind == "buffer" for c in classes], dtype=bool)
         self.bytes = np.array([c.bytes for c in classes], dtype=np.int64)
-        # Every plain use of those storages, by storage then step (liveness's _touches).
-        rows = [(storage, step, writes, reads) for storage, uses in _touches(schedule).items() if self.relevant[storage] for step, writes, reads in uses]
-        columns = list(zip(*rows)) if rows else [(), (), (), ()]
-        self.use_storage = np.array(columns[0], dtype=np.int64)
-        self.use_step = np.array(columns[1], dtype=np.int64)
-        self.use_writes = np.array(columns[2], dtype=bool)
-        self.use_reads = np.array(columns[3], dtype=bool)
         spans = [(start, end, life.bytes, life.storage) for life in plain.shareable for start, end in life.spans]
         columns = list(zip(*spans)) if spans else [(), (), (), ()]
         self.starts = np.array(columns[0], dtype=np.int64)
         self.ends = np.array(columns[1], dtype=np.int64)
         self.sizes = np.array(columns[2], dtype=np.int64)
         self.owners = np.array(columns[3], dtype=np.int64)
+        self.relevant = np.zeros(self.storage_count, dtype=bool)  # what a recomputation can change the figure by
+        self.relevant[list(shareable) + list(liftable)] = True
+        touches = _touches(schedule)
+        self._liftable(liftable, touches)
+        if deepest is None and liftable:
+            deepest_units = frozenset(u for u, unit in enumerate(units) if unit.why_not is None)
+            liftable = {int(storage) for storage in self._evaluate(deepest_units)[1]}
+            self.relevant[:] = False
+            self.relevant[list(shareable) + list(liftable)] = True
+            self._liftable(liftable, touches)
+
+    def _liftable(self, liftable: set[int], touches: dict) -> None:
+        """The liftable buffers, and every plain use of the storages a recomputation can
+        change the figure by (``relevant``), by storage then step (liveness's _touches)."""
+        self.liftable = np.zeros(self.storage_count, dtype=bool)
+        self.liftable[list(liftable)] = True
+        rows = [(storage, step, writes, reads) for storage, uses in touches.items() if self.relevant[storage] for step, writes, reads in uses]
+        columns = list(zip(*rows)) if rows else [(), (), (), ()]
+        self.use_storage = np.array(columns[0], dtype=np.int64)
+        self.use_step = np.array(columns[1], dtype=np.int64)
+        self.use_writes = np.array(columns[2], dtype=bool)
+        self.use_reads = np.array(columns[3], dtype=bool)
 
     def placement(self, chosen: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
         """The units that run again, in the order ``placed`` gives their entries, and the
@@ -187,6 +203,10 @@ class Figures:
         (a blob's value ends at its last read before a recomputed Forward writes it first,
         a buffer holds one value per write; a buffer that keeps values between steps is
         shared only if every value is refilled), every other life shifted, the peak swept."""
+        return self._evaluate(chosen)[0]
+
+    def _evaluate(self, chosen: frozenset[int]) -> tuple[Figure, np.ndarray]:
+        """:meth:`figure`, and the liftable buffers the recomputation lets share."""
         ran, before = self.placement(chosen)
         n = self.n
         lengths = self.unit_layers[ran]
@@ -208,6 +228,7 @@ class Figures:
         touched = np.zeros(self.storage_count, dtype=bool)
         touched[again_storage] = True
         shareable_bytes = self.shareable_bytes
+        lifted_owners = np.zeros(0, dtype=np.int64)
         delta = np.zeros(total + 2, dtype=np.int64)
         if len(again_storage):
             again_step = (np.repeat(first_step, sizes) + self.again_offset[rows])[keep]
@@ -237,7 +258,8 @@ class Figures:
             owners = value_storage[owner_heads]
             dropped = self.liftable[owners] & ~whole
             lifted = self.liftable[owners] & whole
-            shareable_bytes += int(self.bytes[owners[lifted]].sum())
+            lifted_owners = owners[lifted]
+            shareable_bytes += int(self.bytes[lifted_owners].sum())
             kept_out = np.zeros(self.storage_count, dtype=bool)
             kept_out[owners[dropped]] = True
             alive = ~kept_out[value_storage]
@@ -251,4 +273,4 @@ class Figures:
         copies = int(self.unit_copies[ran].sum())
         flops = int(self.unit_flops[ran].sum()) if len(ran) else 0
         seconds = float(self.unit_seconds[ran].sum()) if len(ran) else 0.0
-        return Figure(chosen, self.stock_figure - shareable_bytes + peak + copies, flops, tuple(int(u) for u in ran), seconds)
+        return Figure(chosen, self.stock_figure - shareable_bytes + peak + copies, flops, tuple(int(u) for u in ran), seconds), lifted_owners

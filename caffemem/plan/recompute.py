@@ -45,7 +45,7 @@ from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
 from caffemem.layers.bound_buffers import BOUND_BUFFERS
 from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
-from caffemem.passes.liveness import KEEPS_VALUES, Liveness
+from caffemem.passes.liveness import Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.plan.timing import LayerTime, Prices, iteration_seconds, layer_times, prices_for, update_seconds
@@ -236,12 +236,12 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
     none = measure.seed(frozenset(), _Measured(frozenset(), (), schedule, plain, bound(plain), 0, 0))  # nothing recomputed: the plain liveness
-    # Which buffers a recomputation lets share, as liveness decides with all its settings: those
-    # the deepest recomputation shares, of those plain keeps for the one reason it can lift.
-    liftable = any(why == KEEPS_VALUES for why in plain.kept.values())
     from caffemem.plan.figures import Figures  # numpy: here, not at import (a run under a tight address-space cap plans no recomputation)
 
-    figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness if liftable else plain, stock_figure)
+    # Which buffers a recomputation lets share, as liveness decides with all its settings: those
+    # the deepest recomputation refills, of those plain keeps only for the one reason it can
+    # lift (Liveness.liftable; Figures finds them without measuring that recomputation whole).
+    figures = Figures(schedule, units, plain, None, stock_figure)
     quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
         best = quick(frozenset(u for u in eligible if units[u].cheap))

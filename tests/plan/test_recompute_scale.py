@@ -99,7 +99,7 @@ def figures_and_whole(monkeypatch, path: str):
         return figure, sum(units[u].flops for u in chosen if ran.intersection(units[u].layers))
 
     deepest = liveness_of(with_recomputation(schedule, placed(schedule, [units[u].layers for u in eligible], [layer for u in eligible for layer in units[u].restores])))
-    return Figures(schedule, units, plain, deepest, stock), eligible, whole
+    return Figures(schedule, units, plain, deepest, stock), eligible, whole, plain
 
 
 @seed(SEED)
@@ -107,7 +107,7 @@ def figures_and_whole(monkeypatch, path: str):
 @given(net=caffe_nets(max_layers=12), draw=st.randoms(use_true_random=False))
 def test_a_candidates_figure_is_the_whole_measures_on_random_nets(monkeypatch, net, draw):
     with tempfile.TemporaryDirectory() as folder:
-        figures, eligible, whole = figures_and_whole(monkeypatch, written(net, folder))
+        figures, eligible, whole, _ = figures_and_whole(monkeypatch, written(net, folder))
     assert figures.exact
     for _ in range(6):
         chosen = frozenset(u for u in eligible if draw.random() < 0.5)
@@ -118,12 +118,30 @@ def test_a_candidates_figure_is_the_whole_measures_on_random_nets(monkeypatch, n
 def test_a_candidates_figure_is_the_whole_measures_on_a_resnet_with_batchnorm_restored(monkeypatch, tmp_path):
     path = tmp_path / "resnet18.prototxt"
     path.write_text(generate.resnet(18, batch=2, size=32))
-    figures, eligible, whole = figures_and_whole(monkeypatch, str(path))
+    figures, eligible, whole, _ = figures_and_whole(monkeypatch, str(path))
     draw = random.Random(SEED)
     for share in (0.0, 0.2, 0.5, 0.8, 1.0):
         chosen = frozenset(u for u in eligible if draw.random() < share)
         found = figures.figure(chosen)
         assert (found.figure, found.flops) == whole(chosen)
+
+
+def test_the_buffers_a_recomputation_lets_share_are_found_without_measuring_the_deepest_one_whole(monkeypatch, tmp_path):
+    """Layer buffers keep values from Forward to Backward (liveness: KEEPS_VALUES: BatchNorm's
+    temp_ and x_norm_, Scale's temp_, max pooling's max_idx_); recomputed, they are refilled
+    and shared.  Which ones, plan/figures.py finds from the
+    plain liveness (Liveness.liftable) and the deepest recomputation's values, as its
+    liveness measured whole does."""
+    path = tmp_path / "resnet18.prototxt"
+    path.write_text(generate.resnet(18, batch=2, size=32))
+    measured, eligible, whole, plain = figures_and_whole(monkeypatch, str(path))
+    found = Figures(measured.schedule, measured.units, plain, None, measured.stock_figure)
+    assert measured.liftable.sum() == 64  # 21 BatchNorms' two, 21 Scales' one, one max pooling's
+    assert (found.liftable == measured.liftable).all() and (found.relevant == measured.relevant).all()
+    draw = random.Random(SEED)
+    for share in (0.2, 0.5, 1.0):
+        chosen = frozenset(u for u in eligible if draw.random() < share)
+        assert found.figure(chosen) == measured.figure(chosen)
 
 
 def test_past_every_k_sqrt_searches_a_grid_around_its_best_and_finds_the_every_k_minimum_on_a_chain(monkeypatch, tmp_path):
