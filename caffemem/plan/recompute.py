@@ -451,10 +451,13 @@ def missed(budget: int, best: int) -> BudgetMissed:
 
 def _knapsack(options: list[list[tuple[int, float, frozenset[int]]]], need: int) -> frozenset[int] | None:
     """The choice per segment with the fewest estimated seconds whose savings add up to
-    ``need``: a DP over the segments keeping the Pareto frontier of (saving, seconds)."""
-    frontier: list[tuple[int, float, frozenset[int]]] = [(0, 0.0, frozenset())]
+    ``need``: a DP over the segments keeping the Pareto frontier of (saving, seconds).
+    Each entry keeps its choices as a chain back to the first segment's (the union is made
+    once, for the answer: a union per entry and segment was quadratic, issue 33)."""
+    Chain = tuple  # (this segment's units, the chain of the segments before) or ()
+    frontier: list[tuple[int, float, Chain]] = [(0, 0.0, ())]
     for choices in options:
-        grown = [(saving + s, seconds + f, chosen | c) for saving, seconds, chosen in frontier for s, f, c in choices]
+        grown = [(saving + s, seconds + f, (c, chain)) for saving, seconds, chain in frontier for s, f, c in choices]
         grown.sort(key=lambda entry: (-entry[0], entry[1]))
         frontier, cheapest = [], None
         for entry in grown:  # by saving, most first: keep those cheaper than every larger saving
@@ -462,4 +465,10 @@ def _knapsack(options: list[list[tuple[int, float, frozenset[int]]]], need: int)
                 frontier.append(entry)
                 cheapest = entry[1]
     fitting = [entry for entry in frontier if entry[0] >= need]
-    return min(fitting, key=lambda entry: (entry[1], -entry[0]))[2] if fitting else None
+    if not fitting:
+        return None
+    chain, chosen = min(fitting, key=lambda entry: (entry[1], -entry[0]))[2], set()
+    while chain:
+        units, chain = chain
+        chosen.update(units)
+    return frozenset(chosen)
