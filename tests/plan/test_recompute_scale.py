@@ -126,6 +126,20 @@ def test_a_candidates_figure_is_the_whole_measures_on_a_resnet_with_batchnorm_re
         assert (found.figure, found.flops) == whole(chosen)
 
 
+def test_each_chen_segments_figure_alone_is_the_whole_measures_on_an_inception_style_net(monkeypatch, tmp_path):
+    """What ``budget=`` asks per segment (its cheap units, all its units), each figure made
+    from the touched storages alone (plan/figures.py, sparse in the candidate)."""
+    path = tmp_path / "inception.prototxt"
+    path.write_text(generate.inception(3, batch=1, size=32))
+    figures, eligible, whole, plain = figures_and_whole(monkeypatch, str(path))
+    segments = recompute._segments(recompute.checkpoint_candidates(figures.schedule, figures.units, plain), eligible)
+    assert len(segments) == 3
+    for segment in segments:
+        for chosen in {frozenset(u for u in segment if figures.units[u].cheap), frozenset(segment)} - {frozenset()}:
+            found = figures.figure(chosen)
+            assert (found.figure, found.flops) == whole(chosen)
+
+
 def test_the_buffers_a_recomputation_lets_share_are_found_without_measuring_the_deepest_one_whole(monkeypatch, tmp_path):
     """Layer buffers keep values from Forward to Backward (liveness: KEEPS_VALUES: BatchNorm's
     temp_ and x_norm_, Scale's temp_, max pooling's max_idx_); recomputed, they are refilled
