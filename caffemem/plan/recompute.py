@@ -456,12 +456,18 @@ def _knapsack(options: list[list[tuple[int, float, frozenset[int]]]], need: int)
     once, for the answer: a union per entry and segment was quadratic, issue 33)."""
     Chain = tuple  # (this segment's units, the chain of the segments before) or ()
     frontier: list[tuple[int, float, Chain]] = [(0, 0.0, ())]
+    left = sum(max(s for s, _, _ in choices) for choices in options)  # the most the segments still to come save
     for choices in options:
+        left -= max(s for s, _, _ in choices)
         grown = [(saving + s, seconds + f, (c, chain)) for saving, seconds, chain in frontier for s, f, c in choices]
         grown.sort(key=lambda entry: (-entry[0], entry[1]))
         frontier, cheapest = [], None
         for entry in grown:  # by saving, most first: keep those cheaper than every larger saving
+            if entry[0] + left < need:
+                break  # nor can any after it reach ``need``
             if cheapest is None or entry[1] < cheapest:
+                if frontier and frontier[-1][0] >= need and entry[0] >= need:
+                    frontier.pop()  # reaches it for more seconds than this one, as will all it grows into
                 frontier.append(entry)
                 cheapest = entry[1]
     fitting = [entry for entry in frontier if entry[0] >= need]
