@@ -82,9 +82,10 @@ def best_of(args: list[str], repeat: int, keep_output: bool = False) -> Measure:
     return min(runs, key=lambda m: m.seconds)
 
 
-def recompute_rows(name: str, path: Path, layers: int, repeat: int, folder: Path, solver: bool = False) -> None:
+def recompute_rows(name: str, path: Path, layers: int, repeat: int, folder: Path, solver: bool = False, fit_too: bool = True) -> None:
     """The recompute policies on one net (or ``fit`` alone on a solver), each against plain
-    ``optimize`` of the same net: one Markdown row per command."""
+    ``optimize`` of the same net: one Markdown row per command (``fit_too``: and ``fit
+    --recompute sqrt``)."""
     out = str(folder / "planned.prototxt")
     fit = ["fit", str(path), "--gpu-memory", FIT_MEMORY, "--recompute", "sqrt"] + (["--input", "data=3,224,224"] if solver else [])
     if solver:
@@ -102,12 +103,12 @@ def recompute_rows(name: str, path: Path, layers: int, repeat: int, folder: Path
             phase = json.loads(measure.output)["phases"][0]
             budget = (phase["bytes"]["planned"] + phase["recompute"]["lower_bound_without_recompute"]) // 2
             commands.append((["optimize", str(path), "--phase", "TRAIN", "--recompute", f"budget={budget}", "-o", out, "--force"], False))
-    if not solver:
+    if not solver and fit_too:
         measure = best_of(fit, repeat)
         print(f"| {name} | {layers:,} | `caffemem fit --gpu-memory {FIT_MEMORY} --recompute sqrt` | {measure.seconds:.2f} | {measure.seconds / base:.2f} | {measure.peak_mib:.0f} |", flush=True)
 
 
-def recompute_table(sizes: list[int], shapes: list[str], repeat: int) -> None:
+def recompute_table(sizes: list[int], shapes: list[str], repeat: int, fit_too: bool = True) -> None:
     """``--recompute``: the policies' table (module docstring)."""
     print("| net | layers | command | seconds | × plain optimize | peak RSS (MiB) |")
     print("|---|---:|---|---:|---:|---:|")
@@ -120,8 +121,8 @@ def recompute_table(sizes: list[int], shapes: list[str], repeat: int) -> None:
             path.write_text(text)
             layers = layer_count(text)
             del text
-            recompute_rows(name, path, layers, repeat if layers <= 10000 else 1, Path(folder))
-        if GOOGLENET_SOLVER.exists():
+            recompute_rows(name, path, layers, repeat if layers <= 10000 else 1, Path(folder), fit_too=fit_too)
+        if GOOGLENET_SOLVER.exists() and fit_too:
             recompute_rows("GoogLeNet solver", GOOGLENET_SOLVER, layer_count(GOOGLENET_SOLVER.with_name("train_val.prototxt").read_text()), repeat, Path(folder), solver=True)
 
 
@@ -140,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=SHAPES)
     parser.add_argument("--repeat", type=int, default=3, help="runs per command (the fastest is kept)")
     parser.add_argument("--recompute", action="store_true", help="time the recompute policies against plain optimize instead")
+    parser.add_argument("--no-fit", action="store_true", help="with --recompute: the optimize policies only, no fit --recompute")
     options = parser.parse_args(argv)
     print(f"Machine: {machine()}\n")
     if options.recompute:
-        recompute_table(options.sizes, options.shapes, options.repeat)
+        recompute_table(options.sizes, options.shapes, options.repeat, fit_too=not options.no_fit)
         return 0
     print("| net | layers | command | seconds | µs per layer | peak RSS (MiB) | growth / n log n |")
     print("|---|---:|---|---:|---:|---:|---:|")

@@ -52,6 +52,9 @@ class Liveness:
     lower_bound_peak: int  # most bytes of shareable classes alive at one step
     peak_step: int
     alive_at_peak: tuple[int, ...]  # storage classes alive at the peak step
+    # The classes kept only for KEEPS_VALUES: shareable once a recomputation refills every
+    # value (plan/figures.py finds which recomputation does, without measuring it whole).
+    liftable: frozenset[int] = frozenset()
 
 
 def net_outputs_of(graph: Graph) -> set[str]:
@@ -86,26 +89,36 @@ def lifetimes(schedule: Schedule, exclude: Iterable[str] = (), share_buffers: bo
     recompute_steps = frozenset(step.index for step in schedule.steps if step.kind == "recompute")
     shareable: list[Lifetime] = []
     kept: dict[int, str] = {}
+    liftable: set[int] = set()
     for storage in schedule.classes:
         uses = touches.get(storage.id)
         if not uses:
             continue  # never touched: never allocated
         reason = _kept_reason(storage, _values(storage, uses, recompute_steps), recompute_steps, excluded_blobs, share_buffers, storage.id in schedule.init_touched)
-        if not reason and not runtime_binds(schedule.shaped.graph, BlobId(storage.kind, storage.owner)):
-            reason = UNBOUND
-        if not reason and names_two_storages(schedule.shaped, storage.owner):
-            reason = TWO_STORAGES
-        if not reason and storage.bytes == 0:
-            reason = "empty (a zero-sized blob allocates nothing, so there is nothing to share)"
-        if not reason and keep:
-            reason = next((keep[member] for member in storage.members if member in keep), None)
+        if reason == KEEPS_VALUES and not _private_reason(schedule, storage, keep):
+            liftable.add(storage.id)
+        reason = reason or _private_reason(schedule, storage, keep)
         if reason:
             kept[storage.id] = reason
             continue
         shareable.append(Lifetime(storage.id, storage.bytes, _spans(storage, uses, recompute_steps)))
 
     peak, peak_step, alive = _peak(shareable, len(schedule.steps))
-    return Liveness(schedule, tuple(shareable), kept, peak, peak_step, alive)
+    return Liveness(schedule, tuple(shareable), kept, peak, peak_step, alive, frozenset(liftable))
+
+
+def _private_reason(schedule: Schedule, storage: StorageClass, keep: Mapping[tuple[BlobId, str], str] | None) -> str | None:
+    """Why a class whose values allow sharing still keeps its own storage: what the
+    runtime cannot bind, a name the slot table cannot resolve, no bytes, a caller's keep."""
+    if not runtime_binds(schedule.shaped.graph, BlobId(storage.kind, storage.owner)):
+        return UNBOUND
+    if names_two_storages(schedule.shaped, storage.owner):
+        return TWO_STORAGES
+    if storage.bytes == 0:
+        return "empty (a zero-sized blob allocates nothing, so there is nothing to share)"
+    if keep:
+        return next((keep[member] for member in storage.members if member in keep), None)
+    return None
 
 
 def kept_members(liveness: Liveness) -> dict[tuple[BlobId, str], str]:

@@ -41,16 +41,18 @@ class Figure:
 
 class Figures:
     """Figures of candidate recomputations of ``schedule`` (see the module docstring).
-    ``plain``: the schedule's liveness; ``deepest``: the liveness with every unit in
-    ``units`` recomputed (which buffers a recomputation lets share, as liveness decides
-    with all its settings); ``bound``: a liveness's figure from its shareable bytes and
-    peak, as plan/recompute.py's ``choose`` counts it.
+    ``plain``: the schedule's liveness; ``deepest``: the liveness with every eligible unit
+    of ``units`` recomputed (which buffers a recomputation lets share, as liveness decides
+    with all its settings), or None: found here, from ``plain.liftable`` and the values
+    of that recomputation (issue 33: measuring it whole was a third of a search);
+    ``stock_figure``: what a plan's figure starts from, as plan/recompute.py's ``choose``
+    counts it.
 
     ``exact`` is False where the precomputed placement would not be ``placed``'s (a
     storage two units write, a layer name the net gives twice): the caller then measures
     whole."""
 
-    def __init__(self, schedule: Schedule, units: Sequence, plain: Liveness, deepest: Liveness, stock_figure: int) -> None:
+    def __init__(self, schedule: Schedule, units: Sequence, plain: Liveness, deepest: Liveness | None, stock_figure: int) -> None:
         self.schedule = schedule
         self.units = units
         self.stock_figure = stock_figure
@@ -129,30 +131,72 @@ class Figures:
         classes = schedule.classes
         shareable = {life.storage: life for life in plain.shareable}
         self.shareable_bytes = sum(life.bytes for life in plain.shareable)
-        lifted = {life.storage for life in deepest.shareable}
         # Buffers plain liveness keeps for holding a value Forward leaves for Backward, which
         # a recomputation refilling them lets share (every other reason is the schedule's alone).
-        liftable = {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
+        if deepest is not None:
+            lifted = {life.storage for life in deepest.shareable}
+            liftable = {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
+        else:
+            liftable = set(plain.liftable)  # those every value of which the deepest recomputation refills: below
         self.storage_count = len(classes)
-        self.relevant = np.zeros(self.storage_count, dtype=bool)  # what a recomputation can change the figure by
-        self.relevant[list(shareable) + list(liftable)] = True
-        self.liftable = np.zeros(self.storage_count, dtype=bool)
-        self.liftable[list(liftable)] = True
         self.buffer = np.array([c.kind == "buffer" for c in classes], dtype=bool)
         self.bytes = np.array([c.bytes for c in classes], dtype=np.int64)
-        # Every plain use of those storages, by storage then step (liveness's _touches).
-        rows = [(storage, step, writes, reads) for storage, uses in _touches(schedule).items() if self.relevant[storage] for step, writes, reads in uses]
-        columns = list(zip(*rows)) if rows else [(), (), (), ()]
-        self.use_storage = np.array(columns[0], dtype=np.int64)
-        self.use_step = np.array(columns[1], dtype=np.int64)
-        self.use_writes = np.array(columns[2], dtype=bool)
-        self.use_reads = np.array(columns[3], dtype=bool)
         spans = [(start, end, life.bytes, life.storage) for life in plain.shareable for start, end in life.spans]
         columns = list(zip(*spans)) if spans else [(), (), (), ()]
         self.starts = np.array(columns[0], dtype=np.int64)
         self.ends = np.array(columns[1], dtype=np.int64)
         self.sizes = np.array(columns[2], dtype=np.int64)
         self.owners = np.array(columns[3], dtype=np.int64)
+        self.span_first, self.span_count = _groups(self.owners, len(classes))  # each storage's plain spans (contiguous)
+        # The plain profile: bytes alive at each plain step, its maxima over every 2^k steps
+        # (a sparse table), and at each place the bytes of the lives that cross it (alive
+        # before it and at it: alive at any step inserted there).
+        n = self.n
+        delta = np.zeros(n + 2, dtype=np.int64)
+        np.add.at(delta, self.starts, self.sizes)
+        np.add.at(delta, self.ends + 1, -self.sizes)
+        profile = np.cumsum(delta[:n])
+        self.table = [profile]
+        while 1 << len(self.table) <= n:
+            half = 1 << (len(self.table) - 1)
+            self.table.append(np.maximum(self.table[-1][:-half], self.table[-1][half:]))
+        delta[:] = 0
+        np.add.at(delta, self.starts + 1, self.sizes)
+        np.add.at(delta, self.ends + 1, -self.sizes)
+        self.cross = np.cumsum(delta[: n + 1])
+        self.relevant = np.zeros(self.storage_count, dtype=bool)  # what a recomputation can change the figure by
+        self.relevant[list(shareable) + list(liftable)] = True
+        touches = _touches(schedule)
+        self._liftable(liftable, touches)
+        if deepest is None and liftable:
+            deepest_units = frozenset(u for u, unit in enumerate(units) if unit.why_not is None)
+            liftable = {int(storage) for storage in self._evaluate(deepest_units)[1]}
+            self.relevant[:] = False
+            self.relevant[list(shareable) + list(liftable)] = True
+            self._liftable(liftable, touches)
+
+    def _liftable(self, liftable: set[int], touches: dict) -> None:
+        """The liftable buffers, and every plain use of the storages a recomputation can
+        change the figure by (``relevant``), by storage then step (liveness's _touches)."""
+        self.liftable = np.zeros(self.storage_count, dtype=bool)
+        self.liftable[list(liftable)] = True
+        rows = [(storage, step, writes, reads) for storage, uses in touches.items() if self.relevant[storage] for step, writes, reads in uses]
+        columns = list(zip(*rows)) if rows else [(), (), (), ()]
+        self.use_storage = np.array(columns[0], dtype=np.int64)
+        self.use_step = np.array(columns[1], dtype=np.int64)
+        self.use_writes = np.array(columns[2], dtype=bool)
+        self.use_reads = np.array(columns[3], dtype=bool)
+        self.use_first, self.use_count = _groups(self.use_storage, self.storage_count)  # each storage's uses (contiguous)
+
+    def _range_max(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """The plain profile's maximum over steps [low, high] (inclusive), for each pair."""
+        level = np.log2(high - low + 1).astype(np.int64)
+        found = np.empty(len(low), dtype=np.int64)
+        for k in np.unique(level):
+            mine = level == k
+            row = self.table[k]
+            found[mine] = np.maximum(row[low[mine]], row[high[mine] - (1 << int(k)) + 1])
+        return found
 
     def placement(self, chosen: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
         """The units that run again, in the order ``placed`` gives their entries, and the
@@ -187,38 +231,64 @@ class Figures:
         (a blob's value ends at its last read before a recomputed Forward writes it first,
         a buffer holds one value per write; a buffer that keeps values between steps is
         shared only if every value is refilled), every other life shifted, the peak swept."""
+        return self._evaluate(chosen)[0]
+
+    def _evaluate(self, chosen: frozenset[int]) -> tuple[Figure, np.ndarray]:
+        """:meth:`figure`, and the liftable buffers the recomputation lets share.
+
+        Sparse, in the size of what the recomputation touches, not of the net (issue 33:
+        ``budget=`` asks a figure per Chen segment): the plain steps' bytes alive less the
+        touched storages' plain lives plus their rebuilt ones, a correction constant between
+        its breakpoints, added to the plain profile's maximum over each piece (a sparse
+        table); each inserted step's bytes from the plain lives that cross its place."""
         ran, before = self.placement(chosen)
         n = self.n
         lengths = self.unit_layers[ran]
-        inserted = np.bincount(before, weights=lengths, minlength=n + 1).astype(np.int64) if len(ran) else np.zeros(n + 1, dtype=np.int64)
-        ext = np.arange(n + 1, dtype=np.int64) + np.cumsum(inserted)  # a plain step's index in the extended schedule
-        total = n + int(inserted.sum())
-        # Each placed unit's first step: its Backward's place, less what runs there from it on
-        # (the units due at one place are next to each other in placement order).
+        # Where steps are inserted: before plain step points[i], counts[i] of them
+        # (``before`` does not decrease: the units due at one place are next to each other).
+        bounds = np.flatnonzero(np.r_[True, before[1:] != before[:-1]]) if len(ran) else np.zeros(0, dtype=np.int64)
+        points = before[bounds]
+        counts = np.add.reduceat(lengths, bounds) if len(ran) else np.zeros(0, dtype=np.int64)
+        through = np.r_[0, np.cumsum(counts)].astype(np.int64)  # through[i]: inserted before points[i]
+        total = n + int(through[-1])
+        block_start = points + through[:-1]  # the first inserted step's extended index at points[i]
+
+        def ext(step: np.ndarray) -> np.ndarray:
+            """A plain step's index in the extended schedule."""
+            return step + through[np.searchsorted(points, step, side="right")]
+
+        def inserted_before(index: np.ndarray) -> np.ndarray:
+            """How many inserted steps have an extended index below ``index``."""
+            j = np.searchsorted(block_start, index, side="left")
+            last = np.maximum(j - 1, 0)
+            partial = np.minimum(counts[last], index - block_start[last]) if len(counts) else np.zeros_like(index)
+            return np.where(j > 0, through[last] + partial, 0)
+
+        # Each placed unit's first step: its Backward's place, less what runs there from it on.
         after = np.cumsum(lengths) - lengths
         group = np.ones(len(ran), dtype=bool)
         group[1:] = before[1:] != before[:-1]
         group_at = np.maximum.accumulate(np.where(group, np.arange(len(ran)), 0))
-        first_step = ext[before] - inserted[before] + after - after[group_at]
+        first_step = before + through[np.searchsorted(points, before, side="left")] + after - after[group_at]
         sizes = self.unit_from[ran + 1] - self.unit_from[ran]
-        rows = np.repeat(self.unit_from[ran] - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        rows = _ranges(self.unit_from[ran], sizes)
         again_storage = self.again_storage[rows]
         keep = self.relevant[again_storage]
         again_storage = again_storage[keep]
-        touched = np.zeros(self.storage_count, dtype=bool)
-        touched[again_storage] = True
+        touched = np.unique(again_storage)
         shareable_bytes = self.shareable_bytes
-        delta = np.zeros(total + 2, dtype=np.int64)
+        lifted_owners = np.zeros(0, dtype=np.int64)
+        new_start = new_end = new_bytes = np.zeros(0, dtype=np.int64)
         if len(again_storage):
             again_step = (np.repeat(first_step, sizes) + self.again_offset[rows])[keep]
             again_writes = self.again_writes[rows][keep]
             again_reads = self.again_reads[rows][keep]
-            plain = touched[self.use_storage]
+            plain = _ranges(self.use_first[touched], self.use_count[touched])
             storage = np.concatenate([self.use_storage[plain], again_storage])
-            step = np.concatenate([ext[self.use_step[plain]], again_step])
+            step = np.concatenate([ext(self.use_step[plain]), again_step])
             writes = np.concatenate([self.use_writes[plain], again_writes])
             reads = np.concatenate([self.use_reads[plain], again_reads])
-            again = np.concatenate([np.zeros(int(plain.sum()), dtype=bool), np.ones(len(again_storage), dtype=bool)])
+            again = np.concatenate([np.zeros(len(plain), dtype=bool), np.ones(len(again_storage), dtype=bool)])
             order = np.lexsort((step, storage))
             storage, step, writes, reads, again = storage[order], step[order], writes[order], reads[order], again[order]
             first = np.ones(len(storage), dtype=bool)
@@ -229,26 +299,67 @@ class Figures:
             last_read = np.maximum.reduceat(np.where(reads, step, -1), heads)
             value_end = np.maximum(last_read, value_start)
             value_storage = storage[heads]
-            lengths = np.diff(np.append(heads, len(storage)))
+            uses = np.diff(np.append(heads, len(storage)))
             # liveness._kept_reason for a buffer: every value written first, alone or by a recomputed Forward.
-            refilled = writes[heads] & ((lengths == 1) | again[heads])
+            refilled = writes[heads] & ((uses == 1) | again[heads])
             owner_heads = np.flatnonzero(first[heads])
             whole = np.logical_and.reduceat(refilled, owner_heads)
             owners = value_storage[owner_heads]
             dropped = self.liftable[owners] & ~whole
-            lifted = self.liftable[owners] & whole
-            shareable_bytes += int(self.bytes[owners[lifted]].sum())
-            kept_out = np.zeros(self.storage_count, dtype=bool)
-            kept_out[owners[dropped]] = True
-            alive = ~kept_out[value_storage]
-            sizes = self.bytes[value_storage[alive]]
-            np.add.at(delta, value_start[alive], sizes)
-            np.add.at(delta, value_end[alive] + 1, -sizes)
-        stay = ~touched[self.owners]
-        np.add.at(delta, ext[self.starts[stay]], self.sizes[stay])
-        np.add.at(delta, ext[self.ends[stay]] + 1, -self.sizes[stay])
-        peak = max(0, int(np.cumsum(delta[:total]).max())) if total else 0
+            lifted_owners = owners[self.liftable[owners] & whole]
+            shareable_bytes += int(self.bytes[lifted_owners].sum())
+            alive = ~np.isin(value_storage, owners[dropped])
+            new_start, new_end, new_bytes = value_start[alive], value_end[alive], self.bytes[value_storage[alive]]
+        # The touched storages' plain lives, in plain steps: what the rebuilt ones replace.
+        spans = _ranges(self.span_first[touched], self.span_count[touched])
+        old_start, old_end, old_bytes = self.starts[spans], self.ends[spans], self.sizes[spans]
+        peak = 0
+        if n:
+            # The plain steps: rebuilt lives mapped back to the plain steps they cover.
+            low = new_start - inserted_before(new_start)  # the first plain step at or after
+            high = new_end - inserted_before(new_end + 1)  # the last plain step at or before
+            covers = low <= high
+            at = np.concatenate([old_start, old_end + 1, low[covers], high[covers] + 1, [0, n]])
+            change = np.concatenate([-old_bytes, old_bytes, new_bytes[covers], -new_bytes[covers], [0, 0]])
+            order = np.argsort(at, kind="stable")
+            at, level = at[order], np.cumsum(change[order])
+            last = np.r_[at[1:] != at[:-1], True]  # the level after every change at a breakpoint
+            at, level = at[last], level[last]
+            piece = at < n
+            peak = max(peak, int((level[piece] + self._range_max(at[piece], np.r_[at[1:], n][piece] - 1)).max()))
+        if len(ran):
+            # The inserted steps: the plain lives crossing their place, less the touched ones, plus the rebuilt ones.
+            index = _ranges(block_start, counts)
+            place = np.repeat(points, counts)
+            alive_at = self.cross[place] - _level_at(place, old_start + 1, old_end + 1, old_bytes) + _level_at(index, new_start, new_end + 1, new_bytes)
+            peak = max(peak, int(alive_at.max()))
         copies = int(self.unit_copies[ran].sum())
         flops = int(self.unit_flops[ran].sum()) if len(ran) else 0
         seconds = float(self.unit_seconds[ran].sum()) if len(ran) else 0.0
-        return Figure(chosen, self.stock_figure - shareable_bytes + peak + copies, flops, tuple(int(u) for u in ran), seconds)
+        return Figure(chosen, self.stock_figure - shareable_bytes + peak + copies, flops, tuple(int(u) for u in ran), seconds), lifted_owners
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The integers of every range [starts[i], starts[i] + counts[i]), in order."""
+    counts = counts.astype(np.int64)
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+
+def _level_at(where: np.ndarray, opens: np.ndarray, closes: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """At each of ``where``, the sum of ``sizes`` of the ranges [opens, closes) holding it."""
+    at = np.concatenate([opens, closes])
+    order = np.argsort(at, kind="stable")
+    level = np.cumsum(np.concatenate([sizes, -sizes])[order])
+    i = np.searchsorted(at[order], where, side="right")
+    return np.where(i > 0, np.r_[0, level][i], 0)
+
+
+def _groups(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """For keys stored in contiguous runs: where each key's run starts, and its length."""
+    first = np.zeros(size, dtype=np.int64)
+    count = np.zeros(size, dtype=np.int64)
+    if len(keys):
+        heads = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        first[keys[heads]] = heads
+        count[keys[heads]] = np.diff(np.r_[heads, len(keys)])
+    return first, count

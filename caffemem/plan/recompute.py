@@ -45,7 +45,7 @@ from caffemem.errors import CaffememError, UnsafePlan
 from caffemem.graph import count
 from caffemem.layers.bound_buffers import BOUND_BUFFERS
 from caffemem.layers.registry import LayerSpec, SpecTable, recompute_of
-from caffemem.passes.liveness import KEEPS_VALUES, Liveness
+from caffemem.passes.liveness import Liveness
 from caffemem.passes.recompute import Recomputation, names_given_twice, placed, with_recomputation
 from caffemem.passes.schedule import Schedule
 from caffemem.plan.timing import LayerTime, Prices, iteration_seconds, layer_times, prices_for, update_seconds
@@ -236,12 +236,12 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
 
     eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
     none = measure.seed(frozenset(), _Measured(frozenset(), (), schedule, plain, bound(plain), 0, 0))  # nothing recomputed: the plain liveness
-    # Which buffers a recomputation lets share, as liveness decides with all its settings: those
-    # the deepest recomputation shares, of those plain keeps for the one reason it can lift.
-    liftable = any(why == KEEPS_VALUES for why in plain.kept.values())
     from caffemem.plan.figures import Figures  # numpy: here, not at import (a run under a tight address-space cap plans no recomputation)
 
-    figures = Figures(schedule, units, plain, measure(frozenset(eligible)).liveness if liftable else plain, stock_figure)
+    # Which buffers a recomputation lets share, as liveness decides with all its settings: those
+    # the deepest recomputation refills, of those plain keeps only for the one reason it can
+    # lift (Liveness.liftable; Figures finds them without measuring that recomputation whole).
+    figures = Figures(schedule, units, plain, None, stock_figure)
     quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
         best = quick(frozenset(u for u in eligible if units[u].cheap))
@@ -451,15 +451,30 @@ def missed(budget: int, best: int) -> BudgetMissed:
 
 def _knapsack(options: list[list[tuple[int, float, frozenset[int]]]], need: int) -> frozenset[int] | None:
     """The choice per segment with the fewest estimated seconds whose savings add up to
-    ``need``: a DP over the segments keeping the Pareto frontier of (saving, seconds)."""
-    frontier: list[tuple[int, float, frozenset[int]]] = [(0, 0.0, frozenset())]
+    ``need``: a DP over the segments keeping the Pareto frontier of (saving, seconds).
+    Each entry keeps its choices as a chain back to the first segment's (the union is made
+    once, for the answer: a union per entry and segment was quadratic, issue 33)."""
+    Chain = tuple  # (this segment's units, the chain of the segments before) or ()
+    frontier: list[tuple[int, float, Chain]] = [(0, 0.0, ())]
+    left = sum(max(s for s, _, _ in choices) for choices in options)  # the most the segments still to come save
     for choices in options:
-        grown = [(saving + s, seconds + f, chosen | c) for saving, seconds, chosen in frontier for s, f, c in choices]
+        left -= max(s for s, _, _ in choices)
+        grown = [(saving + s, seconds + f, (c, chain)) for saving, seconds, chain in frontier for s, f, c in choices]
         grown.sort(key=lambda entry: (-entry[0], entry[1]))
         frontier, cheapest = [], None
         for entry in grown:  # by saving, most first: keep those cheaper than every larger saving
+            if entry[0] + left < need:
+                break  # nor can any after it reach ``need``
             if cheapest is None or entry[1] < cheapest:
+                if frontier and frontier[-1][0] >= need and entry[0] >= need:
+                    frontier.pop()  # reaches it for more seconds than this one, as will all it grows into
                 frontier.append(entry)
                 cheapest = entry[1]
     fitting = [entry for entry in frontier if entry[0] >= need]
-    return min(fitting, key=lambda entry: (entry[1], -entry[0]))[2] if fitting else None
+    if not fitting:
+        return None
+    chain, chosen = min(fitting, key=lambda entry: (entry[1], -entry[0]))[2], set()
+    while chain:
+        units, chain = chain
+        chosen.update(units)
+    return frozenset(chosen)

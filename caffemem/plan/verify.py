@@ -325,10 +325,10 @@ def _traced(steps: Iterable) -> Iterable[tuple[object, list[tuple[int, object]]]
     first_reads: dict[int | None, list] = {}
     for step in steps:
         reads: list[tuple[int, object]] = []
-        written: list[int] = []
+        written: set[int] = set()  # a set: Net::Init's step writes every storage (issue 33: a list was quadratic)
         for access in step.accesses:
             if access.write:
-                written.append(access.storage)
+                written.add(access.storage)
             else:
                 reads.append((access.storage, "self" if access.storage in written else value.get(access.storage)))
         origin: object = (step.kind, step.layer)
@@ -374,13 +374,13 @@ def replay_violations(schedule: Schedule, place: dict[int, Placement], shadow: "
     for step in schedule.steps:
         name = schedule.step_name(step)
         first_write: dict[int, bool] = {}
-        written: list[int] = []
+        written: dict[int, None] = {}  # in order of first write; a dict, not a list: Net::Init's step writes every storage
         for access in step.accesses:
             if access.storage not in place:
                 continue
             first_write.setdefault(access.storage, access.write)
-            if access.write and access.storage not in written:
-                written.append(access.storage)
+            if access.write:
+                written.setdefault(access.storage)
         for storage, writes_first in first_write.items():
             culprit = clobbered_by.get(storage)
             if not writes_first and culprit is not None:

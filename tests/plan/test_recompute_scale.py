@@ -99,7 +99,7 @@ def figures_and_whole(monkeypatch, path: str):
         return figure, sum(units[u].flops for u in chosen if ran.intersection(units[u].layers))
 
     deepest = liveness_of(with_recomputation(schedule, placed(schedule, [units[u].layers for u in eligible], [layer for u in eligible for layer in units[u].restores])))
-    return Figures(schedule, units, plain, deepest, stock), eligible, whole
+    return Figures(schedule, units, plain, deepest, stock), eligible, whole, plain
 
 
 @seed(SEED)
@@ -107,7 +107,7 @@ def figures_and_whole(monkeypatch, path: str):
 @given(net=caffe_nets(max_layers=12), draw=st.randoms(use_true_random=False))
 def test_a_candidates_figure_is_the_whole_measures_on_random_nets(monkeypatch, net, draw):
     with tempfile.TemporaryDirectory() as folder:
-        figures, eligible, whole = figures_and_whole(monkeypatch, written(net, folder))
+        figures, eligible, whole, _ = figures_and_whole(monkeypatch, written(net, folder))
     assert figures.exact
     for _ in range(6):
         chosen = frozenset(u for u in eligible if draw.random() < 0.5)
@@ -118,12 +118,44 @@ def test_a_candidates_figure_is_the_whole_measures_on_random_nets(monkeypatch, n
 def test_a_candidates_figure_is_the_whole_measures_on_a_resnet_with_batchnorm_restored(monkeypatch, tmp_path):
     path = tmp_path / "resnet18.prototxt"
     path.write_text(generate.resnet(18, batch=2, size=32))
-    figures, eligible, whole = figures_and_whole(monkeypatch, str(path))
+    figures, eligible, whole, _ = figures_and_whole(monkeypatch, str(path))
     draw = random.Random(SEED)
     for share in (0.0, 0.2, 0.5, 0.8, 1.0):
         chosen = frozenset(u for u in eligible if draw.random() < share)
         found = figures.figure(chosen)
         assert (found.figure, found.flops) == whole(chosen)
+
+
+def test_each_chen_segments_figure_alone_is_the_whole_measures_on_an_inception_style_net(monkeypatch, tmp_path):
+    """What ``budget=`` asks per segment (its cheap units, all its units), each figure made
+    from the touched storages alone (plan/figures.py, sparse in the candidate)."""
+    path = tmp_path / "inception.prototxt"
+    path.write_text(generate.inception(3, batch=1, size=32))
+    figures, eligible, whole, plain = figures_and_whole(monkeypatch, str(path))
+    segments = recompute._segments(recompute.checkpoint_candidates(figures.schedule, figures.units, plain), eligible)
+    assert len(segments) == 3
+    for segment in segments:
+        for chosen in {frozenset(u for u in segment if figures.units[u].cheap), frozenset(segment)} - {frozenset()}:
+            found = figures.figure(chosen)
+            assert (found.figure, found.flops) == whole(chosen)
+
+
+def test_the_buffers_a_recomputation_lets_share_are_found_without_measuring_the_deepest_one_whole(monkeypatch, tmp_path):
+    """Layer buffers keep values from Forward to Backward (liveness: KEEPS_VALUES: BatchNorm's
+    temp_ and x_norm_, Scale's temp_, max pooling's max_idx_); recomputed, they are refilled
+    and shared.  Which ones, plan/figures.py finds from the
+    plain liveness (Liveness.liftable) and the deepest recomputation's values, as its
+    liveness measured whole does."""
+    path = tmp_path / "resnet18.prototxt"
+    path.write_text(generate.resnet(18, batch=2, size=32))
+    measured, eligible, whole, plain = figures_and_whole(monkeypatch, str(path))
+    found = Figures(measured.schedule, measured.units, plain, None, measured.stock_figure)
+    assert measured.liftable.sum() == 64  # 21 BatchNorms' two, 21 Scales' one, one max pooling's
+    assert (found.liftable == measured.liftable).all() and (found.relevant == measured.relevant).all()
+    draw = random.Random(SEED)
+    for share in (0.2, 0.5, 1.0):
+        chosen = frozenset(u for u in eligible if draw.random() < share)
+        assert found.figure(chosen) == measured.figure(chosen)
 
 
 def test_past_every_k_sqrt_searches_a_grid_around_its_best_and_finds_the_every_k_minimum_on_a_chain(monkeypatch, tmp_path):
@@ -140,3 +172,34 @@ def test_past_every_k_sqrt_searches_a_grid_around_its_best_and_finds_the_every_k
 
 def test_the_grid_holds_one_to_four_every_candidate_and_a_geometric_run_between():
     assert recompute._ks_to_try(40) == [1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 40]
+
+
+def knapsack_over_the_whole_frontier(options, need):
+    """The knapsack as it was: every Pareto entry kept to the last segment, unions made per entry."""
+    frontier = [(0, 0.0, frozenset())]
+    for choices in options:
+        grown = sorted(((saving + s, seconds + f, chosen | c) for saving, seconds, chosen in frontier for s, f, c in choices), key=lambda entry: (-entry[0], entry[1]))
+        frontier, cheapest = [], None
+        for entry in grown:
+            if cheapest is None or entry[1] < cheapest:
+                frontier.append(entry)
+                cheapest = entry[1]
+    fitting = [entry for entry in frontier if entry[0] >= need]
+    return min(fitting, key=lambda entry: (entry[1], -entry[0]))[2] if fitting else None
+
+
+def test_the_knapsack_keeps_only_entries_that_can_still_be_the_answer_and_answers_as_the_whole_frontier_does():
+    """budget='s knapsack drops the entries that can no longer reach the need and all but the
+    cheapest that reach it (768 segments of a 20,000-layer Inception-style net: 20 s -> 2 s);
+    its answer is the whole frontier's, ties included (seconds drawn from few values)."""
+    draw = random.Random(SEED)
+    for _ in range(200):
+        options, unit = [], 0
+        for _ in range(draw.randint(1, 12)):
+            choices = [(0, 0.0, frozenset())]
+            for _ in range(draw.randint(0, 2)):
+                choices.append((draw.randint(1, 50), float(draw.choice([0.5, 1.0, 1.5, 2.0])), frozenset({unit})))
+                unit += 1
+            options.append(choices)
+        need = draw.randint(0, 200)
+        assert recompute._knapsack(options, need) == knapsack_over_the_whole_frontier(options, need)
