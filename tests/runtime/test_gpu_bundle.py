@@ -6,8 +6,8 @@ glibc's, CUDA's), where CUDA's libraries are found in a Python's nvidia wheels, 
 size limit and format, what stops a kit from running, and the measuring loop `run` and
 `run-bundle` share, driven by a stand-in probe over real corpus nets.
 
-With the kit built (`python benchmarks/gpu_groundtruth.py bundle`: two full CUDA builds of ~85
-min each on 2 busy cores from an empty cache; skipped otherwise, saying so): the archive is within its limit and holds every
+With the kit built (`python benchmarks/gpu_groundtruth.py bundle`: two full CUDA builds of 30
+to 45 min each on 2 cores from an empty cache; skipped otherwise, saying so): the archive is within its limit and holds every
 program, and the rehearsal passes: with only the kit's libraries and the pinned CUDA wheels on
 the library path, `ldd` finds every library and each probe exits 3 (no GPU here)."""
 
@@ -417,7 +417,7 @@ def archive() -> Path:
     found = cached_archive()
     if found is None:
         pytest.skip("the GPU bundle of these inputs is not built: `python benchmarks/gpu_groundtruth.py bundle` "
-                    "(two full CUDA builds, ~85 min each on 2 busy cores from an empty cache; the stock one outlives a patch change)")
+                    "(two full CUDA builds, 30 to 45 min each on 2 cores from an empty cache; the stock one outlives a patch change)")
     return found
 
 
