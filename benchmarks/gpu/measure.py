@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -195,9 +196,7 @@ def probe_env(task: Task) -> dict[str, str]:
 def iteration_seconds(timing: dict) -> float:
     """A timed run's seconds per iteration: the median of its timed iterations (a shared
     card's stray slow iteration does not move it)."""
-    seconds = sorted(timing["seconds"])
-    middle = len(seconds) // 2
-    return seconds[middle] if len(seconds) % 2 else (seconds[middle - 1] + seconds[middle]) / 2
+    return statistics.median(timing["seconds"])
 
 
 def time_ratios(rows: list[dict]) -> dict[str, dict[str, float]]:

@@ -10,6 +10,8 @@ promise is the one checked: the batch reported fits and the next one does not.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import os
 import shlex
@@ -607,18 +609,18 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
 
     bounds: dict[int, RecomputeBound] = {}  # each batch's bound, which its plan starts from
 
+    def bound_at(batch: int) -> RecomputeBound:
+        return _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute)
+
     def bound(batch: int) -> Footprint:
-        found = bounds[batch] = _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute)
+        found = bounds[batch] = bound_at(batch)
         return Footprint(found.choice.figure, (), None, _seconds(found.choice))
 
     def planned(batch: int) -> Footprint:  # its notes: ``notes_at``, for the answer only
-        report, seconds = _planned(bounds.pop(batch, None) or _bound(shaped_net(source, replace(at_phase, batch=batch), specs), at_phase, recompute), at_phase, recompute)
+        report, seconds = _planned(bounds.pop(batch, None) or bound_at(batch), at_phase, recompute)
         return Footprint(report.total_bytes, (), report if isinstance(report, DeviceReport) else None, seconds)
 
-    def notes_at(batch: int) -> tuple[str, ...]:
-        analysis = analyze(path, replace(at_phase, batch=batch), tables=False)
-        return _notes(analysis, analysis.nets[0], options)
-
+    notes_at = functools.partial(_notes_at, path, at_phase, options)
     return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), planned, notes_at)
 
 
@@ -661,11 +663,15 @@ def _solver_subject(path: str, source: SolverSource, options: Options, optimized
         process = solver_footprint(solver, (found.ready.schedule.shaped, report), test_parts, DTYPE_BYTES[options.dtype])
         return Footprint(process.total_bytes, process.notes, report if isinstance(report, DeviceReport) else None, seconds)
 
-    def notes_at(batch: int) -> tuple[str, ...]:
-        analysis = analyze(path, replace(train_options, batch=batch), tables=False)
-        return _notes(analysis, analysis.nets[0], options)
-
+    notes_at = functools.partial(_notes_at, path, train_options, options)
     return Subject("solver", "TRAIN", max(solver.iter_size, 1), bound, len(tests), notes + _optimized_notes(optimized, recompute), planned, notes_at)
+
+
+def _notes_at(path: str, at_phase: Options, options: Options, batch: int) -> tuple[str, ...]:
+    """What the file says around the net (its analysis) at ``batch``: fit --recompute's
+    notes at the answer (``Subject.notes_at``)."""
+    analysis = analyze(path, replace(at_phase, batch=batch), tables=False)
+    return _notes(analysis, analysis.nets[0], options)
 
 
 def _report(net: NetAnalysis, options: Options, optimized: bool, recompute: "Policy | None" = None) -> MemoryReport:
