@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from caffemem.graph import count
-from caffemem.passes.liveness import KEEPS_VALUES, Liveness, _touches
+from caffemem.passes.liveness import Liveness, _touches
 from caffemem.passes.recompute import _param_classes, names_given_twice
 from caffemem.passes.schedule import Schedule
 from caffemem.units import DTYPE_BYTES
@@ -41,18 +41,17 @@ class Figure:
 
 class Figures:
     """Figures of candidate recomputations of ``schedule`` (see the module docstring).
-    ``plain``: the schedule's liveness; ``deepest``: the liveness with every eligible unit
-    of ``units`` recomputed (which buffers a recomputation lets share, as liveness decides
-    with all its settings), or None: found here, from ``plain.liftable`` and the values
-    of that recomputation (issue 33: measuring it whole was a third of a search);
-    ``stock_figure``: what a plan's figure starts from, as plan/recompute.py's ``choose``
-    counts it.
+    ``plain``: the schedule's liveness; ``stock_figure``: what a plan's figure starts from,
+    as plan/recompute.py's ``choose`` counts it.  Which buffers a recomputation lets share
+    (as liveness decides with all its settings) is found here, from ``plain.liftable`` and
+    the values of the deepest recomputation, every eligible unit recomputed (issue 33:
+    measuring that one whole was a third of a search; the tests hold the two equal).
 
     ``exact`` is False where the precomputed placement would not be ``placed``'s (a
     storage two units write, a layer name the net gives twice): the caller then measures
     whole."""
 
-    def __init__(self, schedule: Schedule, units: Sequence, plain: Liveness, deepest: Liveness | None, stock_figure: int) -> None:
+    def __init__(self, schedule: Schedule, units: Sequence, plain: Liveness, stock_figure: int) -> None:
         self.schedule = schedule
         self.units = units
         self.stock_figure = stock_figure
@@ -133,11 +132,7 @@ class Figures:
         self.shareable_bytes = sum(life.bytes for life in plain.shareable)
         # Buffers plain liveness keeps for holding a value Forward leaves for Backward, which
         # a recomputation refilling them lets share (every other reason is the schedule's alone).
-        if deepest is not None:
-            lifted = {life.storage for life in deepest.shareable}
-            liftable = {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
-        else:
-            liftable = set(plain.liftable)  # those every value of which the deepest recomputation refills: below
+        liftable = set(plain.liftable)  # those every value of which the deepest recomputation refills: below
         self.storage_count = len(classes)
         self.buffer = np.array([c.kind == "buffer" for c in classes], dtype=bool)
         self.bytes = np.array([c.bytes for c in classes], dtype=np.int64)
@@ -168,7 +163,7 @@ class Figures:
         self.relevant[list(shareable) + list(liftable)] = True
         touches = _touches(schedule)
         self._liftable(liftable, touches)
-        if deepest is None and liftable:
+        if liftable:
             deepest_units = frozenset(u for u, unit in enumerate(units) if unit.why_not is None)
             liftable = {int(storage) for storage in self._evaluate(deepest_units)[1]}
             self.relevant[:] = False

@@ -241,7 +241,7 @@ def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Ca
     # Which buffers a recomputation lets share, as liveness decides with all its settings: those
     # the deepest recomputation refills, of those plain keeps only for the one reason it can
     # lift (Liveness.liftable; Figures finds them without measuring that recomputation whole).
-    figures = Figures(schedule, units, plain, None, stock_figure)
+    figures = Figures(schedule, units, plain, stock_figure)
     quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
     if policy.name == "cheap":
         best = quick(frozenset(u for u in eligible if units[u].cheap))

@@ -20,6 +20,7 @@ from reference_planners import reference_choose
 from caffemem.api.analyze import Options
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.plan import recompute
+from caffemem.passes.liveness import KEEPS_VALUES
 from caffemem.plan.figures import Figures
 from caffemem.passes.recompute import placed, with_recomputation
 
@@ -77,7 +78,8 @@ def test_on_a_generated_resnet_50_every_policy_chooses_as_before(monkeypatch, tm
 
 def figures_and_whole(monkeypatch, path: str):
     """For the plain schedule ``optimize --recompute sqrt`` plans: plan/figures.py's
-    evaluator, and the whole measure of a candidate (its extended schedule's liveness)."""
+    evaluator, the whole measure of a candidate (its extended schedule's liveness), the
+    eligible units, the plain liveness and the plan's liveness settings."""
     captured = {}
 
     def keep(schedule, specs, asked, liveness_of, stock_figure, prices=None):
@@ -98,8 +100,17 @@ def figures_and_whole(monkeypatch, path: str):
         ran = {entry.layer for entry in entries}
         return figure, sum(units[u].flops for u in chosen if ran.intersection(units[u].layers))
 
+    return Figures(schedule, units, plain, stock), eligible, whole, plain, liveness_of
+
+
+def liftable_measured_whole(figures: Figures, liveness_of, plain, eligible: list[int]) -> set[int]:
+    """The oracle of Figures.liftable: the buffers plain keeps for holding a value Forward
+    leaves for Backward (KEEPS_VALUES) that the deepest recomputation, every eligible unit
+    recomputed and measured whole through liveness, lets share."""
+    schedule, units = figures.schedule, figures.units
     deepest = liveness_of(with_recomputation(schedule, placed(schedule, [units[u].layers for u in eligible], [layer for u in eligible for layer in units[u].restores])))
-    return Figures(schedule, units, plain, deepest, stock), eligible, whole, plain
+    lifted = {life.storage for life in deepest.shareable}
+    return {storage for storage, why in plain.kept.items() if why == KEEPS_VALUES and storage in lifted}
 
 
 @seed(SEED)
@@ -107,7 +118,7 @@ def figures_and_whole(monkeypatch, path: str):
 @given(net=caffe_nets(max_layers=12), draw=st.randoms(use_true_random=False))
 def test_a_candidates_figure_is_the_whole_measures_on_random_nets(monkeypatch, net, draw):
     with tempfile.TemporaryDirectory() as folder:
-        figures, eligible, whole, _ = figures_and_whole(monkeypatch, written(net, folder))
+        figures, eligible, whole, _, _ = figures_and_whole(monkeypatch, written(net, folder))
     assert figures.exact
     for _ in range(6):
         chosen = frozenset(u for u in eligible if draw.random() < 0.5)
@@ -118,7 +129,7 @@ def test_a_candidates_figure_is_the_whole_measures_on_random_nets(monkeypatch, n
 def test_a_candidates_figure_is_the_whole_measures_on_a_resnet_with_batchnorm_restored(monkeypatch, tmp_path):
     path = tmp_path / "resnet18.prototxt"
     path.write_text(generate.resnet(18, batch=2, size=32))
-    figures, eligible, whole, _ = figures_and_whole(monkeypatch, str(path))
+    figures, eligible, whole, _, _ = figures_and_whole(monkeypatch, str(path))
     draw = random.Random(SEED)
     for share in (0.0, 0.2, 0.5, 0.8, 1.0):
         chosen = frozenset(u for u in eligible if draw.random() < share)
@@ -131,7 +142,7 @@ def test_each_chen_segments_figure_alone_is_the_whole_measures_on_an_inception_s
     from the touched storages alone (plan/figures.py, sparse in the candidate)."""
     path = tmp_path / "inception.prototxt"
     path.write_text(generate.inception(3, batch=1, size=32))
-    figures, eligible, whole, plain = figures_and_whole(monkeypatch, str(path))
+    figures, eligible, whole, plain, _ = figures_and_whole(monkeypatch, str(path))
     segments = recompute._segments(recompute.checkpoint_candidates(figures.schedule, figures.units, plain), eligible)
     assert len(segments) == 3
     for segment in segments:
@@ -148,14 +159,15 @@ def test_the_buffers_a_recomputation_lets_share_are_found_without_measuring_the_
     liveness measured whole does."""
     path = tmp_path / "resnet18.prototxt"
     path.write_text(generate.resnet(18, batch=2, size=32))
-    measured, eligible, whole, plain = figures_and_whole(monkeypatch, str(path))
-    found = Figures(measured.schedule, measured.units, plain, None, measured.stock_figure)
-    assert measured.liftable.sum() == 64  # 21 BatchNorms' two, 21 Scales' one, one max pooling's
-    assert (found.liftable == measured.liftable).all() and (found.relevant == measured.relevant).all()
+    found, eligible, whole, plain, liveness_of = figures_and_whole(monkeypatch, str(path))
+    measured = liftable_measured_whole(found, liveness_of, plain, eligible)
+    assert len(measured) == 64  # 21 BatchNorms' two, 21 Scales' one, one max pooling's
+    assert set(found.liftable.nonzero()[0].tolist()) == measured
+    assert set(found.relevant.nonzero()[0].tolist()) == {life.storage for life in plain.shareable} | measured
     draw = random.Random(SEED)
     for share in (0.2, 0.5, 1.0):
         chosen = frozenset(u for u in eligible if draw.random() < share)
-        assert found.figure(chosen) == measured.figure(chosen)
+        assert (found.figure(chosen).figure, found.figure(chosen).flops) == whole(chosen)
 
 
 def test_past_every_k_sqrt_searches_a_grid_around_its_best_and_finds_the_every_k_minimum_on_a_chain(monkeypatch, tmp_path):
