@@ -256,24 +256,51 @@ BUDGET_RETRIES = 4  # --recompute budget=SIZE: plans made again at a lower targe
 def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None) -> PhasePlan:
     """:func:`plan_one`, and for ``--recompute budget=SIZE`` the same again at a lower target
     while the plan the packer made is above the budget its bound met.  ``bound``: this net's
-    :func:`recompute_bound` at these settings, already made (fit --recompute's answer)."""
-    planned = plan_one(shaped, specs, options, settings, bound)
+    :func:`recompute_bound` at these settings, already made (fit --recompute's answer).
+    Every try starts from the one prepared net and fork plan (:class:`_Start`): only the
+    choice, the packing and its proof depend on the target (issue 33: each try prepared the
+    whole net again, and a 20,000-layer net's ``budget=`` did not finish)."""
     policy = settings.recompute
-    for _ in range(BUDGET_RETRIES if policy is not None and policy.budget is not None else 0):
+    if policy is None or policy.budget is None:
+        return plan_one(shaped, specs, options, settings, bound)
+    start = _start(shaped, specs, options, replace(settings, share_buffers=True), bound)
+    planned = plan_one(shaped, specs, options, settings, bound, start=start)
+    for _ in range(BUDGET_RETRIES):
         figure = planned.totals()["planned"]
         if figure <= policy.budget:
             return planned
         policy = replace(policy, target=(policy.target if policy.target is not None else policy.budget) - (figure - policy.budget))
         try:
-            planned = plan_one(shaped, specs, options, replace(settings, recompute=policy))
+            planned = plan_one(shaped, specs, options, replace(settings, recompute=policy), start=start)
         except BudgetMissed:
             break
-    if policy is not None and policy.budget is not None and planned.totals()["planned"] > policy.budget:
+    if planned.totals()["planned"] > policy.budget:
         raise missed(policy.budget, planned.totals()["planned"])
     return planned
 
 
-def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None) -> PhasePlan:
+@dataclass(frozen=True)
+class _Start:
+    """What every plan of one built net starts from whatever it recomputes: the prepared net
+    and the fork's own plan, with the verifier's verdict on it."""
+
+    ready: "_Prepared"
+    fork_slots: SlotAssignment
+    fork: MemoryReport
+    fork_card: DeviceReport | None
+    fork_data: PlanData
+    fork_violations: tuple
+
+
+def _start(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None) -> _Start:
+    """:class:`_Start` at ``settings`` (a recomputation's share buffers); ``bound``: its prepared net, made already."""
+    ready = bound.ready if bound is not None else _prepared(shaped, specs, options, settings)
+    fork_slots, fork, fork_card = fork_plan(shaped, specs, options, settings.exclude, ready.run, ready.on_card_run)
+    fork_data = fork_plan_data(fork_slots)
+    return _Start(ready, fork_slots, fork, fork_card, fork_data, tuple(verify_plan_on(ready.schedules, fork_data)))
+
+
+def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None, *, start: _Start | None = None) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, ranked by the figure the
     reports print (the card's in GPU mode), verified, the smallest safe one kept.
 
@@ -281,16 +308,15 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     patched runtime cudaMallocs every slot whole, mem_slots.cpp, so a slot of host-only
     storage is all loss), and with ``--share-buffers`` every strategy's plan of the blobs
     alone stays a candidate, with the buffers added to its packing where each pays
-    (:func:`packed_onto`), so sharing buffers never ends above not sharing them."""
+    (:func:`packed_onto`), so sharing buffers never ends above not sharing them.
+    ``start``: this net's :func:`_start` at these settings, made already (plan_phase's tries)."""
     if settings.recompute is not None:
         settings = replace(settings, share_buffers=True)
-    ready = bound.ready if bound is not None else _prepared(shaped, specs, options, settings)
+    start = start if start is not None else _start(shaped, specs, options, settings, bound)
+    ready = start.ready
     on_card_run, run, stock, schedule, liveness, schedules, keep = ready.on_card_run, ready.run, ready.stock, ready.schedule, ready.liveness, ready.schedules, ready.keep
     on_card, stock_card, runtime_card, base_figure = ready.on_card, ready.stock_card, ready.runtime_card, ready.base_figure
-
-    fork_slots, fork, fork_card = fork_plan(shaped, specs, options, settings.exclude, run, on_card_run)
-    fork_data = fork_plan_data(fork_slots)
-    fork_violations = verify_plan_on(schedules, fork_data)
+    fork_slots, fork, fork_card, fork_data, fork_violations = start.fork_slots, start.fork, start.fork_card, start.fork_data, list(start.fork_violations)
 
     recompute = None
     if settings.recompute is not None:

@@ -81,6 +81,13 @@ class Runs:
         return found
 
 
+def _one_run(start: int, end: int) -> Runs:
+    """``Runs(((start, end),))``, made directly (the packer makes one per node it first fills)."""
+    found = Runs.__new__(Runs)
+    found.starts, found.ends = [start], [end]
+    return found
+
+
 def step_runs(spans: Iterable[tuple[int, int]]) -> list[Run]:
     """Inclusive [first, last] step spans as sorted, merged half-open runs."""
     return Runs((first, last + 1) for first, last in spans).runs()
@@ -179,10 +186,20 @@ class Occupancy:
         self.latest_start, self.earliest_end = -1, steps + 1  # of the placed ranges' steps
         self.one_run_each = True  # so far every placed range has one run of steps
         self.looked_past = 0  # holes and runs the searches have crossed so far: their work
+        self._last: tuple[Sequence[Run], tuple[list[int], list[int]]] | None = None  # _nodes' last answer
 
     def _nodes(self, runs: Sequence[Run]) -> tuple[list[int], list[int]]:
         """The nodes covering ``runs`` exactly, and the nodes above them (each of which
-        covers part of a run)."""
+        covers part of a run).  A packer asks for the same runs twice, to find a hole and
+        to place there: the last answer is kept."""
+        last = self._last
+        if last is not None and last[0] == runs:
+            return last[1]
+        found = self._nodes_of(runs)
+        self._last = (runs, found)
+        return found
+
+    def _nodes_of(self, runs: Sequence[Run]) -> tuple[list[int], list[int]]:
         covering: list[int] = []
         above: list[int] = []
         size, levels = self.size, self.levels
@@ -214,16 +231,20 @@ class Occupancy:
         covering, above = self._nodes(runs)
         own, alive = self.own, self.alive
         for node in covering:
-            for table in (own, alive):
-                found = table[node]
-                if found is None:
-                    table[node] = Runs(((start, end),))
-                else:
-                    found.add(start, end)
+            found = own[node]
+            if found is None:
+                own[node] = _one_run(start, end)
+            else:
+                found.add(start, end)
+            found = alive[node]
+            if found is None:
+                alive[node] = _one_run(start, end)
+            else:
+                found.add(start, end)
         for node in above:
             found = alive[node]
             if found is None:
-                alive[node] = Runs(((start, end),))
+                alive[node] = _one_run(start, end)
             else:
                 found.add(start, end)
 
@@ -304,7 +325,7 @@ def _holes_above(alive: list[tuple[list[int], list[int]]], offset: int):
         first = bisect_right(run_ends, offset)
         starts += run_starts[first:]
         ends += run_ends[first:]
-    order = np.argsort(np.array(starts, dtype=np.int64), kind="stable")
-    sorted_starts = np.array(starts, dtype=np.int64)[order]
-    reach = np.maximum.accumulate(np.concatenate(([offset], np.array(ends, dtype=np.int64)[order])))
-    return reach, sorted_starts - reach[:-1]
+    both = np.array((starts, ends), dtype=np.int64)  # one conversion of the Python lists (the costly part)
+    order = np.argsort(both[0], kind="stable")
+    reach = np.maximum.accumulate(np.concatenate(([offset], both[1][order])))
+    return reach, both[0][order] - reach[:-1]

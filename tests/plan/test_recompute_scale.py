@@ -215,3 +215,24 @@ def test_the_knapsack_keeps_only_entries_that_can_still_be_the_answer_and_answer
             options.append(choices)
         need = draw.randint(0, 200)
         assert recompute._knapsack(options, need) == knapsack_over_the_whole_frontier(options, need)
+
+
+def test_a_budget_tried_again_at_a_lower_target_prepares_the_net_and_the_forks_plan_once(monkeypatch, tmp_path):
+    """budget= plans again at a lower target when the packed plan is above the budget its
+    bound met (api/optimize.py plan_phase); each try prepared the whole net again (runs,
+    schedule, liveness) and the fork's plan (issue 33: a 20,000-layer net did not finish).
+    On a 3-module Inception-style net, budget=8183498B takes two tries: one preparation."""
+    path = tmp_path / "inception.prototxt"
+    path.write_text(generate.inception(3, batch=1, size=32))
+    counted = {"plan_one": 0, "_prepared": 0, "fork_plan": 0}
+    for name in counted:
+        real = getattr(optimize_module, name)
+
+        def counting(*args, real=real, name=name, **kwargs):
+            counted[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(optimize_module, name, counting)
+    phase = optimize(str(path), Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="budget=8183498B")).phases[0]
+    assert counted == {"plan_one": 2, "_prepared": 1, "fork_plan": 1}
+    assert phase.totals()["planned"] == 8157792
