@@ -9,7 +9,7 @@ plan is computed alongside as the baseline.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from caffemem.api.analyze import Options, analyze, build_net, inputs_for, load_source, measure, net_batch, net_phases, planning_runs, prepare_run, spec_table, with_overrides
@@ -37,7 +37,7 @@ from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.carried import assignment_of, with_copies
 from caffemem.plan.fork import fork_assignment, fork_plan_data, fork_run
-from caffemem.plan.recompute import BudgetMissed, Choice, Policy, choose, missed, parse_policy
+from caffemem.plan.recompute import BudgetMissed, Choice, Policy, Search, choose, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, STRATEGY_NAMES, Plan, make_plan, packed_onto
@@ -263,15 +263,18 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     policy = settings.recompute
     if policy is None or policy.budget is None:
         return plan_one(shaped, specs, options, settings, bound)
-    start = _start(shaped, specs, options, replace(settings, share_buffers=True), bound)
-    planned = plan_one(shaped, specs, options, settings, bound, start=start)
+    settings = replace(settings, share_buffers=True)
+    start = _start(shaped, specs, options, settings, bound)
+    search = _recompute_search(start.ready, specs, options, settings) if bound is None else None
+    planned = plan_one(shaped, specs, options, settings, bound, start=start, search=search)
     for _ in range(BUDGET_RETRIES):
         figure = planned.totals()["planned"]
         if figure <= policy.budget:
             return planned
         policy = replace(policy, target=(policy.target if policy.target is not None else policy.budget) - (figure - policy.budget))
+        search = search if search is not None else _recompute_search(start.ready, specs, options, settings)
         try:
-            planned = plan_one(shaped, specs, options, replace(settings, recompute=policy), start=start)
+            planned = plan_one(shaped, specs, options, replace(settings, recompute=policy), start=start, search=search)
         except BudgetMissed:
             break
     if planned.totals()["planned"] > policy.budget:
@@ -300,7 +303,7 @@ def _start(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: Op
     return _Start(ready, fork_slots, fork, fork_card, fork_data, tuple(verify_plan_on(ready.schedules, fork_data)))
 
 
-def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None, *, start: _Start | None = None) -> PhasePlan:
+def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: OptimizeSettings, bound: "RecomputeBound | None" = None, *, start: _Start | None = None, search: Search | None = None) -> PhasePlan:
     """Plan one built net (one phase): every strategy asked for, ranked by the figure the
     reports print (the card's in GPU mode), verified, the smallest safe one kept.
 
@@ -309,7 +312,8 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
     storage is all loss), and with ``--share-buffers`` every strategy's plan of the blobs
     alone stays a candidate, with the buffers added to its packing where each pays
     (:func:`packed_onto`), so sharing buffers never ends above not sharing them.
-    ``start``: this net's :func:`_start` at these settings, made already (plan_phase's tries)."""
+    ``start``, ``search``: this net's :func:`_start` and :func:`_recompute_search` at these
+    settings, made already (plan_phase's tries)."""
     if settings.recompute is not None:
         settings = replace(settings, share_buffers=True)
     start = start if start is not None else _start(shaped, specs, options, settings, bound)
@@ -320,7 +324,7 @@ def plan_one(shaped: ShapedGraph, specs: SpecTable, options: Options, settings: 
 
     recompute = None
     if settings.recompute is not None:
-        recompute = bound.choice if bound is not None else _recompute_choice(ready, specs, options, settings)
+        recompute = bound.choice if bound is not None else _recompute_choice(ready, specs, options, settings, search)
         read_back(schedule, specs, recompute)
         if recompute.recomputed:
             schedule, liveness = recompute.schedule, recompute.liveness
@@ -477,10 +481,21 @@ def _prepared(shaped: ShapedGraph, specs: SpecTable, options: Options, settings:
     return _Prepared(on_card_run, run, schedule, liveness, schedules, keep, on_card, runtime_card)
 
 
-def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, settings: OptimizeSettings) -> Choice:
+def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, settings: OptimizeSettings, search: Search | None = None) -> Choice:
     """What ``settings.recompute`` chooses on the prepared net, measured with the plan's own
-    liveness settings."""
+    liveness settings (``search``: :func:`_recompute_search` of the same, made already)."""
     assert settings.recompute is not None
+    return choose(ready.schedule, specs, settings.recompute, _liveness_of(ready, settings), ready.base_figure, prices_for(options.device, options.build_engine), search=search)
+
+
+def _recompute_search(ready: _Prepared, specs: SpecTable, options: Options, settings: OptimizeSettings) -> Search:
+    """The policies' search on the prepared net, as :func:`_recompute_choice` makes it: what
+    budget='s tries share."""
+    return Search(ready.schedule, specs, _liveness_of(ready, settings), ready.base_figure, prices_for(options.device, options.build_engine))
+
+
+def _liveness_of(ready: _Prepared, settings: OptimizeSettings) -> Callable[[Schedule], Liveness]:
+    """A schedule's liveness with the plan's own settings, for the recompute search."""
 
     def liveness_of(schedule: Schedule) -> Liveness:
         """The prepared schedule's liveness is made already, with these settings when
@@ -489,7 +504,7 @@ def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, sett
             return ready.liveness
         return lifetimes(schedule, settings.exclude, True, ready.keep or None)
 
-    return choose(ready.schedule, specs, settings.recompute, liveness_of, ready.base_figure, prices_for(options.device, options.build_engine))
+    return liveness_of
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ the Forwards run again over one without, is what a user pays.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -207,54 +208,78 @@ def time_ratio_at(choice: Choice, specs: SpecTable, prices: Prices) -> float:
 _Found = TypeVar("_Found")  # a _Measured, or plan/figures.py's Figure
 
 
-def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None) -> Choice:
+def choose(schedule: Schedule, specs: SpecTable, policy: Policy, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None, *, search: "Search | None" = None) -> Choice:
     """The recomputation ``policy`` picks for ``schedule``, measured with ``liveness_of``
     (the plan's own liveness settings); ``stock_figure``: stock Caffe's figure, from which
     a plan's bound is the stock figure less the shareable storage plus its peak; ``prices``:
-    the device's (plan/timing.py; default the CPU's).  Raises a CaffememError for a budget
-    no recomputation reaches."""
-    prices = prices if prices is not None else prices_for("cpu")
-    plain = liveness_of(schedule)
-    times = times_of(schedule, specs, prices)
-    units = units_of(schedule, specs, plain, times)
-    shaped = schedule.shaped
+    the device's (plan/timing.py; default the CPU's); ``search``: a :class:`Search` made
+    already from these same arguments (budget='s tries again).  Raises a CaffememError for
+    a budget no recomputation reaches."""
+    return (search if search is not None else Search(schedule, specs, liveness_of, stock_figure, prices)).choose(policy)
 
-    def bound(liveness: Liveness) -> int:
-        return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
 
-    @_cached
-    def measure(chosen: frozenset[int]) -> _Measured:
-        entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
-        extended = with_recomputation(schedule, entries)
-        liveness = liveness_of(extended)
-        copies = restored_bytes(schedule, entries)
-        ran = {entry.layer for entry in entries}
-        run = [u for u in chosen if ran.intersection(units[u].layers)]
-        flops = sum(units[u].flops for u in run)
-        seconds = sum(units[u].seconds for u in run)
-        return _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies, seconds)
+class Search:
+    """What every policy's search on one schedule starts from (:func:`choose`'s arguments
+    less the policy): the units, their estimated seconds, the evaluator of candidates'
+    figures and every figure measured so far.  ``budget=`` asks it again at a lower target
+    when the packed plan missed its bound (api/optimize.py plan_phase): the same search,
+    not a new one (issue 33)."""
 
-    eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
-    none = measure.seed(frozenset(), _Measured(frozenset(), (), schedule, plain, bound(plain), 0, 0))  # nothing recomputed: the plain liveness
-    from caffemem.plan.figures import Figures  # numpy: here, not at import (a run under a tight address-space cap plans no recomputation)
+    def __init__(self, schedule: Schedule, specs: SpecTable, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None) -> None:
+        self.schedule, self.specs = schedule, specs
+        self.prices = prices if prices is not None else prices_for("cpu")
+        plain = liveness_of(schedule)
+        self.times = times_of(schedule, specs, self.prices)
+        units = self.units = units_of(schedule, specs, plain, self.times)
 
-    # Which buffers a recomputation lets share, as liveness decides with all its settings: those
-    # the deepest recomputation refills, of those plain keeps only for the one reason it can
-    # lift (Liveness.liftable; Figures finds them without measuring that recomputation whole).
-    figures = Figures(schedule, units, plain, stock_figure)
-    quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
-    if policy.name == "cheap":
-        best = quick(frozenset(u for u in eligible if units[u].cheap))
-    elif policy.name == "sqrt":
-        best = _sqrt(quick, checkpoint_candidates(schedule, units, plain), eligible)
-    else:
-        best = _budget(quick, units, eligible, checkpoint_candidates(schedule, units, plain), policy.target if policy.target is not None else policy.budget or 0)
-    best = measure(_pruned(quick, best).units)
-    if best.figure >= none.figure and policy.name != "budget":
-        best = none  # recomputing nothing beats a recomputation that saves nothing
-    forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
-    iteration = iteration_seconds(times, update_seconds(shaped, DTYPE_BYTES[schedule.dtype], prices))
-    return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, none.figure, best.flops, forward, best.copies, best.seconds, iteration, prices.measured_on)
+        def bound(liveness: Liveness) -> int:
+            return stock_figure - sum(life.bytes for life in liveness.shareable) + liveness.lower_bound_peak
+
+        @_cached
+        def measure(chosen: frozenset[int]) -> _Measured:
+            entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+            extended = with_recomputation(schedule, entries)
+            liveness = liveness_of(extended)
+            copies = restored_bytes(schedule, entries)
+            ran = {entry.layer for entry in entries}
+            run = [u for u in chosen if ran.intersection(units[u].layers)]
+            flops = sum(units[u].flops for u in run)
+            seconds = sum(units[u].seconds for u in run)
+            return _Measured(chosen, entries, extended, liveness, bound(liveness) + copies, flops, copies, seconds)
+
+        self.measure = measure
+        self.eligible = [u for u, unit in enumerate(units) if unit.why_not is None]
+        self.none = measure.seed(frozenset(), _Measured(frozenset(), (), schedule, plain, bound(plain), 0, 0))  # nothing recomputed: the plain liveness
+        from caffemem.plan.figures import Figures  # numpy: here, not at import (a run under a tight address-space cap plans no recomputation)
+
+        # Which buffers a recomputation lets share, as liveness decides with all its settings: those
+        # the deepest recomputation refills, of those plain keeps only for the one reason it can
+        # lift (Liveness.liftable; Figures finds them without measuring that recomputation whole).
+        figures = Figures(schedule, units, plain, stock_figure)
+        self.quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
+        self.plain = plain
+
+    @functools.cached_property
+    def checkpoints(self) -> list[int]:
+        """Chen's checkpoint candidates (sqrt and budget= search by them)."""
+        return checkpoint_candidates(self.schedule, self.units, self.plain)
+
+    def choose(self, policy: Policy) -> Choice:
+        """What ``policy`` picks (:func:`choose`)."""
+        quick, measure, eligible, units, schedule = self.quick, self.measure, self.eligible, self.units, self.schedule
+        if policy.name == "cheap":
+            best = quick(frozenset(u for u in eligible if units[u].cheap))
+        elif policy.name == "sqrt":
+            best = _sqrt(quick, self.checkpoints, eligible)
+        else:
+            best = _budget(quick, units, eligible, self.checkpoints, policy.target if policy.target is not None else policy.budget or 0)
+        best = measure(_pruned(quick, best).units)
+        if best.figure >= self.none.figure and policy.name != "budget":
+            best = self.none  # recomputing nothing beats a recomputation that saves nothing
+        shaped, specs, prices = schedule.shaped, self.specs, self.prices
+        forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
+        iteration = iteration_seconds(self.times, update_seconds(shaped, DTYPE_BYTES[schedule.dtype], prices))
+        return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, self.none.figure, best.flops, forward, best.copies, best.seconds, iteration, prices.measured_on)
 
 
 class _cached(Generic[_Found]):

@@ -37,8 +37,8 @@ def chosen_both_ways(monkeypatch, path: str, policy: str, batch: int | None = No
     reference chose from the same schedule: [(new figure, new FLOPs, new entries), (old ...)]."""
     seen = []
 
-    def both(schedule, specs, asked, liveness_of, stock_figure, prices=None):
-        choice = recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices)
+    def both(schedule, specs, asked, liveness_of, stock_figure, prices=None, **search):
+        choice = recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices, **search)
         seen.append(((choice.figure, choice.extra_flops, choice.recomputed), reference_choose(schedule, specs, asked, liveness_of, stock_figure, prices)))
         return choice
 
@@ -82,9 +82,9 @@ def figures_and_whole(monkeypatch, path: str):
     eligible units, the plain liveness and the plan's liveness settings."""
     captured = {}
 
-    def keep(schedule, specs, asked, liveness_of, stock_figure, prices=None):
+    def keep(schedule, specs, asked, liveness_of, stock_figure, prices=None, **search):
         captured.update(schedule=schedule, specs=specs, liveness_of=liveness_of, stock_figure=stock_figure, prices=prices or recompute.prices_for("cpu"))
-        return recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices)
+        return recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices, **search)
 
     monkeypatch.setattr(optimize_module, "choose", keep)
     optimize(path, Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="sqrt"))
@@ -217,14 +217,15 @@ def test_the_knapsack_keeps_only_entries_that_can_still_be_the_answer_and_answer
         assert recompute._knapsack(options, need) == knapsack_over_the_whole_frontier(options, need)
 
 
-def test_a_budget_tried_again_at_a_lower_target_prepares_the_net_and_the_forks_plan_once(monkeypatch, tmp_path):
+def test_a_budget_tried_again_at_a_lower_target_prepares_the_net_the_forks_plan_and_the_search_once(monkeypatch, tmp_path):
     """budget= plans again at a lower target when the packed plan is above the budget its
     bound met (api/optimize.py plan_phase); each try prepared the whole net again (runs,
-    schedule, liveness) and the fork's plan (issue 33: a 20,000-layer net did not finish).
+    schedule, liveness), the fork's plan and the recompute search (units, figures, every
+    segment's measure) (issue 33: a 20,000-layer net did not finish).
     On a 3-module Inception-style net, budget=8183498B takes two tries: one preparation."""
     path = tmp_path / "inception.prototxt"
     path.write_text(generate.inception(3, batch=1, size=32))
-    counted = {"plan_one": 0, "_prepared": 0, "fork_plan": 0}
+    counted = {"plan_one": 0, "_prepared": 0, "fork_plan": 0, "_recompute_search": 0}
     for name in counted:
         real = getattr(optimize_module, name)
 
@@ -234,5 +235,5 @@ def test_a_budget_tried_again_at_a_lower_target_prepares_the_net_and_the_forks_p
 
         monkeypatch.setattr(optimize_module, name, counting)
     phase = optimize(str(path), Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="budget=8183498B")).phases[0]
-    assert counted == {"plan_one": 2, "_prepared": 1, "fork_plan": 1}
+    assert counted == {"plan_one": 2, "_prepared": 1, "fork_plan": 1, "_recompute_search": 1}
     assert phase.totals()["planned"] == 8157792
