@@ -30,7 +30,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from caffemem.passes.liveness import Lifetime, Liveness
+from caffemem.passes.liveness import Lifetime, Liveness, _peak
 from caffemem.plan.intervals import Occupancy, Runs, SlotTree, step_runs
 
 EXACT_MAX_CLASSES = 24
@@ -206,6 +206,11 @@ def _tightest_gap_for_nothing(placed: list[tuple[Lifetime, int]], life: Lifetime
     return best_offset
 
 
+def most_alive(lives: tuple[Lifetime, ...]) -> int:
+    """The most bytes of ``lives`` alive at one step (liveness's sweep): no packing is smaller."""
+    return _peak(list(lives), max((life.end for life in lives), default=-1) + 1)[0]
+
+
 HOLES_PER_CLASS_LOG = 32  # work budget of a packing after the first: holes crossed per class and log2(classes)
 
 
@@ -331,19 +336,26 @@ def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     """All classes in one slot at offsets; the smallest of a few greedy packings
     (largest first, biggest area first, earliest first, longest first; first or best gap),
     the first of equal ones.  A packing is dropped as soon as it is as large as the best so
-    far or over its work budget, and one as small as ``lower_bound`` (the most bytes alive
-    at once) cannot be beaten, so the later ones are not tried.  When none reaches it on a
-    net small enough (:func:`search_work`), :func:`packing_within` searches for a packing
-    at the bound."""
+    far or over its work budget, and one as small as the most bytes of ``lives`` alive at
+    once cannot be beaten, so the later ones are not tried.  When none reaches
+    ``lower_bound`` (the liveness's peak) on a net small enough (:func:`search_work`),
+    :func:`packing_within` searches for a packing at the bound.
+
+    In GPU mode the lives are rounded up to DEVICE_ALIGNMENT (:func:`aligned`), so their
+    peak can lie above the liveness's: a packing at that peak is the smallest there is
+    (issue 33: the largest-first packing of a 20,000-layer chain is one, and the seven
+    packings after it were made, each to be dropped), and no packing fits the liveness's
+    bound then, so none is searched for."""
     best: tuple[int, list[tuple[Lifetime, int]]] | None = None
     budget = packing_work_budget(len(lives))
+    floor = None if lower_bound is None else max(lower_bound, most_alive(lives))  # no packing is smaller
     for order, best_gap in itertools.product(PACKING_ORDERS.values(), (False, True)):
         tried = _pack(lives, order, best_gap, best[0] if best else None, budget if best else None)
         if tried is not None:
             best = tried
-        if best is not None and best[0] == lower_bound:
+        if best is not None and best[0] == floor:
             break
-    if best is not None and lower_bound is not None and best[0] > lower_bound and search_work(len(lives)) <= SEARCH_WORK:
+    if best is not None and lower_bound is not None and best[0] > lower_bound == floor and search_work(len(lives)) <= SEARCH_WORK:
         found = packing_within(lives, lower_bound)
         if found is not None:
             best = (lower_bound, found)

@@ -189,6 +189,22 @@ def test_a_packing_works_out_each_classs_tree_nodes_once(monkeypatch):
         assert len(worked) == 40
 
 
+def test_a_packing_at_the_peak_of_the_aligned_lives_ends_the_search_for_a_smaller_one(monkeypatch):
+    """In GPU mode the lives are rounded up to 256 bytes, so their peak is above the
+    liveness's; a packing at the rounded peak cannot be beaten, and the seven packings after
+    it were made to be dropped (issue 33: a 20,000-layer chain).  A chain of 100-byte
+    blobs, each alive with the next: the liveness's peak is 200 bytes, the rounded one 512,
+    and largest-first reaches it.  The plan is the one all eight packings give."""
+    lives = plan_module.aligned(tuple(Lifetime(i, 100, ((i, i + 1),)) for i in range(30)), plan_module.DEVICE_ALIGNMENT)
+    every = packed(lives)  # no bound: every packing made
+    made = []
+    real = plan_module._pack
+    monkeypatch.setattr(plan_module, "_pack", lambda *args: made.append(args[1:3]) or real(*args))
+    assert packed(lives, 200) == every
+    assert every.slot_bytes == 512
+    assert made == [(PACKING_ORDERS["size"], False)]
+
+
 def _schedule(text: str, tmp_path, phase: str):
     path = tmp_path / "net.prototxt"
     path.write_text(text)
