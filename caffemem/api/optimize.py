@@ -259,7 +259,10 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
     :func:`recompute_bound` at these settings, already made (fit --recompute's answer).
     Every try starts from the one prepared net and fork plan (:class:`_Start`): only the
     choice, the packing and its proof depend on the target (issue 33: each try prepared the
-    whole net again, and a 20,000-layer net's ``budget=`` did not finish)."""
+    whole net again, and a 20,000-layer net's ``budget=`` did not finish).  A lower target
+    often chooses the very recomputation chosen before (its bound was below the budget by
+    more than the packer missed it by): its plan is that try's, not packed and proved again
+    (the 20,000-layer Inception-style net: three of its five tries)."""
     policy = settings.recompute
     if policy is None or policy.budget is None:
         return plan_one(shaped, specs, options, settings, bound)
@@ -274,12 +277,22 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
         policy = replace(policy, target=(policy.target if policy.target is not None else policy.budget) - (figure - policy.budget))
         search = search if search is not None else _recompute_search(start.ready, specs, options, settings)
         try:
-            planned = plan_one(shaped, specs, options, replace(settings, recompute=policy), start=start, search=search)
+            choice = _recompute_choice(start.ready, specs, options, replace(settings, recompute=policy), search)
         except BudgetMissed:
             break
+        if _same_recomputation(choice, planned.recompute):
+            planned = replace(planned, recompute=choice)  # what plan_one makes of it: the same plan, for the new policy
+        else:
+            planned = plan_one(shaped, specs, options, replace(settings, recompute=policy), RecomputeBound(start.ready.base, choice, start.ready), start=start)
     if planned.totals()["planned"] > policy.budget:
         raise missed(policy.budget, planned.totals()["planned"])
     return planned
+
+
+def _same_recomputation(choice: Choice, before: Choice | None) -> bool:
+    """Whether ``choice`` is ``before`` but for its policy: the search measured the very same
+    candidate (its measures are cached, so the same schedule object)."""
+    return before is not None and choice.schedule is before.schedule and choice.recomputed == before.recomputed and replace(choice, policy=before.policy) == before
 
 
 @dataclass(frozen=True)

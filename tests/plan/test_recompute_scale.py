@@ -237,3 +237,23 @@ def test_a_budget_tried_again_at_a_lower_target_prepares_the_net_the_forks_plan_
     phase = optimize(str(path), Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="budget=8183498B")).phases[0]
     assert counted == {"plan_one": 2, "_prepared": 1, "fork_plan": 1, "_recompute_search": 1}
     assert phase.totals()["planned"] == 8157792
+
+
+def test_a_lower_target_that_chooses_the_same_recomputation_keeps_the_plan_made_for_it(monkeypatch, tmp_path):
+    """Each try lowers the target by what the packed plan missed the budget by; while that
+    target stays above the bound of the recomputation chosen, the search chooses it again,
+    and packing and proving it again gives the same plan, as far over (issue 33: three of
+    five tries on a 20,000-layer Inception-style net).  budget=8375639B on a 3-module
+    Inception-style net: five tries before, two plans now, the same answer (8,367,796 B)."""
+    path = tmp_path / "inception.prototxt"
+    path.write_text(generate.inception(3, batch=1, size=32))
+    planned = []
+    real = optimize_module.plan_one
+    monkeypatch.setattr(optimize_module, "plan_one", lambda *args, **kwargs: planned.append(args[3].recompute) or real(*args, **kwargs))
+    chose = []
+    monkeypatch.setattr(optimize_module, "_recompute_choice", lambda *args, real=optimize_module._recompute_choice: chose.append(args[3].recompute) or real(*args))
+    phase = optimize(str(path), Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="budget=8375639B")).phases[0]
+    assert len(chose) == 5  # the first try's choice is made inside plan_one
+    assert len(planned) == 2
+    assert phase.totals()["planned"] == 8367796
+    assert phase.recompute.policy == chose[-1]  # the plan kept is reported for the last target
