@@ -350,7 +350,8 @@ def softmax_memory(q: MemoryQuery, bottom: BlobId, top: BlobId, shape: Shape, ax
         down = bool(q.propagate_down) and q.propagate_down[0]
         backward = (read(top), read(top, "diff"), read(bottom), write(bottom, "diff")) if down else ()
         return LayerMemory(setup=setup, forward=(read(bottom), write(top)), backward=backward, cudnn_handles=1)
-    scratch = (write(scale), read(multiplier))
+    # The CPU code sums with sum_multiplier_; softmax_layer.cu's kernels need only scale_.
+    scratch = (write(scale),) + ((read(multiplier),) if q.device == "cpu" else ())
     backward = (read(top, "diff"), read(top), write(bottom, "diff")) + scratch
     return LayerMemory(setup=setup, forward=(read(bottom), write(top)) + scratch, backward=backward)
 
