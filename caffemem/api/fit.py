@@ -63,6 +63,11 @@ def default_reserve(options: Options) -> tuple[int, Constant | None]:
 # The first exact evaluations; the line through the last two predicts the answer (the
 # smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
 PROBES = (1, 2, 4, 8)
+# fit --recompute's: each evaluation is a policy's choice (about a second on ResNet-152),
+# and the bound is affine in the batch from batch 1 on the nets measured (ResNet-152 and
+# GoogLeNet's solver: batches 1, 2, 4 and 8 on one line, issue 33), so the line through
+# batches 1 and 2 lands on the answer; where it does not, the search corrects it as ever.
+BOUND_PROBES = (1, 2)
 MAX_BATCH = 2**31 - 1  # a blob dimension is an int in Caffe
 MAX_ITER_SIZE = 2**31 - 1  # SolverParameter.iter_size is an int32
 
@@ -153,6 +158,11 @@ class Evaluations:
         self.made: dict[int, Evaluation] = {}
         self.confirmed: set[int] = set()
 
+    @property
+    def probes(self) -> tuple[int, ...]:
+        """The first evaluations: :data:`BOUND_PROBES` where they are bounds, else :data:`PROBES`."""
+        return BOUND_PROBES if self.confirm is not None else PROBES
+
     def at(self, batch: int) -> Evaluation:
         if batch not in self.made:
             made = evaluate(self.measure, batch)
@@ -223,14 +233,15 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
             evaluations.exact(1)
         return BatchSearch(0)
     low, high = 1, None  # low fits; high (once known) does not
-    for probe in PROBES[1:]:
+    probes = evaluations.probes
+    for probe in probes[1:]:
         if not fits(probe):
             high = probe
             break
         low = probe
     guess = line = None
     if high is None:
-        line = PROBES[-2:]
+        line = probes[-2:]
         guess = line_guess(evaluations.at(line[0]), evaluations.at(line[1]), evaluations.budget)
         if guess is not None:
             guess = min(max(guess, low), MAX_BATCH)
@@ -238,6 +249,8 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
                 low = guess
             else:
                 high = guess
+    if evaluations.confirm is not None:
+        low, high = _aimed(evaluations, low, high)
     low, high = _bracket(fits, low, high)
     while high - low > 1:
         middle = (low + high) // 2
@@ -252,6 +265,49 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
     if evaluations.confirm is not None:
         low = _planned_answer(evaluations, low)
     return BatchSearch(low, guess, line)
+
+
+AIMED_STEPS = 4  # fit --recompute: lines aimed before the exponential and binary search
+
+
+def _aimed(evaluations: Evaluations, low: int, high: int | None) -> tuple[int, int | None]:
+    """fit --recompute, where an evaluation is a policy's choice: narrow ``low`` (fits) and
+    ``high`` (does not, None: not known) by the line through the nearest evaluations on
+    either side (below ``low`` the one before it when ``high`` is not known), each aim
+    confirmed by its neighbour (the batch above if it fits, below if not), at most
+    :data:`AIMED_STEPS` times; the exponential and binary search then finish as for any
+    fit.  Where memory is a line from ``low`` on, the first aim and its neighbour are the
+    answer and its successor (the line through batches 1 and 2 can miss it when the small
+    batches sit off that line: the recompute fixture's predicted 312 for 222, and the
+    exponential search from it took 12 more evaluations)."""
+    fits = evaluations.fits
+    for _ in range(AIMED_STEPS):
+        if high is not None and high - low <= 1:
+            break
+        if high is not None:
+            first, second = evaluations.at(low), evaluations.at(high)
+        else:
+            below = [batch for batch, made in evaluations.made.items() if batch < low and made.bytes is not None]
+            if not below:
+                break
+            first, second = evaluations.at(max(below)), evaluations.at(low)
+        if first.bytes is None or second.bytes is None:
+            break  # a batch that cannot be built: the binary search finds the limit
+        aim = line_guess(first, second, evaluations.budget)
+        if aim is None:
+            break
+        aim = min(max(aim, low + 1), high - 1 if high is not None else MAX_BATCH)
+        if aim <= low:
+            break
+        if fits(aim):
+            low = aim
+            if (high is None or aim + 1 < high) and not fits(aim + 1):
+                high = aim + 1
+        else:
+            high = aim
+            if aim - 1 > low and fits(aim - 1):
+                low = aim - 1
+    return low, high
 
 
 def _planned_answer(evaluations: Evaluations, batch: int) -> int:
@@ -444,7 +500,7 @@ class FitResult:
         below the answer and the answer (batches 1 and 2 when the answer is 1)."""
         if not self.fits:
             return None
-        below = [probe for probe in PROBES if probe < self.search.batch]
+        below = [probe for probe in PROBES if probe < self.search.batch and self.at(probe) is not None]  # fit --recompute probes fewer
         first, second = (self.at(below[-1]), self.at(self.search.batch)) if below else (self.at(1), self.at(2))
         if first is None or second is None or first.bytes is None or second.bytes is None:
             return None

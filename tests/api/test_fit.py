@@ -149,6 +149,42 @@ def test_fit_recompute_steps_down_from_a_batch_whose_bound_fits_but_whose_plan_d
     assert result.following is not None and result.following.bytes == 1_073_781_896
 
 
+def test_fit_recompute_aims_a_line_through_the_nearest_evaluations_where_batches_1_and_2_miss():
+    """Issue 33: fit --recompute probes batches 1 and 2 only; on this net their line predicts
+    312 for an answer of 222 (the small batches sit off the line), and the exponential
+    search down from 312 took 12 more evaluations.  The line through batch 2 and 312 aims at
+    222, and its successor confirms it."""
+    result = fit(RECOMPUTE_RESNET, Options(device="cpu", phase="TRAIN"), FitRequest(gpu_memory=24 * MiB, reserve=0, recompute="sqrt"))
+    assert (result.search.batch, result.search.guess, result.search.line) == (222, 312, (1, 2))
+    assert [(e.batch, e.bound) for e in result.evaluations] == [(1, True), (2, True), (312, True), (222, False), (223, True)]
+
+
+def test_fit_recompute_chooses_once_per_batch_evaluated_and_measures_whole_only_the_plans(monkeypatch):
+    """Issue 33: each batch evaluated costs one policy choice, whose figure is the search's
+    (plan/figures.py); only a batch planned whole measures its choice's extended schedule
+    whole (with_recomputation, then liveness), which each choice did before."""
+    from caffemem.plan import recompute
+
+    optimize_module = sys.modules["caffemem.api.optimize"]
+    counted = {"choose": 0, "whole": 0}
+    choose, extended = recompute.choose, recompute.with_recomputation
+
+    def counting_choose(*args, **kwargs):
+        counted["choose"] += 1
+        return choose(*args, **kwargs)
+
+    def counting_whole(*args, **kwargs):
+        counted["whole"] += 1
+        return extended(*args, **kwargs)
+
+    monkeypatch.setattr(optimize_module, "choose", counting_choose)
+    monkeypatch.setattr(recompute, "with_recomputation", counting_whole)
+    result = fit(RECOMPUTE_RESNET, Options(device="gpu", phase="TRAIN"), FitRequest(gpu_memory=GiB, reserve=0, recompute="sqrt"))
+    planned = [e.batch for e in result.evaluations if not e.bound]
+    assert (result.search.batch, planned) == (2932, [2933, 2932])
+    assert counted == {"choose": len(result.evaluations), "whole": len(planned)}
+
+
 def test_memory_that_is_a_staircase_in_the_batch_still_gets_the_exact_answer(nets):
     result = fit(nets["strided"], Options(), FitRequest(gpu_memory=MiB, reserve=0))
     batch = result.search.batch
