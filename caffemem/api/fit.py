@@ -27,6 +27,7 @@ from caffemem.api.analyze import (
     analyze,
     default_phase,
     load_source,
+    net_notes,
     shaped_net,
     spec_table,
     with_overrides,
@@ -35,7 +36,7 @@ from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.passes.device import CUDA_CONTEXT, LAZY_KERNELS, MEASURED_ON, Constant, DeviceReport, grouped_convolutions
 from caffemem.passes.load import NetText, SolverSource
-from caffemem.passes.memory import MemoryReport
+from caffemem.passes.memory import MemoryReport, rule_notes
 from caffemem.passes.shapes import FROM_FILE
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
@@ -127,8 +128,9 @@ class Subject:
     # fit --recompute: ``measure`` gives the plan's lower bound (the policy's choice, no
     # packing), never above the plan's figure; ``confirm`` the whole plan's, for the answer.
     confirm: Measure | None = None
-    # fit --recompute: what the file says around one batch's plan (an analysis of the net at
-    # that batch), made for the answer alone; ``confirm``'s footprints carry only the rest.
+    # fit --recompute on a solver: what the file says around one batch's plan (an analysis
+    # at that batch), made for the answer alone; ``confirm``'s footprints carry only the
+    # rest.  A net's ``confirm`` says it all, from the runs its plan was made on.
     notes_at: Callable[[int], tuple[str, ...]] | None = None
 
 
@@ -650,7 +652,8 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     if isinstance(source, SolverSource):
         return _solver_subject(path, source, options, optimized, recompute)
     specs = spec_table(options)
-    phase = options.phase or default_phase(upgrade_net(source.proto, source.file)[0], specs)
+    upgraded, upgrade_notes = upgrade_net(source.proto, source.file)
+    phase = options.phase or default_phase(upgraded, specs)
     at_phase = replace(options, phase=phase)
 
     def measure(batch: int) -> Footprint:
@@ -672,12 +675,16 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
         found = bounds[batch] = bound_at(batch)
         return Footprint(found.choice.figure, (), None, _seconds(found.choice))
 
-    def planned(batch: int) -> Footprint:  # its notes: ``notes_at``, for the answer only
-        report, seconds = _planned(bounds.pop(batch, None) or bound_at(batch), at_phase, recompute)
-        return Footprint(report.total_bytes, (), report if isinstance(report, DeviceReport) else None, seconds)
+    def planned(batch: int) -> Footprint:
+        """The plan's figure, and what analyze says around the net at this batch, from the
+        net and the runs its bound was made on (an analysis at the answer re-ran them)."""
+        found = bounds.pop(batch, None) or bound_at(batch)
+        report, seconds = _planned(found, at_phase, recompute)
+        shaped = found.ready.schedule.shaped
+        said = net_notes(source, upgrade_notes, shaped, options, rule_notes(found.ready.heap_run.rules)) + shaped.notes + _rescaled_inputs_note(shaped, options)
+        return Footprint(report.total_bytes, said, report if isinstance(report, DeviceReport) else None, seconds)
 
-    notes_at = functools.partial(_notes_at, path, at_phase, options)
-    return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), planned, notes_at)
+    return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), planned)
 
 
 def _solver_subject(path: str, source: SolverSource, options: Options, optimized: bool, recompute: "Policy | None" = None) -> Subject:
@@ -872,19 +879,19 @@ def _net_flags(options: Options, phase: str | None) -> list[str]:
 
 
 def _notes(analysis: Analysis, net: NetAnalysis, options: Options) -> tuple[str, ...]:
-    return tuple(analysis.notes) + net.notes + net.shaped.notes + _rescaled_inputs_note(net, options)
+    return tuple(analysis.notes) + net.notes + net.shaped.notes + _rescaled_inputs_note(net.shaped, options)
 
 
-def _rescaled_inputs_note(net: NetAnalysis, options: Options) -> tuple[str, ...]:
+def _rescaled_inputs_note(shaped: "ShapedGraph", options: Options) -> tuple[str, ...]:
     """--batch sets the first axis of every data top, including those of layers whose code
     caffemem does not know (Python layers, declared ones): right for a batch axis, wrong
     for a count of boxes or ROIs.  Layers whose code is known to fix their tops keep them
     (LayerSpec.fixed_tops) and are not listed."""
     specs = spec_table(options)
-    opaque = [specs.get(layer.type) for layer in net.shaped.graph.layers]
+    opaque = [specs.get(layer.type) for layer in shaped.graph.layers]
     tops = [
         top
-        for layer, spec in zip(net.shaped.graph.layers, opaque)
+        for layer, spec in zip(shaped.graph.layers, opaque)
         if spec is not None and spec.is_data and spec.opaque_tops and not (spec.fixed_tops and spec.fixed_tops(layer.proto))
         for top in layer.tops
     ]

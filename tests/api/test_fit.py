@@ -28,6 +28,7 @@ from caffemem.api.fit import (
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.errors import CaffememError
+from caffemem.plan.recompute import parse_policy
 
 sys.path.insert(0, str(FIXTURES))
 import generate  # noqa: E402  (fixtures/generate.py)
@@ -183,6 +184,21 @@ def test_fit_recompute_chooses_once_per_batch_evaluated_and_measures_whole_only_
     planned = [e.batch for e in result.evaluations if not e.bound]
     assert (result.search.batch, planned) == (2932, [2933, 2932])
     assert counted == {"choose": len(result.evaluations), "whole": len(planned)}
+
+
+@pytest.mark.parametrize("net", ["layers/fork_misc.prototxt", "layers/forks.prototxt", "plan/force_backward_mfm.prototxt"])
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_fit_recompute_says_around_a_planned_batch_what_analyze_says_there(net, device):
+    """Issue 33: a net's notes at a batch fit --recompute plans come from the net and the
+    runs its plan was made on (an analysis at the answer ran them again): the same notes
+    (a layer rule's, a placeholder input's, the upgrade's)."""
+    path = str(FIXTURES / net)
+    options = Options(device=device, phase="TRAIN")
+    subject = subject_of(path, options, True, parse_policy("sqrt"))
+    analysis = analyze(path, Options(device=device, phase="TRAIN", batch=2), tables=False)
+    said = analysis.nets[0].notes + analysis.nets[0].shaped.notes
+    assert said and subject.confirm(2).notes == said
+    assert subject.notes_at is None
 
 
 def test_memory_that_is_a_staircase_in_the_batch_still_gets_the_exact_answer(nets):
