@@ -244,6 +244,39 @@ def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces,
     assert largest_fitting_batch(Evaluations(lambda batch: Footprint(memory(batch)), budget)).batch == expected
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4),
+    final_slope=st.integers(1, 50),
+    steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
+    fixed=st.integers(0, 1000),
+    gap=st.tuples(st.integers(0, 300), st.integers(1, 40), st.integers(0, 50)),
+    budget=st.integers(0, 20_000),
+)
+def test_search_by_a_bound_finds_the_largest_batch_whose_plan_fits(pieces, final_slope, steps, fixed, gap, budget):
+    """fit --recompute's search (probes 1 and 2, lines aimed at the nearest evaluations) on
+    any increasing bound, with a plan above it by a gap that grows in steps: the largest
+    batch whose plan fits, every evaluation of it exact."""
+    every, step = steps
+    base, gap_every, gap_step = gap
+
+    def bound(batch: int) -> int:
+        total, start = fixed + step * (batch // every), 0
+        for length, slope in pieces:
+            total += slope * min(max(batch - start, 0), length)
+            start += length
+        return total + final_slope * max(batch - start, 0)
+
+    def plan(batch: int) -> int:
+        return bound(batch) + base + gap_step * (batch // gap_every)
+
+    expected = 0
+    while plan(expected + 1) <= budget:
+        expected += 1
+    evaluations = Evaluations(lambda batch: Footprint(bound(batch)), budget, lambda batch: Footprint(plan(batch)))
+    assert largest_fitting_batch(evaluations).batch == expected
+
+
 # ---------------------------------------------------------------- the training process
 
 
