@@ -331,7 +331,7 @@ def analyze(
         (memory, device), carried, said = as_run(source, path, net, specs, options, memory, device) if tables else ((memory, device), None, ())
     except CaffememError as error:
         raise error.at(phase=phase) from None
-    notes = tuple(source.notes) + tuple(notes) + placeholder_notes(net, options) + memory.notes + said
+    notes = net_notes(source, notes, net, options, memory.notes) + said
     return Analysis(str(path), "net", (NetAnalysis("net", 0, source.file, net, memory, notes, device, net_batch(net, specs), carried, specs=specs, options=options),))
 
 
@@ -431,6 +431,13 @@ def net_batch(shaped: ShapedGraph, specs: SpecTable) -> int | None:
         if spec is not None and spec.is_data and layer.tops and shaped.blob_shapes.get(layer.tops[0]):
             return shaped.blob_shapes[layer.tops[0]][0]
     return None
+
+
+def net_notes(source: NetSource, upgraded: Sequence[str], shaped: ShapedGraph, options: Options, memory: tuple[str, ...]) -> tuple[str, ...]:
+    """What :func:`analyze` says around one net of a net file (NetAnalysis.notes, less a
+    carried table's): the file's notes, the upgrade's (``upgraded``), a placeholder input's
+    and the CPU heap run's layer rules' (``memory``: passes/memory.py ``rule_notes``)."""
+    return tuple(source.notes) + tuple(upgraded) + placeholder_notes(shaped, options) + memory
 
 
 def placeholder_notes(shaped: ShapedGraph, options: Options) -> tuple[str, ...]:

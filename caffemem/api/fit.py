@@ -27,6 +27,7 @@ from caffemem.api.analyze import (
     analyze,
     default_phase,
     load_source,
+    net_notes,
     shaped_net,
     spec_table,
     with_overrides,
@@ -35,7 +36,7 @@ from caffemem.api.source import NetLike, as_source
 from caffemem.errors import CaffememError, Location, excerpt
 from caffemem.passes.device import CUDA_CONTEXT, LAZY_KERNELS, MEASURED_ON, Constant, DeviceReport, grouped_convolutions
 from caffemem.passes.load import NetText, SolverSource
-from caffemem.passes.memory import MemoryReport
+from caffemem.passes.memory import MemoryReport, rule_notes
 from caffemem.passes.shapes import FROM_FILE
 from caffemem.passes.solver import solver_footprint
 from caffemem.passes.upgrade import upgrade_net, upgrade_solver
@@ -63,6 +64,11 @@ def default_reserve(options: Options) -> tuple[int, Constant | None]:
 # The first exact evaluations; the line through the last two predicts the answer (the
 # smallest batches can sit off that line: e.g. Scale's backward buffers at batch 1).
 PROBES = (1, 2, 4, 8)
+# fit --recompute's: each evaluation is a policy's choice (about a second on ResNet-152),
+# and the bound is affine in the batch from batch 1 on the nets measured (ResNet-152 and
+# GoogLeNet's solver: batches 1, 2, 4 and 8 on one line, issue 33), so the line through
+# batches 1 and 2 lands on the answer; where it does not, the search corrects it as ever.
+BOUND_PROBES = (1, 2)
 MAX_BATCH = 2**31 - 1  # a blob dimension is an int in Caffe
 MAX_ITER_SIZE = 2**31 - 1  # SolverParameter.iter_size is an int32
 
@@ -122,8 +128,9 @@ class Subject:
     # fit --recompute: ``measure`` gives the plan's lower bound (the policy's choice, no
     # packing), never above the plan's figure; ``confirm`` the whole plan's, for the answer.
     confirm: Measure | None = None
-    # fit --recompute: what the file says around one batch's plan (an analysis of the net at
-    # that batch), made for the answer alone; ``confirm``'s footprints carry only the rest.
+    # fit --recompute on a solver: what the file says around one batch's plan (an analysis
+    # at that batch), made for the answer alone; ``confirm``'s footprints carry only the
+    # rest.  A net's ``confirm`` says it all, from the runs its plan was made on.
     notes_at: Callable[[int], tuple[str, ...]] | None = None
 
 
@@ -152,6 +159,11 @@ class Evaluations:
         self.confirm = confirm  # see Subject.confirm
         self.made: dict[int, Evaluation] = {}
         self.confirmed: set[int] = set()
+
+    @property
+    def probes(self) -> tuple[int, ...]:
+        """The first evaluations: :data:`BOUND_PROBES` where they are bounds, else :data:`PROBES`."""
+        return BOUND_PROBES if self.confirm is not None else PROBES
 
     def at(self, batch: int) -> Evaluation:
         if batch not in self.made:
@@ -223,14 +235,15 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
             evaluations.exact(1)
         return BatchSearch(0)
     low, high = 1, None  # low fits; high (once known) does not
-    for probe in PROBES[1:]:
+    probes = evaluations.probes
+    for probe in probes[1:]:
         if not fits(probe):
             high = probe
             break
         low = probe
     guess = line = None
     if high is None:
-        line = PROBES[-2:]
+        line = probes[-2:]
         guess = line_guess(evaluations.at(line[0]), evaluations.at(line[1]), evaluations.budget)
         if guess is not None:
             guess = min(max(guess, low), MAX_BATCH)
@@ -238,6 +251,8 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
                 low = guess
             else:
                 high = guess
+    if evaluations.confirm is not None:
+        low, high = _aimed(evaluations, low, high)
     low, high = _bracket(fits, low, high)
     while high - low > 1:
         middle = (low + high) // 2
@@ -252,6 +267,49 @@ def largest_fitting_batch(evaluations: Evaluations) -> BatchSearch:
     if evaluations.confirm is not None:
         low = _planned_answer(evaluations, low)
     return BatchSearch(low, guess, line)
+
+
+AIMED_STEPS = 4  # fit --recompute: lines aimed before the exponential and binary search
+
+
+def _aimed(evaluations: Evaluations, low: int, high: int | None) -> tuple[int, int | None]:
+    """fit --recompute, where an evaluation is a policy's choice: narrow ``low`` (fits) and
+    ``high`` (does not, None: not known) by the line through the nearest evaluations on
+    either side (below ``low`` the one before it when ``high`` is not known), each aim
+    confirmed by its neighbour (the batch above if it fits, below if not), at most
+    :data:`AIMED_STEPS` times; the exponential and binary search then finish as for any
+    fit.  Where memory is a line from ``low`` on, the first aim and its neighbour are the
+    answer and its successor (the line through batches 1 and 2 can miss it when the small
+    batches sit off that line: the recompute fixture's predicted 312 for 222, and the
+    exponential search from it took 12 more evaluations)."""
+    fits = evaluations.fits
+    for _ in range(AIMED_STEPS):
+        if high is not None and high - low <= 1:
+            break
+        if high is not None:
+            first, second = evaluations.at(low), evaluations.at(high)
+        else:
+            below = [batch for batch, made in evaluations.made.items() if batch < low and made.bytes is not None]
+            if not below:
+                break
+            first, second = evaluations.at(max(below)), evaluations.at(low)
+        if first.bytes is None or second.bytes is None:
+            break  # a batch that cannot be built: the binary search finds the limit
+        aim = line_guess(first, second, evaluations.budget)
+        if aim is None:
+            break
+        aim = min(max(aim, low + 1), high - 1 if high is not None else MAX_BATCH)
+        if aim <= low:
+            break
+        if fits(aim):
+            low = aim
+            if (high is None or aim + 1 < high) and not fits(aim + 1):
+                high = aim + 1
+        else:
+            high = aim
+            if aim - 1 > low and fits(aim - 1):
+                low = aim - 1
+    return low, high
 
 
 def _planned_answer(evaluations: Evaluations, batch: int) -> int:
@@ -444,7 +502,7 @@ class FitResult:
         below the answer and the answer (batches 1 and 2 when the answer is 1)."""
         if not self.fits:
             return None
-        below = [probe for probe in PROBES if probe < self.search.batch]
+        below = [probe for probe in PROBES if probe < self.search.batch and self.at(probe) is not None]  # fit --recompute probes fewer
         first, second = (self.at(below[-1]), self.at(self.search.batch)) if below else (self.at(1), self.at(2))
         if first is None or second is None or first.bytes is None or second.bytes is None:
             return None
@@ -594,7 +652,8 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
     if isinstance(source, SolverSource):
         return _solver_subject(path, source, options, optimized, recompute)
     specs = spec_table(options)
-    phase = options.phase or default_phase(upgrade_net(source.proto, source.file)[0], specs)
+    upgraded, upgrade_notes = upgrade_net(source.proto, source.file)
+    phase = options.phase or default_phase(upgraded, specs)
     at_phase = replace(options, phase=phase)
 
     def measure(batch: int) -> Footprint:
@@ -616,12 +675,16 @@ def subject_of(path: str, options: Options, optimized: bool, recompute: "Policy 
         found = bounds[batch] = bound_at(batch)
         return Footprint(found.choice.figure, (), None, _seconds(found.choice))
 
-    def planned(batch: int) -> Footprint:  # its notes: ``notes_at``, for the answer only
-        report, seconds = _planned(bounds.pop(batch, None) or bound_at(batch), at_phase, recompute)
-        return Footprint(report.total_bytes, (), report if isinstance(report, DeviceReport) else None, seconds)
+    def planned(batch: int) -> Footprint:
+        """The plan's figure, and what analyze says around the net at this batch, from the
+        net and the runs its bound was made on (an analysis at the answer re-ran them)."""
+        found = bounds.pop(batch, None) or bound_at(batch)
+        report, seconds = _planned(found, at_phase, recompute)
+        shaped = found.ready.schedule.shaped
+        said = net_notes(source, upgrade_notes, shaped, options, rule_notes(found.ready.heap_run.rules)) + shaped.notes + _rescaled_inputs_note(shaped, options)
+        return Footprint(report.total_bytes, said, report if isinstance(report, DeviceReport) else None, seconds)
 
-    notes_at = functools.partial(_notes_at, path, at_phase, options)
-    return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), planned, notes_at)
+    return Subject("net", phase, 1, bound, 0, notes + _optimized_notes(optimized, recompute), planned)
 
 
 def _solver_subject(path: str, source: SolverSource, options: Options, optimized: bool, recompute: "Policy | None" = None) -> Subject:
@@ -816,19 +879,19 @@ def _net_flags(options: Options, phase: str | None) -> list[str]:
 
 
 def _notes(analysis: Analysis, net: NetAnalysis, options: Options) -> tuple[str, ...]:
-    return tuple(analysis.notes) + net.notes + net.shaped.notes + _rescaled_inputs_note(net, options)
+    return tuple(analysis.notes) + net.notes + net.shaped.notes + _rescaled_inputs_note(net.shaped, options)
 
 
-def _rescaled_inputs_note(net: NetAnalysis, options: Options) -> tuple[str, ...]:
+def _rescaled_inputs_note(shaped: "ShapedGraph", options: Options) -> tuple[str, ...]:
     """--batch sets the first axis of every data top, including those of layers whose code
     caffemem does not know (Python layers, declared ones): right for a batch axis, wrong
     for a count of boxes or ROIs.  Layers whose code is known to fix their tops keep them
     (LayerSpec.fixed_tops) and are not listed."""
     specs = spec_table(options)
-    opaque = [specs.get(layer.type) for layer in net.shaped.graph.layers]
+    opaque = [specs.get(layer.type) for layer in shaped.graph.layers]
     tops = [
         top
-        for layer, spec in zip(net.shaped.graph.layers, opaque)
+        for layer, spec in zip(shaped.graph.layers, opaque)
         if spec is not None and spec.is_data and spec.opaque_tops and not (spec.fixed_tops and spec.fixed_tops(layer.proto))
         for top in layer.tops
     ]

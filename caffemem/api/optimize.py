@@ -290,9 +290,9 @@ def plan_phase(shaped: ShapedGraph, specs: SpecTable, options: Options, settings
 
 
 def _same_recomputation(choice: Choice, before: Choice | None) -> bool:
-    """Whether ``choice`` is ``before`` but for its policy: the search measured the very same
-    candidate (its measures are cached, so the same schedule object)."""
-    return before is not None and choice.schedule is before.schedule and choice.recomputed == before.recomputed and replace(choice, policy=before.policy) == before
+    """Whether ``choice`` is ``before`` but for its policy: the same Forwards run again at the
+    same places (so the same schedule and liveness), the same figures."""
+    return before is not None and replace(choice, policy=before.policy) == before
 
 
 @dataclass(frozen=True)
@@ -449,6 +449,7 @@ class _Prepared:
     keep: dict[tuple[BlobId, str], str]
     on_card: object  # GPU mode: the card's report of a run (device_footprint, partial); else None
     runtime_card: DeviceReport | None
+    heap_run: Run  # the CPU heap's run, as analyze simulates it (in CPU mode ``run``): its rules' notes are analyze's
 
     @functools.cached_property
     def stock(self) -> MemoryReport:
@@ -491,7 +492,7 @@ def _prepared(shaped: ShapedGraph, specs: SpecTable, options: Options, settings:
         keep |= {member: why for member, why in pooled_workspaces(schedule).items() if member not in keep}
     liveness = lifetimes(schedule, settings.exclude, settings.share_buffers, keep or None)
     schedules = (schedule,) if cpu_schedule is None else (schedule, cpu_schedule)
-    return _Prepared(on_card_run, run, schedule, liveness, schedules, keep, on_card, runtime_card)
+    return _Prepared(on_card_run, run, schedule, liveness, schedules, keep, on_card, runtime_card, on_cpu if on_cpu is not None else run)
 
 
 def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, settings: OptimizeSettings, search: Search | None = None) -> Choice:

@@ -9,7 +9,7 @@ liveness pass reads the same lists to know what each step reads and writes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, NamedTuple
 
 from caffemem.graph import Layer, Shape
@@ -195,6 +195,13 @@ def read(blob: BlobId, part: Part = "data", side: Side = "") -> Touch:
 
 def write(blob: BlobId, part: Part = "data", side: Side = "") -> Touch:
     return Touch(blob, part, True, side)
+
+
+def on_side(actions: tuple[Action, ...], side: Side) -> tuple[Action, ...]:
+    """``actions`` with every Touch that names no side of its own made on ``side``: the
+    work of a layer built inside another that runs on the other side (InfogainLoss has no
+    GPU code, but its inner Softmax's Layer::Forward runs Forward_gpu in a GPU run)."""
+    return tuple(replace(action, side=side) if isinstance(action, Touch) and not action.side else action for action in actions)
 
 
 def buffer_setup(blob: BlobId, shape: Shape, elem: Elem = "float", filled: bool = False) -> tuple[Action, ...]:

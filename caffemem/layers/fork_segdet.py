@@ -251,7 +251,8 @@ def _softmax_ohem_memory(q: MemoryQuery) -> LayerMemory:
     """softmax_loss_ohem_layer.cpp (LayerSetUp, Reshape) and .cu.
 
     The inner Softmax (bottom 0 -> ``prob_``) is built with the loss weights cleared, so
-    its SetUp allocates no diff.  Forward_gpu: the softmax, then per-RoI losses into bottom
+    its SetUp allocates no diff; built through LayerRegistry, with cuDNN it is a
+    CuDNNSoftmaxLayer holding one handle, as SoftmaxWithLoss's.  Forward_gpu: the softmax, then per-RoI losses into bottom
     0's diff and counts into prob_'s diff (scratch), the loss into top 0; top 1 shares
     prob_'s data; top 2 is copied from bottom 0's diff; bottom 0's diff is then zeroed.
     Backward_gpu, when propagate_down[0]: prob_ copied into bottom 0's diff, corrected with
@@ -265,7 +266,7 @@ def _softmax_ohem_memory(q: MemoryQuery) -> LayerMemory:
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
         backward = (read(prob), write(q.bottom(0), "diff"), read(q.top(0)), read(q.bottom(1)), write(prob, "diff"), read(q.top(0), "diff"))
-    return LayerMemory(setup=buffer_setup(prob, q.bottoms[0]) + softmax.setup, forward=forward, backward=backward)
+    return LayerMemory(setup=buffer_setup(prob, q.bottoms[0]) + softmax.setup, forward=forward, backward=backward, cudnn_handles=softmax.cudnn_handles)
 
 
 @layer(

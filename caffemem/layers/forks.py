@@ -77,6 +77,7 @@ from caffemem.layers.registry import (
     never,
     recompute_rule,
 )
+from caffemem.schema import caffe_pb2
 
 NONE = Arity.exactly(0)
 ONE = Arity.exactly(1)
@@ -801,13 +802,15 @@ def _multibox_location(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId, e
     return setup, forward, backward
 
 
-def _multibox_confidence(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId, rows: int) -> tuple[tuple[Action, ...], ...]:
-    """(setup, forward, backward) of MultiBoxLoss's confidence part: ``conf_pred_``,
+def _multibox_confidence(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId, rows: int) -> LayerMemory:
+    """MultiBoxLoss's confidence part: ``conf_pred_``,
     ``conf_gt_`` with one row at SetUp, ``rows`` in Forward, into an inner SoftmaxWithLoss
     (prob_, its Softmax's buffers) or SigmoidCrossEntropyLoss (sigmoid_output_), built with
     an explicit loss_weight 1: their inner layer's output diff is written at SetUp (and
     dropped when Forward grows it).  Without mining, conf_pred_ shares the confidences'
-    data, and Backward finally gives them conf_pred_'s diff (ShareDiff)."""
+    data, and Backward finally gives them conf_pred_'s diff (ShareDiff).  The
+    SoftmaxWithLoss is built from a fresh LayerParameter (engine DEFAULT, the build's), its
+    Softmax through LayerRegistry: with cuDNN a CuDNNSoftmaxLayer and its handle."""
     param = q.proto.multibox_loss_param
     classes = int32(param.num_classes)
     mining = param.mining_type != param.NONE
@@ -817,11 +820,13 @@ def _multibox_confidence(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId,
     def shaped(gt_shape: Shape, pred_shape: Shape) -> tuple[Action, ...]:
         """conf_gt_, conf_pred_ reshaped, then the inner loss layer's Reshape."""
         blobs = (Reshape(gt, gt_shape), Reshape(pred, pred_shape), Reshape(loss, ()), Reshape(inner, pred_shape))
-        return blobs + (softmax_memory(q, pred, inner, pred_shape, 1, "conf_loss_layer/softmax/").setup if softmax else ())
+        return blobs + (softmax_memory(q, pred, inner, pred_shape, 1, "conf_loss_layer/softmax/", caffe_pb2.SoftmaxParameter.DEFAULT).setup if softmax else ())
 
+    handles = 0
     if softmax:
         setup, forward = shaped((1,), (1, classes)), shaped((rows,), (rows, classes))
-        run = softmax_memory(q, pred, inner, (rows, classes), 1, "conf_loss_layer/softmax/").forward
+        inner_softmax = softmax_memory(q, pred, inner, (rows, classes), 1, "conf_loss_layer/softmax/", caffe_pb2.SoftmaxParameter.DEFAULT)
+        run, handles = inner_softmax.forward, inner_softmax.cudnn_handles
     else:
         setup, forward = shaped((1, classes), (1, classes)), shaped((1, rows, classes), (1, rows, classes))
         run = (read(pred), write(inner))
@@ -829,7 +834,7 @@ def _multibox_confidence(q: MemoryQuery, pred: BlobId, gt: BlobId, loss: BlobId,
     forward += (() if mining else (Share(pred, q.bottom(1), "data"),)) + _writes(pred, gt) + run + (read(gt), write(loss))
     backward = (write(q.bottom(1), "diff"), read(inner), read(gt), write(pred, "diff"), read(loss, "diff"), read(q.top(0), "diff"))
     backward += () if mining else (Share(q.bottom(1), pred, "diff"),)
-    return setup, forward, backward
+    return LayerMemory(setup=setup, forward=forward, backward=backward, cudnn_handles=handles)
 
 
 def _multibox_loss_memory(q: MemoryQuery) -> LayerMemory:
@@ -843,10 +848,10 @@ def _multibox_loss_memory(q: MemoryQuery) -> LayerMemory:
     loc_pred, loc_gt, loc_loss, conf_pred, conf_gt, conf_loss = (q.buffer(name) for name in names)
     loc = _multibox_location(q, loc_pred, loc_gt, loc_loss, count(q.bottoms[0]))
     conf = _multibox_confidence(q, conf_pred, conf_gt, conf_loss, count(q.bottoms[1]) // int32(q.proto.multibox_loss_param.num_classes))
-    forward = _reads(*(q.bottom(i) for i in range(4))) + loc[1] + conf[1] + (write(q.top(0)),)
-    backward = (loc[2] if q.propagate_down[0] else ()) + (conf[2] if q.propagate_down[1] else ())
+    forward = _reads(*(q.bottom(i) for i in range(4))) + loc[1] + conf.forward + (write(q.top(0)),)
+    backward = (loc[2] if q.propagate_down[0] else ()) + (conf.backward if q.propagate_down[1] else ())
     note = layer_note(q, "its buffers grow with the matches found in the data; counted for every prior matched (an upper bound)")
-    return LayerMemory(setup=loc[0] + conf[0], forward=forward, backward=backward, notes=(note,))
+    return LayerMemory(setup=loc[0] + conf.setup, forward=forward, backward=backward, notes=(note,), cudnn_handles=conf.cudnn_handles)
 
 
 @layer(

@@ -37,8 +37,10 @@ from caffemem.layers.access import (
     MemoryQuery,
     Reshape,
     Share,
+    Side,
     Touch,
     buffer_setup,
+    on_side,
     read,
     write,
 )
@@ -118,6 +120,7 @@ def _softmax_loss_memory(
     labels_forward: tuple[Action, ...] = (),
     labels_backward: tuple[Action, ...] = (),
     device_scratch: bool = False,
+    inner_side: Side = "",
 ) -> LayerMemory:
     """SoftmaxWithLoss and InfogainLoss: an inner Softmax from bottom[0] to ``prob_``, whose
     SetLossWeights gets ``weights`` (a non-zero one allocates prob_'s diff at SetUp).
@@ -125,7 +128,9 @@ def _softmax_loss_memory(
     pointed at prob_'s data.  Backward (when propagate_down[0]) writes bottom[0]'s diff
     from prob_ and the labels.  ``labels_*``: what the infogain matrix adds.
     ``device_scratch``: the layer's .cu file (SoftmaxWithLoss's; InfogainLoss has none)
-    counts in bottom[0]'s and prob_'s diffs and reads the loss top's device data.  The inner
+    counts in bottom[0]'s and prob_'s diffs and reads the loss top's device data.
+    ``inner_side``: where the inner Softmax's Forward (and its Layer::Forward's loss read of
+    prob_) runs when this layer's own code is elsewhere (InfogainLoss: the device).  The inner
     Softmax comes from LayerRegistry (softmax_loss_layer.cpp, infogain_loss_layer.cpp
     LayerSetUp): with cuDNN a CuDNNSoftmaxLayer, whose LayerSetUp calls cudnnCreate (its
     handle is counted with this layer's; runtime v6 gives it the pool's default-stream one)."""
@@ -135,7 +140,7 @@ def _softmax_loss_memory(
     setup = buffer_setup(prob, q.bottoms[0]) + softmax.setup + loss_setup + extra_setup
     # In a GPU run Forward_gpu also takes bottom[0]'s and prob_'s diffs as scratch.
     scratch = gpu_scratch(q, q.bottom(0), prob) if device_scratch else ()
-    forward = softmax.forward + loss_forward + (read(prob), read(q.bottom(1))) + labels_forward + scratch + (host_output(q),)
+    forward = on_side(softmax.forward + loss_forward, inner_side) + (read(prob), read(q.bottom(1))) + labels_forward + scratch + (host_output(q),)
     forward += (Share(q.top(1), prob, "data"),) if len(q.tops) > 1 else ()
     backward: tuple[Action, ...] = ()
     if q.propagate_down[0]:
@@ -257,18 +262,21 @@ def _infogain_loss_memory(q: MemoryQuery) -> LayerMemory:
     loss_weight 1.  Reshape shapes ``sum_rows_H_`` [L].  With two bottoms LayerSetUp loads H
     from ``source`` into ``infogain_`` (BlobProto: its axes are not known here, taken as the
     legacy 4) and Reshape sums its rows; with H as bottom[2] the rows are summed in
-    Backward."""
+    Backward.  It has no GPU code, so its Forward_cpu runs on the host, but the inner
+    Softmax's Layer::Forward runs Forward_gpu in a GPU run: bottom 0 is read and prob_
+    written on the device (its loss read too), then prob_ is read on the host."""
     axis = q.proto.infogain_loss_param.axis
+    inner_side: Side = "device" if q.device == "gpu" else ""
     labels = q.bottoms[0][canonical_axis(axis, len(q.bottoms[0]))]
     sums = q.buffer("sum_rows_H")
     setup = buffer_setup(sums, (labels,))
     if len(q.bottoms) > 2:
         matrix = q.bottom(2)
         backward: tuple[Action, ...] = (read(matrix), write(sums), read(sums))
-        return _softmax_loss_memory(q, axis, [1.0], setup, (read(matrix),), backward)
+        return _softmax_loss_memory(q, axis, [1.0], setup, (read(matrix),), backward, inner_side=inner_side)
     matrix = q.buffer("infogain")
     setup += buffer_setup(matrix, (1, 1, labels, labels), filled=True) + (read(matrix), write(sums))
-    return _softmax_loss_memory(q, axis, [1.0], setup, (write(sums), read(matrix)), (read(matrix), read(sums)))
+    return _softmax_loss_memory(q, axis, [1.0], setup, (write(sums), read(matrix)), (read(matrix), read(sums)), inner_side=inner_side)
 
 
 @layer(

@@ -334,9 +334,11 @@ def _prelu(q: ShapeQuery) -> LayerShapes:
     return LayerShapes(tops=(bottom,), params=(slope,))
 
 
-def softmax_memory(q: MemoryQuery, bottom: BlobId, top: BlobId, shape: Shape, axis: int, prefix: str = "") -> LayerMemory:
+def softmax_memory(q: MemoryQuery, bottom: BlobId, top: BlobId, shape: Shape, axis: int, prefix: str = "", engine: int | None = None) -> LayerMemory:
     """The touches of one SoftmaxLayer from ``bottom`` to ``top`` (``prefix`` names the
-    buffers of a Softmax built inside another layer).  softmax_layer.cpp: Reshape writes
+    buffers of a Softmax built inside another layer; ``engine``: the softmax_param engine of
+    the LayerParameter it is built from, by default this layer's, which SoftmaxWithLoss and
+    its kin copy; a cuDNN Softmax holds one handle).  softmax_layer.cpp: Reshape writes
     ``sum_multiplier_`` [C] with ones and shapes ``scale_`` (the bottom with the softmax axis
     set to 1); Forward and Backward use ``scale_`` as scratch, Backward whatever
     propagate_down says.  cudnn_softmax_layer.cu: the same Reshape, no scratch, and
@@ -344,11 +346,12 @@ def softmax_memory(q: MemoryQuery, bottom: BlobId, top: BlobId, shape: Shape, ax
     axis = canonical_axis(axis, len(shape))
     multiplier, scale = q.buffer(prefix + "sum_multiplier"), q.buffer(prefix + "scale")
     setup = buffer_setup(multiplier, (shape[axis],), filled=True) + buffer_setup(scale, shape[:axis] + (1,) + shape[axis + 1 :])
-    if uses_cudnn(q, q.proto.softmax_param.engine):
+    if uses_cudnn(q, q.proto.softmax_param.engine if engine is None else engine):
         down = bool(q.propagate_down) and q.propagate_down[0]
         backward = (read(top), read(top, "diff"), read(bottom), write(bottom, "diff")) if down else ()
         return LayerMemory(setup=setup, forward=(read(bottom), write(top)), backward=backward, cudnn_handles=1)
-    scratch = (write(scale), read(multiplier))
+    # The CPU code sums with sum_multiplier_; softmax_layer.cu's kernels need only scale_.
+    scratch = (write(scale),) + ((read(multiplier),) if q.device == "cpu" else ())
     backward = (read(top, "diff"), read(top), write(bottom, "diff")) + scratch
     return LayerMemory(setup=setup, forward=(read(bottom), write(top)) + scratch, backward=backward)
 

@@ -11,7 +11,7 @@ from its spec's memory rule (layers/access.py).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -622,8 +622,13 @@ def replay(run: Run, slots: SlotAssignment | None = None) -> MemoryReport:
         by_category=heap.category_totals(measured),
         peak_layer=peak,
         unverified_types=tuple(sorted({l.type for l in per_layer if not l.verified})),
-        notes=tuple(dict.fromkeys(note for rule in rules for note in rule.notes)),
+        notes=rule_notes(rules),
     )
+
+
+def rule_notes(rules: Sequence[LayerMemory]) -> tuple[str, ...]:
+    """The layer rules' notes, each once, in layer order (MemoryReport.notes)."""
+    return tuple(dict.fromkeys(note for rule in rules for note in rule.notes))
 
 
 def _layer_bytes(layer: Layer, flag: LayerFlags, rule: LayerMemory, heap: Heap, init: int, buffers: tuple[tuple[str, BlobId], ...]) -> LayerBytes:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from caffemem.errors import CaffememError, UnsafePlan
@@ -93,12 +93,13 @@ class Unit:
 
 @dataclass(frozen=True)
 class Choice:
-    """What a policy chose, measured."""
+    """What a policy chose, measured: its figure by the search's (plan/figures.py, exact),
+    its extended schedule and liveness whole when a plan first asks for them (``fit
+    --recompute``'s search reads a choice's figure at each batch it evaluates and plans
+    the answer alone: measuring every choice whole was a quarter of each, issue 33)."""
 
     policy: Policy
     recomputed: tuple[Recomputation, ...]
-    schedule: Schedule  # with the recompute steps
-    liveness: Liveness
     figure: int  # the plan's bound in the figure the reports print: private bytes + the shared peak
     plain_figure: int  # the same without recomputation
     extra_flops: int  # the Forwards run again
@@ -107,6 +108,26 @@ class Choice:
     extra_seconds: float = 0.0  # the Forwards run again, estimated (plan/timing.py)
     iteration_seconds: float = 0.0  # one training iteration without them, estimated
     time_model: str = ""  # what the estimate was fitted on (Prices.measured_on)
+    measured: "Callable[[], _Measured] | None" = field(default=None, repr=False, compare=False)  # the chosen set measured whole
+
+    @functools.cached_property
+    def _whole(self) -> "_Measured":
+        """The chosen set measured whole, once: its figure must be the one chosen by (the
+        search's figures are the whole measure's, plan/figures.py; a difference is a bug)."""
+        assert self.measured is not None
+        whole = self.measured()
+        if (whole.figure, whole.recomputed) != (self.figure, self.recomputed):
+            raise AssertionError(f"the chosen recomputation measures {whole.figure:,} B whole, not the {self.figure:,} B it was chosen by")
+        return whole
+
+    @property
+    def schedule(self) -> Schedule:
+        """The schedule with the recompute steps."""
+        return self._whole.schedule
+
+    @property
+    def liveness(self) -> Liveness:
+        return self._whole.liveness
 
     @property
     def time_ratio(self) -> float:
@@ -273,13 +294,15 @@ class Search:
             best = _sqrt(quick, self.checkpoints, eligible)
         else:
             best = _budget(quick, units, eligible, self.checkpoints, policy.target if policy.target is not None else policy.budget or 0)
-        best = measure(_pruned(quick, best).units)
+        best = quick(_pruned(quick, best).units)
         if best.figure >= self.none.figure and policy.name != "budget":
             best = self.none  # recomputing nothing beats a recomputation that saves nothing
+        chosen = best.units
+        entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
         shaped, specs, prices = schedule.shaped, self.specs, self.prices
         forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
         iteration = iteration_seconds(self.times, update_seconds(shaped, DTYPE_BYTES[schedule.dtype], prices))
-        return Choice(policy, best.recomputed, best.schedule, best.liveness, best.figure, self.none.figure, best.flops, forward, best.copies, best.seconds, iteration, prices.measured_on)
+        return Choice(policy, entries, best.figure, self.none.figure, best.flops, forward, restored_bytes(schedule, entries), best.seconds, iteration, prices.measured_on, lambda: measure(chosen))
 
 
 class _cached(Generic[_Found]):

@@ -28,6 +28,7 @@ from caffemem.api.fit import (
 from caffemem.api.optimize import OptimizeSettings, optimize
 from caffemem.cli import main
 from caffemem.errors import CaffememError
+from caffemem.plan.recompute import parse_policy
 
 sys.path.insert(0, str(FIXTURES))
 import generate  # noqa: E402  (fixtures/generate.py)
@@ -149,6 +150,57 @@ def test_fit_recompute_steps_down_from_a_batch_whose_bound_fits_but_whose_plan_d
     assert result.following is not None and result.following.bytes == 1_073_781_896
 
 
+def test_fit_recompute_aims_a_line_through_the_nearest_evaluations_where_batches_1_and_2_miss():
+    """Issue 33: fit --recompute probes batches 1 and 2 only; on this net their line predicts
+    312 for an answer of 222 (the small batches sit off the line), and the exponential
+    search down from 312 took 12 more evaluations.  The line through batch 2 and 312 aims at
+    222, and its successor confirms it."""
+    result = fit(RECOMPUTE_RESNET, Options(device="cpu", phase="TRAIN"), FitRequest(gpu_memory=24 * MiB, reserve=0, recompute="sqrt"))
+    assert (result.search.batch, result.search.guess, result.search.line) == (222, 312, (1, 2))
+    assert [(e.batch, e.bound) for e in result.evaluations] == [(1, True), (2, True), (312, True), (222, False), (223, True)]
+
+
+def test_fit_recompute_chooses_once_per_batch_evaluated_and_measures_whole_only_the_plans(monkeypatch):
+    """Issue 33: each batch evaluated costs one policy choice, whose figure is the search's
+    (plan/figures.py); only a batch planned whole measures its choice's extended schedule
+    whole (with_recomputation, then liveness), which each choice did before."""
+    from caffemem.plan import recompute
+
+    optimize_module = sys.modules["caffemem.api.optimize"]
+    counted = {"choose": 0, "whole": 0}
+    choose, extended = recompute.choose, recompute.with_recomputation
+
+    def counting_choose(*args, **kwargs):
+        counted["choose"] += 1
+        return choose(*args, **kwargs)
+
+    def counting_whole(*args, **kwargs):
+        counted["whole"] += 1
+        return extended(*args, **kwargs)
+
+    monkeypatch.setattr(optimize_module, "choose", counting_choose)
+    monkeypatch.setattr(recompute, "with_recomputation", counting_whole)
+    result = fit(RECOMPUTE_RESNET, Options(device="gpu", phase="TRAIN"), FitRequest(gpu_memory=GiB, reserve=0, recompute="sqrt"))
+    planned = [e.batch for e in result.evaluations if not e.bound]
+    assert (result.search.batch, planned) == (2932, [2933, 2932])
+    assert counted == {"choose": len(result.evaluations), "whole": len(planned)}
+
+
+@pytest.mark.parametrize("net", ["layers/fork_misc.prototxt", "layers/forks.prototxt", "plan/force_backward_mfm.prototxt"])
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_fit_recompute_says_around_a_planned_batch_what_analyze_says_there(net, device):
+    """Issue 33: a net's notes at a batch fit --recompute plans come from the net and the
+    runs its plan was made on (an analysis at the answer ran them again): the same notes
+    (a layer rule's, a placeholder input's, the upgrade's)."""
+    path = str(FIXTURES / net)
+    options = Options(device=device, phase="TRAIN")
+    subject = subject_of(path, options, True, parse_policy("sqrt"))
+    analysis = analyze(path, Options(device=device, phase="TRAIN", batch=2), tables=False)
+    said = analysis.nets[0].notes + analysis.nets[0].shaped.notes
+    assert said and subject.confirm(2).notes == said
+    assert subject.notes_at is None
+
+
 def test_memory_that_is_a_staircase_in_the_batch_still_gets_the_exact_answer(nets):
     result = fit(nets["strided"], Options(), FitRequest(gpu_memory=MiB, reserve=0))
     batch = result.search.batch
@@ -190,6 +242,39 @@ def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces,
     while memory(expected + 1) <= budget:
         expected += 1
     assert largest_fitting_batch(Evaluations(lambda batch: Footprint(memory(batch)), budget)).batch == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4),
+    final_slope=st.integers(1, 50),
+    steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
+    fixed=st.integers(0, 1000),
+    gap=st.tuples(st.integers(0, 300), st.integers(1, 40), st.integers(0, 50)),
+    budget=st.integers(0, 20_000),
+)
+def test_search_by_a_bound_finds_the_largest_batch_whose_plan_fits(pieces, final_slope, steps, fixed, gap, budget):
+    """fit --recompute's search (probes 1 and 2, lines aimed at the nearest evaluations) on
+    any increasing bound, with a plan above it by a gap that grows in steps: the largest
+    batch whose plan fits, every evaluation of it exact."""
+    every, step = steps
+    base, gap_every, gap_step = gap
+
+    def bound(batch: int) -> int:
+        total, start = fixed + step * (batch // every), 0
+        for length, slope in pieces:
+            total += slope * min(max(batch - start, 0), length)
+            start += length
+        return total + final_slope * max(batch - start, 0)
+
+    def plan(batch: int) -> int:
+        return bound(batch) + base + gap_step * (batch // gap_every)
+
+    expected = 0
+    while plan(expected + 1) <= budget:
+        expected += 1
+    evaluations = Evaluations(lambda batch: Footprint(bound(batch)), budget, lambda batch: Footprint(plan(batch)))
+    assert largest_fitting_batch(evaluations).batch == expected
 
 
 # ---------------------------------------------------------------- the training process

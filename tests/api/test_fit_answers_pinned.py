@@ -3,7 +3,10 @@
 changes no batch, no byte and no evaluation.  The figures are those `fit` printed before,
 updated once for a change of the model, not of the search: SoftmaxWithLoss's inner cuDNN
 handle counted and the lazy-kernel reserve 197.29 -> 168.75 MiB (issue 32; the same figures
-came from the code before the speedups with that model)."""
+came from the code before the speedups with that model).  `fit --recompute` then probed
+batches 1 and 2 only (api/fit.py ``BOUND_PROBES``: its bound is one line from batch 1 on
+both nets, so the line through 1 and 2 lands where the one through 4 and 8 did): batches 4
+and 8 are no longer evaluated, and every other evaluation is the same, in the same order."""
 
 from __future__ import annotations
 
@@ -45,8 +48,6 @@ def test_resnet152_recompute_sqrt_answer_and_evaluations_are_pinned(resnet152):
     assert made(result) == [
         (1, 1_467_864_760, True),
         (2, 1_763_309_676, True),
-        (4, 2_354_199_508, True),
-        (8, 3_535_979_172, True),
         (39, 12_694_853_488, False),
         (40, 12_990_216_484, True),
     ]
@@ -63,8 +64,6 @@ def test_googlenet_solver_recompute_sqrt_answer_and_evaluations_are_pinned():
     assert made(result) == [
         (1, 1_656_443_084, True),
         (2, 1_674_994_356, True),
-        (4, 1_712_096_900, True),
-        (8, 1_786_301_988, True),
         (596, 12_777_413_252, False),
         (597, 12_713_001_196, True),
         (592, 12_702_651_236, False),

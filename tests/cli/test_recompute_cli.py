@@ -127,4 +127,4 @@ def test_fit_with_recomputation_says_which_figures_are_bounds():
     flat = " ".join(fitted.output.split())
     assert "largest batch per GPU 222, needs 23.96 MiB (0.02 GiB), 25,124,072 B" in flat
     assert "batch 223 needs at least 24.07 MiB (0.02 GiB), 25,236,832 B: over the budget" in flat
-    assert "confirmed with 6 evaluations (5 by the recompute plan's bound, 1 planned whole), at 222 and 223 among them" in flat
+    assert "searched with 5 evaluations (4 by the recompute plan's bound, 1 planned whole), at 222 and 223 among them" in flat

@@ -428,6 +428,20 @@ def test_rfcn_ohem_train_net_plans(tmp_path):
         assert phase.lower_bound <= phase.planned.heap_total <= phase.stock.heap_total
 
 
+def test_softmax_with_loss_ohem_on_cudnn_holds_its_inner_softmaxs_handle(tmp_path):
+    # softmax_loss_ohem_layer.cpp LayerSetUp builds its Softmax through LayerRegistry, as
+    # SoftmaxWithLoss does: with cuDNN a CuDNNSoftmaxLayer, whose LayerSetUp calls cudnnCreate.
+    path = tmp_path / "train_agnostic_ohem.prototxt"
+    path.write_text(RFCN_OHEM)
+    device = analyze(str(path), Options(phase="TRAIN", device="gpu")).nets[0].device
+    handles = {layer.name: layer.cudnn_handles for layer in device.layers if layer.cudnn_handles}
+    # The OHEM loss and the plain SoftmaxWithLoss "loss" each hold one; no convolution is
+    # counted here beyond its own (3 per group).
+    assert (handles["per_roi_loss_cls"], handles["loss"]) == (1, 1)
+    caffe = analyze(str(path), Options(phase="TRAIN", device="gpu", engine="caffe")).nets[0].device
+    assert caffe.handles.cudnn == 0
+
+
 # RCF's train net (yun-liu/rcf@ce460ff6 examples/rcf/train_vgg16.prototxt), shortened to two
 # stages: side outputs of 1x1 convs summed (Eltwise), scored, the deeper one upsampled by a
 # Deconvolution and cropped back to the image by AutoCrop, a SigmoidCrossEntropyLoss per side

@@ -199,6 +199,32 @@ def test_multibox_loss_backward(memory_of):
     assert memory_of(trained + MULTIBOX, inputs, force_backward=False)["l"].bwd_alloc == 96
 
 
+def _multibox_handles(text: str, **options) -> int:
+    """The cuDNN handles stock BVLC-style Caffe (weiliu89's) creates for the MultiBoxLoss "l"."""
+    from caffemem.api.analyze import Options, analyze
+
+    inputs = "".join(f'layer {{ name: "{name}" type: "Input" top: "{name}" input_param {{ shape {{ {" ".join(f"dim: {d}" for d in shape)} }} }} }}\n' for name, shape in MULTIBOX_INPUTS.items())
+    device = analyze(inputs + text, Options(device="gpu", phase="TRAIN", **options)).nets[0].device
+    return next(layer.cudnn_handles for layer in device.layers if layer.name == "l")
+
+
+def test_multibox_loss_on_cudnn_holds_its_confidence_softmaxs_handle():
+    # multibox_loss_layer.cpp LayerSetUp: conf_loss_layer_, a SoftmaxWithLoss built through
+    # LayerRegistry, builds its Softmax the same way: CuDNNSoftmaxLayer, one cudnnCreate.
+    assert (_multibox_handles(MULTIBOX), _multibox_handles(MULTIBOX, engine="caffe")) == (1, 0)
+
+
+def test_multibox_losss_own_softmax_engine_does_not_reach_its_inner_softmax():
+    # conf_loss_layer_ is built from a fresh LayerParameter (only softmax_param.axis set):
+    # the engine is DEFAULT, the build's, whatever this layer's softmax_param says.
+    assert _multibox_handles(MULTIBOX.replace("multibox_loss_param", "softmax_param { engine: CAFFE } multibox_loss_param")) == 1
+
+
+def test_multibox_loss_with_a_logistic_confidence_holds_no_handle():
+    # SigmoidCrossEntropyLossLayer constructs its SigmoidLayer itself: no LayerRegistry, no cuDNN.
+    assert _multibox_handles(MULTIBOX.replace("num_classes: 2", "num_classes: 2 conf_loss_type: LOGISTIC")) == 0
+
+
 # ---- other forks
 
 

@@ -187,6 +187,35 @@ def test_infogain_loss_on_cudnn_holds_its_inner_softmaxs_handle():
     assert gpu(infogain).device.handles.cudnn == 1
 
 
+INFOGAIN = TRAIN.replace('type: "SoftmaxWithLoss" bottom: "ip" bottom: "label"', 'type: "InfogainLoss" bottom: "ip" bottom: "label" bottom: "h"')
+INFOGAIN = INFOGAIN.replace('shape { dim: 2 } } }', 'shape { dim: 2 } shape { dim: 10 dim: 10 } } }').replace('top: "data" top: "label"', 'top: "data" top: "label" top: "h"')
+
+
+def test_infogain_loss_runs_its_inner_softmax_on_the_card():
+    # InfogainLoss has no .cu: its Forward_cpu runs on the host, but the inner Softmax's
+    # Layer::Forward runs Forward_gpu in a GPU run (layer.hpp): ip's device data is read and
+    # prob_ (2x10, 80 B) written on the card, its loss read takes prob_'s diff there (80,
+    # set at SetUp on the host), then Forward_cpu reads prob_ on the host (80).  The loss
+    # top (4 + 4 on the card, 4 on the host) as for any loss; ip's data never goes to the host.
+    loss = next(layer for layer in gpu(INFOGAIN).device.layers if layer.name == "loss")
+    assert (loss.device[1], loss.host[1]) == (80 + 80 + 8, 80 + 4)
+
+
+def test_infogain_loss_on_caffes_engine_writes_the_softmax_scratch_on_the_card():
+    # SoftmaxLayer::Forward_gpu (softmax_layer.cu) also writes scale_ (2x1, 8 B) there.
+    loss = next(layer for layer in gpu(INFOGAIN, engine="caffe").device.layers if layer.name == "loss")
+    assert (loss.device[1], loss.host[1]) == (80 + 80 + 8 + 8, 80 + 4)
+
+
+def test_caffes_softmax_on_the_card_leaves_its_sum_multiplier_on_the_host():
+    # softmax_layer.cu's kernels need only scale_; sum_multiplier_ (written at SetUp on the
+    # host) is read by the CPU code alone.  TEST net: ip (2x10) -> prob 80 + scale_ 8.
+    text = TRAIN.replace('type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss"', 'type: "Softmax" bottom: "ip" top: "prob"')
+    device = gpu(text, engine="caffe", phase="TEST").device
+    softmax = next(layer for layer in device.layers if layer.name == "loss")
+    assert softmax.device == (0, 80 + 8, 0)
+
+
 def test_the_v6_pool_gives_softmax_with_loss_its_default_stream_handle():
     # Runtime v6 (cudnn_softmax_layer.cpp edit): the inner CuDNNSoftmaxLayer takes the pool's
     # default_handle(), created on first use: a net whose only cuDNN layer is the loss's

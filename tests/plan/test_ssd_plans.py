@@ -23,6 +23,18 @@ def test_ssd_train_plans_safely_at_the_lower_bound(tmp_path):
     assert phase.planned.heap_total == phase.lower_bound < phase.fork.heap_total
 
 
+@needs_shared
+def test_multibox_loss_on_cudnn_holds_its_confidence_softmaxs_handle():
+    # multibox_loss_layer.cpp LayerSetUp builds conf_loss_layer_, a SoftmaxWithLoss, from a
+    # fresh LayerParameter (engine DEFAULT) through LayerRegistry; its LayerSetUp builds the
+    # inner Softmax the same way: a CuDNNSoftmaxLayer in a cuDNN build, one cudnnCreate.
+    net = caffemem.analyze(str(SSD), caffemem.Options(device="gpu"), phase="TRAIN", inputs={"data": (4, 3, 300, 300), "label": (1, 1, 40, 8)}).nets[0]
+    (loss,) = [layer for layer in net.device.layers if layer.type == "MultiBoxLoss"]
+    assert loss.cudnn_handles == 1
+    on_caffe = caffemem.analyze(str(SSD), caffemem.Options(device="gpu", engine="caffe"), phase="TRAIN", inputs={"data": (4, 3, 300, 300), "label": (1, 1, 40, 8)}).nets[0]
+    assert on_caffe.device.handles.cudnn == 0
+
+
 def test_permute_reads_the_bottom_and_the_top_diff():
     from caffemem.layers.access import Touch
 
