@@ -219,16 +219,12 @@ def test_a_batch_past_caffes_blob_limit_does_not_fit_and_says_why():
     assert not any("not linear" in note for note in result.notes)  # memory is linear; the build stopped
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    pieces=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4),
-    final_slope=st.integers(1, 50),
-    steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
-    fixed=st.integers(0, 1000),
-    budget=st.integers(0, 20_000),
-)
-def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces, final_slope, steps, fixed, budget):
-    """Lines of several slopes one after the other, plus a step every few samples."""
+PIECES = st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4)
+
+
+def increasing(pieces: list[tuple[int, int]], final_slope: int, steps: tuple[int, int], fixed: int):
+    """Lines of several slopes one after the other (``pieces``: length, slope), then
+    ``final_slope``, plus a step every few samples (``steps``: every, step) over ``fixed``."""
     every, step = steps
 
     def memory(batch: int) -> int:
@@ -238,6 +234,20 @@ def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces,
             start += length
         return total + final_slope * max(batch - start, 0)
 
+    return memory
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=PIECES,
+    final_slope=st.integers(1, 50),
+    steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
+    fixed=st.integers(0, 1000),
+    budget=st.integers(0, 20_000),
+)
+def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces, final_slope, steps, fixed, budget):
+    """Lines of several slopes one after the other, plus a step every few samples."""
+    memory = increasing(pieces, final_slope, steps, fixed)
     expected = 0
     while memory(expected + 1) <= budget:
         expected += 1
@@ -246,7 +256,7 @@ def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces,
 
 @settings(max_examples=60, deadline=None)
 @given(
-    pieces=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4),
+    pieces=PIECES,
     final_slope=st.integers(1, 50),
     steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
     fixed=st.integers(0, 1000),
@@ -257,15 +267,8 @@ def test_search_by_a_bound_finds_the_largest_batch_whose_plan_fits(pieces, final
     """fit --recompute's search (probes 1 and 2, lines aimed at the nearest evaluations) on
     any increasing bound, with a plan above it by a gap that grows in steps: the largest
     batch whose plan fits, every evaluation of it exact."""
-    every, step = steps
     base, gap_every, gap_step = gap
-
-    def bound(batch: int) -> int:
-        total, start = fixed + step * (batch // every), 0
-        for length, slope in pieces:
-            total += slope * min(max(batch - start, 0), length)
-            start += length
-        return total + final_slope * max(batch - start, 0)
+    bound = increasing(pieces, final_slope, steps, fixed)
 
     def plan(batch: int) -> int:
         return bound(batch) + base + gap_step * (batch // gap_every)
