@@ -219,7 +219,7 @@ def test_a_batch_past_caffes_blob_limit_does_not_fit_and_says_why():
     assert not any("not linear" in note for note in result.notes)  # memory is linear; the build stopped
 
 
-PIECES = st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4)
+PIECES = st.lists(st.tuples(st.integers(1, 300), st.integers(0, 50)), max_size=4)  # (length, slope) lines
 
 
 def increasing(pieces: list[tuple[int, int]], final_slope: int, steps: tuple[int, int], fixed: int):
@@ -237,17 +237,14 @@ def increasing(pieces: list[tuple[int, int]], final_slope: int, steps: tuple[int
     return memory
 
 
+# Any increasing memory of that shape.
+INCREASING = st.builds(increasing, PIECES, st.integers(1, 50), st.tuples(st.integers(1, 40), st.integers(0, 500)), st.integers(0, 1000))
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    pieces=PIECES,
-    final_slope=st.integers(1, 50),
-    steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
-    fixed=st.integers(0, 1000),
-    budget=st.integers(0, 20_000),
-)
-def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces, final_slope, steps, fixed, budget):
+@given(memory=INCREASING, budget=st.integers(0, 20_000))
+def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(memory, budget):
     """Lines of several slopes one after the other, plus a step every few samples."""
-    memory = increasing(pieces, final_slope, steps, fixed)
     expected = 0
     while memory(expected + 1) <= budget:
         expected += 1
@@ -255,20 +252,12 @@ def test_search_finds_the_largest_fitting_batch_of_any_increasing_memory(pieces,
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    pieces=PIECES,
-    final_slope=st.integers(1, 50),
-    steps=st.tuples(st.integers(1, 40), st.integers(0, 500)),
-    fixed=st.integers(0, 1000),
-    gap=st.tuples(st.integers(0, 300), st.integers(1, 40), st.integers(0, 50)),
-    budget=st.integers(0, 20_000),
-)
-def test_search_by_a_bound_finds_the_largest_batch_whose_plan_fits(pieces, final_slope, steps, fixed, gap, budget):
+@given(bound=INCREASING, gap=st.tuples(st.integers(0, 300), st.integers(1, 40), st.integers(0, 50)), budget=st.integers(0, 20_000))
+def test_search_by_a_bound_finds_the_largest_batch_whose_plan_fits(bound, gap, budget):
     """fit --recompute's search (probes 1 and 2, lines aimed at the nearest evaluations) on
     any increasing bound, with a plan above it by a gap that grows in steps: the largest
     batch whose plan fits, every evaluation of it exact."""
     base, gap_every, gap_step = gap
-    bound = increasing(pieces, final_slope, steps, fixed)
 
     def plan(batch: int) -> int:
         return bound(batch) + base + gap_step * (batch // gap_every)
