@@ -258,7 +258,7 @@ class Search:
 
         @_cached
         def measure(chosen: frozenset[int]) -> _Measured:
-            entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+            entries = self.entries(chosen)
             extended = with_recomputation(schedule, entries)
             liveness = liveness_of(extended)
             copies = restored_bytes(schedule, entries)
@@ -280,6 +280,22 @@ class Search:
         self.quick = _cached(figures.figure) if figures.exact else measure  # the search's figures; the choice is measured whole
         self.plain = plain
 
+    def entries(self, chosen: frozenset[int]) -> tuple[Recomputation, ...]:
+        """The recompute entries of the units ``chosen``, placed in the schedule."""
+        units = self.units
+        return placed(self.schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
+
+    @functools.cached_property
+    def forward_pass_flops(self) -> int:
+        """One Forward pass's FLOPs (the share a recomputation adds is reported against it)."""
+        shaped = self.schedule.shaped
+        return sum(forward_flops(self.specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
+
+    @functools.cached_property
+    def plain_iteration_seconds(self) -> float:
+        """One training iteration without recomputation, estimated."""
+        return iteration_seconds(self.times, update_seconds(self.schedule.shaped, DTYPE_BYTES[self.schedule.dtype], self.prices))
+
     @functools.cached_property
     def checkpoints(self) -> list[int]:
         """Chen's checkpoint candidates (sqrt and budget= search by them)."""
@@ -298,11 +314,8 @@ class Search:
         if best.figure >= self.none.figure and policy.name != "budget":
             best = self.none  # recomputing nothing beats a recomputation that saves nothing
         chosen = best.units
-        entries = placed(schedule, [units[u].layers for u in sorted(chosen)], [layer for u in chosen for layer in units[u].restores])
-        shaped, specs, prices = schedule.shaped, self.specs, self.prices
-        forward = sum(forward_flops(specs.get(layer.type), layer.proto, shaped.layer_shapes[layer.index]) for layer in shaped.graph.layers)
-        iteration = iteration_seconds(self.times, update_seconds(shaped, DTYPE_BYTES[schedule.dtype], prices))
-        return Choice(policy, entries, best.figure, self.none.figure, best.flops, forward, restored_bytes(schedule, entries), best.seconds, iteration, prices.measured_on, lambda: measure(chosen))
+        entries = self.entries(chosen)
+        return Choice(policy, entries, best.figure, self.none.figure, best.flops, self.forward_pass_flops, restored_bytes(schedule, entries), best.seconds, self.plain_iteration_seconds, self.prices.measured_on, lambda: measure(chosen))
 
 
 class _cached(Generic[_Found]):
