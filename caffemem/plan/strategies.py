@@ -341,11 +341,11 @@ def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     ``lower_bound`` (the liveness's peak) on a net small enough (:func:`search_work`),
     :func:`packing_within` searches for a packing at the bound.
 
-    In GPU mode the lives are rounded up to DEVICE_ALIGNMENT (:func:`aligned`), so their
-    peak can lie above the liveness's: a packing at that peak is the smallest there is
-    (issue 33: the largest-first packing of a 20,000-layer chain is one, and the seven
-    packings after it were made, each to be dropped), and no packing fits the liveness's
-    bound then, so none is searched for."""
+    In GPU mode the lives are rounded up to DEVICE_ALIGNMENT (:func:`aligned`) and
+    ``lower_bound`` is their peak (:func:`make_plan`): a packing at it is the smallest there
+    is (issue 33: the largest-first packing of a 20,000-layer chain is one, and the seven
+    packings after it were made, each to be dropped).  Before, the bound searched at was
+    the unrounded liveness's, which no packing of rounded lives can reach."""
     best: tuple[int, list[tuple[Lifetime, int]]] | None = None
     budget = packing_work_budget(len(lives))
     floor = None if lower_bound is None else max(lower_bound, most_alive(lives))  # no packing is smaller
@@ -452,7 +452,10 @@ def make_plan(liveness: Liveness, strategy: str = "auto", alignment: int = 1) ->
     ``exact`` on a net too large for it falls back to ``best-fit``.  With ``alignment``,
     every member sits at a multiple of it (DEVICE_ALIGNMENT in GPU mode)."""
     if alignment > 1:
-        padded = replace(liveness, shareable=aligned(liveness.shareable, alignment))
+        # The bound the packers aim at is the peak of the rounded lives: the liveness's own
+        # peak lies below it, so a search for a packing at that one could never succeed.
+        rounded = aligned(liveness.shareable, alignment)
+        padded = replace(liveness, shareable=rounded, lower_bound_peak=most_alive(rounded))
         return {name: trimmed(plan, liveness.shareable) for name, plan in make_plan(padded, strategy).items()}
     names = list(STRATEGIES) if strategy == "auto" else [strategy] if strategy in STRATEGIES else []
     candidates: dict[str, Plan] = {}

@@ -206,10 +206,15 @@ def test_optimize_makes_the_tables_that_ran_on_the_h200_but_where_they_slotted_a
     # Runtime v6 (issue 32) runs every cuDNN layer on one pooled workspace, so `optimize
     # --share-buffers` (and --recompute, which implies it) no longer puts a workspace in a
     # slot: its tables differ from the v4 ones that ran exactly where those named one
-    # (45 --share-buffers and 14 recompute runs); the blob plans are the ones that ran.
+    # (45 --share-buffers and 14 recompute runs); the blob plans are the ones that ran but
+    # one: FCN-8s in TRAIN, where the packer now searches for a packing at the peak of the
+    # lives rounded to 256 bytes and finds one, 304,432 B below the table that ran
+    # (tests/plan/test_planners_fast.py); it searched at the unrounded peak before, which
+    # no aligned packing reaches, so it never searched on the card.
+    packed_better = {("patched", "fcn_voc-fcn8s__train.json", "TRAIN")}
     differ = {(row.config, row.file, row.phase) for row in third if not row.plan_as_run}
-    assert differ == _named_a_workspace(third_root)
-    assert len(differ) == 59 and {config for config, _, _ in differ} == {"patched-buffers", "patched-recompute"}
+    assert differ == _named_a_workspace(third_root) | packed_better
+    assert len(differ) == 60 and {config for config, _, _ in differ} == {"patched", "patched-buffers", "patched-recompute"}
 
 
 def test_on_an_h200_the_context_is_the_h100s():

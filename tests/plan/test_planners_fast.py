@@ -10,13 +10,14 @@ import sys
 
 import pytest
 import reference_planners as reference
-from conftest import FIXTURES
+from conftest import FIXTURES, SHARED, needs_shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caffemem.api.analyze import Options, build_net, spec_table
+from caffemem.api.optimize import optimize
 from caffemem.passes.filter import make_state
-from caffemem.passes.liveness import Lifetime, lifetimes
+from caffemem.passes.liveness import Lifetime, Liveness, lifetimes
 from caffemem.passes.load import load
 from caffemem.passes.memory import prepare
 from caffemem.passes.schedule import build_schedule
@@ -29,6 +30,7 @@ from caffemem.plan.strategies import (
     Plan,
     Slot,
     _pack,
+    aligned,
     best_fit,
     first_fit,
     make_plan,
@@ -135,6 +137,30 @@ def test_the_search_finds_nothing_when_the_bound_cannot_be_reached():
     assert packing_within(lives, 2) is None
     assert sorted(offset for _, offset in packing_within(lives, 3)) == [0, 1, 2]
     assert packed(lives, 2).slot_bytes == 3
+
+
+def test_in_gpu_mode_the_search_aims_at_the_peak_of_the_rounded_lives():
+    # The four lives above, in bytes a card rounds up to 256 (DEVICE_ALIGNMENT): A and B
+    # 1,000 (1,024), C and D 200 (256).  The liveness's own peak, 1,200, lies below the
+    # rounded lives' 1,280, which no aligned packing can go under: a search at 1,200 could
+    # never succeed, and one was never tried; the greedy orders end at D above A and C.
+    lives = (Lifetime(0, 1000, ((7, 7),)), Lifetime(1, 1000, ((3, 4),)), Lifetime(2, 200, ((2, 6),)), Lifetime(3, 200, ((5, 7),)))
+    liveness = Liveness(None, lives, {}, _most_alive(lives), 0, ())
+    assert liveness.lower_bound_peak == 1200
+    assert packed(aligned(lives, 256), 1200).slot_bytes == 1280 + 256  # the rounded lives at that bound: no search
+    # Searched at 1,280: C at 0, B on it (256), D at 1,024, A at 0; the slot ends at B's real end.
+    assert make_plan(liveness, "packed", 256)["packed"] == Plan("packed", (Slot(0, 1256, (0, 1, 2, 3), (0, 256, 0, 1024)),))
+
+
+@needs_shared
+def test_fcn8s_trains_on_the_card_in_a_packing_at_the_peak_of_its_rounded_lives():
+    # A real net where every greedy order misses the rounded peak and the search reaches it:
+    # 304,432 B below the table the H200 ran (benchmarks/gpu-groundtruth, third run), and
+    # 816 B over the unrounded bound, the rounding of the classes alive at the peak.
+    options = Options(device="gpu", phase="TRAIN", inputs={"data": (1, 3, 500, 500), "label": (1, 1, 500, 500)})
+    phase = optimize(str(SHARED / "models" / "fcn_voc-fcn8s" / "train.prototxt"), options).phases[0]
+    assert (phase.strategy, phase.plan_data.slot_bytes) == ("packed", {0: 645511120})
+    assert phase.totals()["planned"] == 2524348164 == 2524652596 - 304432 == phase.totals()["lower_bound"] + 816
 
 
 def test_the_search_gives_up_once_over_its_work():
