@@ -37,7 +37,7 @@ from caffemem.passes.schedule import Schedule, build_schedule
 from caffemem.passes.upgrade import upgrade_net
 from caffemem.plan.carried import assignment_of, with_copies
 from caffemem.plan.fork import fork_assignment, fork_plan_data, fork_run
-from caffemem.plan.recompute import BudgetMissed, Choice, Policy, Search, choose, missed, parse_policy
+from caffemem.plan.recompute import BudgetMissed, Choice, Policy, Search, missed, parse_policy
 from caffemem.plan.record import MadeFor, comment_lines, fingerprint, read_records
 from caffemem.plan.rewrite import mem_param, with_batch
 from caffemem.plan.strategies import DEVICE_ALIGNMENT, STRATEGY_NAMES, Plan, make_plan, packed_onto
@@ -499,12 +499,12 @@ def _recompute_choice(ready: _Prepared, specs: SpecTable, options: Options, sett
     """What ``settings.recompute`` chooses on the prepared net, measured with the plan's own
     liveness settings (``search``: :func:`_recompute_search` of the same, made already)."""
     assert settings.recompute is not None
-    return choose(ready.schedule, specs, settings.recompute, _liveness_of(ready, settings), ready.base_figure, prices_for(options.device, options.build_engine), search=search)
+    return (search if search is not None else _recompute_search(ready, specs, options, settings)).choose(settings.recompute)
 
 
 def _recompute_search(ready: _Prepared, specs: SpecTable, options: Options, settings: OptimizeSettings) -> Search:
-    """The policies' search on the prepared net, as :func:`_recompute_choice` makes it: what
-    budget='s tries share."""
+    """The policies' search on the prepared net, with the plan's own liveness settings and
+    the device's prices: what budget='s tries share."""
     return Search(ready.schedule, specs, _liveness_of(ready, settings), ready.base_figure, prices_for(options.device, options.build_engine))
 
 

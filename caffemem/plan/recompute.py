@@ -247,7 +247,7 @@ class Search:
     not a new one (issue 33)."""
 
     def __init__(self, schedule: Schedule, specs: SpecTable, liveness_of: Callable[[Schedule], Liveness], stock_figure: int, prices: Prices | None = None) -> None:
-        self.schedule, self.specs = schedule, specs
+        self.schedule, self.specs, self.liveness_of, self.stock_figure = schedule, specs, liveness_of, stock_figure
         self.prices = prices if prices is not None else prices_for("cpu")
         plain = liveness_of(schedule)
         self.times = times_of(schedule, specs, self.prices)

@@ -166,9 +166,8 @@ def test_fit_recompute_chooses_once_per_batch_evaluated_and_measures_whole_only_
     whole (with_recomputation, then liveness), which each choice did before."""
     from caffemem.plan import recompute
 
-    optimize_module = sys.modules["caffemem.api.optimize"]
     counted = {"choose": 0, "whole": 0}
-    choose, extended = recompute.choose, recompute.with_recomputation
+    choose, extended = recompute.Search.choose, recompute.with_recomputation
 
     def counting_choose(*args, **kwargs):
         counted["choose"] += 1
@@ -178,7 +177,7 @@ def test_fit_recompute_chooses_once_per_batch_evaluated_and_measures_whole_only_
         counted["whole"] += 1
         return extended(*args, **kwargs)
 
-    monkeypatch.setattr(optimize_module, "choose", counting_choose)
+    monkeypatch.setattr(recompute.Search, "choose", counting_choose)
     monkeypatch.setattr(recompute, "with_recomputation", counting_whole)
     result = fit(RECOMPUTE_RESNET, Options(device="gpu", phase="TRAIN"), FitRequest(gpu_memory=GiB, reserve=0, recompute="sqrt"))
     planned = [e.batch for e in result.evaluations if not e.bound]

@@ -33,16 +33,18 @@ optimize_module = importlib.import_module("caffemem.api.optimize")
 
 
 def chosen_both_ways(monkeypatch, path: str, policy: str, batch: int | None = None) -> list[tuple]:
-    """Plan ``path`` with ``policy``; at each call of ``choose``, what it chose and what the
-    reference chose from the same schedule: [(new figure, new FLOPs, new entries), (old ...)]."""
+    """Plan ``path`` with ``policy``; at each choice of a policy (``Search.choose``), what
+    it chose and what the reference chose from the same schedule and arguments:
+    [(new figure, new FLOPs, new entries), (old ...)]."""
     seen = []
+    real = recompute.Search.choose
 
-    def both(schedule, specs, asked, liveness_of, stock_figure, prices=None, **search):
-        choice = recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices, **search)
-        seen.append(((choice.figure, choice.extra_flops, choice.recomputed), reference_choose(schedule, specs, asked, liveness_of, stock_figure, prices)))
+    def both(search, asked):
+        choice = real(search, asked)
+        seen.append(((choice.figure, choice.extra_flops, choice.recomputed), reference_choose(search.schedule, search.specs, asked, search.liveness_of, search.stock_figure, search.prices)))
         return choice
 
-    monkeypatch.setattr(optimize_module, "choose", both)
+    monkeypatch.setattr(recompute.Search, "choose", both)
     optimize(path, Options(device="cpu", phase="TRAIN", batch=batch), OptimizeSettings(share_buffers=True, recompute=policy))
     return seen
 
@@ -81,12 +83,13 @@ def figures_and_whole(monkeypatch, path: str):
     evaluator, the whole measure of a candidate (its extended schedule's liveness), the
     eligible units, the plain liveness and the plan's liveness settings."""
     captured = {}
+    real = recompute.Search.choose
 
-    def keep(schedule, specs, asked, liveness_of, stock_figure, prices=None, **search):
-        captured.update(schedule=schedule, specs=specs, liveness_of=liveness_of, stock_figure=stock_figure, prices=prices or recompute.prices_for("cpu"))
-        return recompute.choose(schedule, specs, asked, liveness_of, stock_figure, prices, **search)
+    def keep(search, asked):
+        captured.update(schedule=search.schedule, specs=search.specs, liveness_of=search.liveness_of, stock_figure=search.stock_figure, prices=search.prices)
+        return real(search, asked)
 
-    monkeypatch.setattr(optimize_module, "choose", keep)
+    monkeypatch.setattr(recompute.Search, "choose", keep)
     optimize(path, Options(device="cpu", phase="TRAIN"), OptimizeSettings(share_buffers=True, recompute="sqrt"))
     schedule, liveness_of, stock = captured["schedule"], captured["liveness_of"], captured["stock_figure"]
     plain = liveness_of(schedule)
