@@ -267,7 +267,7 @@ def test_a_lower_target_that_chooses_the_same_recomputation_keeps_the_plan_made_
 def test_a_choice_keeps_only_what_measuring_it_whole_needs_not_the_search(monkeypatch):
     """A choice is measured whole when a plan first asks; its closure held the search (its
     figures, units and every candidate's figure) alive through the packing, in a reference
-    cycle that only the collector frees: 110 MB more peak on a 20,000-layer chain.  The
+    cycle that only the collector frees: 84 MiB more peak on a 20,000-layer chain.  The
     search is freed as soon as it is chosen from, without the collector; the choice still
     measures whole to the figure it was chosen by."""
     searches = []
