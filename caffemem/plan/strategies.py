@@ -337,15 +337,16 @@ def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
     (largest first, biggest area first, earliest first, longest first; first or best gap),
     the first of equal ones.  A packing is dropped as soon as it is as large as the best so
     far or over its work budget, and one as small as the most bytes of ``lives`` alive at
-    once cannot be beaten, so the later ones are not tried.  When none reaches
-    ``lower_bound`` (the liveness's peak) on a net small enough (:func:`search_work`),
-    :func:`packing_within` searches for a packing at the bound.
+    once cannot be beaten, so the later ones are not tried.  Given ``lower_bound`` (the
+    liveness's peak), when none reaches the floor, the larger of that bound and the most
+    bytes of ``lives`` alive at once, :func:`packing_within` searches for a packing at the
+    floor on a net small enough (:func:`search_work`).
 
-    In GPU mode the lives are rounded up to DEVICE_ALIGNMENT (:func:`aligned`) and
-    ``lower_bound`` is their peak (:func:`make_plan`): a packing at it is the smallest there
-    is (issue 33: the largest-first packing of a 20,000-layer chain is one, and the seven
-    packings after it were made, each to be dropped).  Before, the bound searched at was
-    the unrounded liveness's, which no packing of rounded lives can reach."""
+    In GPU mode the lives are rounded up to DEVICE_ALIGNMENT (:func:`aligned`), so their
+    peak, the floor, lies above the liveness's: a packing at it is the smallest there is
+    (issue 33: the largest-first packing of a 20,000-layer chain is one, and the seven
+    packings after it were made, each to be dropped).  The search once aimed at the
+    liveness's own peak, which no packing of rounded lives reaches, and so never ran there."""
     best: tuple[int, list[tuple[Lifetime, int]]] | None = None
     budget = packing_work_budget(len(lives))
     floor = None if lower_bound is None else max(lower_bound, most_alive(lives))  # no packing is smaller
@@ -355,10 +356,10 @@ def packed(lives: tuple[Lifetime, ...], lower_bound: int | None = None) -> Plan:
             best = tried
         if best is not None and best[0] == floor:
             break
-    if best is not None and lower_bound is not None and best[0] > lower_bound == floor and search_work(len(lives)) <= SEARCH_WORK:
-        found = packing_within(lives, lower_bound)
+    if best is not None and floor is not None and best[0] > floor and search_work(len(lives)) <= SEARCH_WORK:
+        found = packing_within(lives, floor)
         if found is not None:
-            best = (lower_bound, found)
+            best = (floor, found)
     size, placed = best or (0, [])
     if not placed:
         return Plan("packed", ())
@@ -452,10 +453,7 @@ def make_plan(liveness: Liveness, strategy: str = "auto", alignment: int = 1) ->
     ``exact`` on a net too large for it falls back to ``best-fit``.  With ``alignment``,
     every member sits at a multiple of it (DEVICE_ALIGNMENT in GPU mode)."""
     if alignment > 1:
-        # The bound the packers aim at is the peak of the rounded lives: the liveness's own
-        # peak lies below it, so a search for a packing at that one could never succeed.
-        rounded = aligned(liveness.shareable, alignment)
-        padded = replace(liveness, shareable=rounded, lower_bound_peak=most_alive(rounded))
+        padded = replace(liveness, shareable=aligned(liveness.shareable, alignment))
         return {name: trimmed(plan, liveness.shareable) for name, plan in make_plan(padded, strategy).items()}
     names = list(STRATEGIES) if strategy == "auto" else [strategy] if strategy in STRATEGIES else []
     candidates: dict[str, Plan] = {}

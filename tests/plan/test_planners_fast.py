@@ -147,8 +147,10 @@ def test_in_gpu_mode_the_search_aims_at_the_peak_of_the_rounded_lives():
     lives = (Lifetime(0, 1000, ((7, 7),)), Lifetime(1, 1000, ((3, 4),)), Lifetime(2, 200, ((2, 6),)), Lifetime(3, 200, ((5, 7),)))
     liveness = Liveness(None, lives, {}, _most_alive(lives), 0, ())
     assert liveness.lower_bound_peak == 1200
-    assert packed(aligned(lives, 256), 1200).slot_bytes == 1280 + 256  # the rounded lives at that bound: no search
-    # Searched at 1,280: C at 0, B on it (256), D at 1,024, A at 0; the slot ends at B's real end.
+    assert packed(aligned(lives, 256)).slot_bytes == 1280 + 256  # the greedy orders alone
+    # Given the liveness's bound, the search aims at the rounded lives' peak, 1,280: C at 0,
+    # B on it (256), D at 1,024, A at 0; in the plan the slot ends at B's real end.
+    assert packed(aligned(lives, 256), 1200) == Plan("packed", (Slot(0, 1280, (0, 1, 2, 3), (0, 256, 0, 1024)),))
     assert make_plan(liveness, "packed", 256)["packed"] == Plan("packed", (Slot(0, 1256, (0, 1, 2, 3), (0, 256, 0, 1024)),))
 
 
